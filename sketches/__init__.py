@@ -1,0 +1,1 @@
+"""TACCL communication sketches: the model, its JSON format and validation, shipped sketches."""
