@@ -1,0 +1,170 @@
+"""Topology families: ring, line, fully connected, star, switch, torus, hypercube, multi-machine.
+
+Every builder takes the per-link ``bandwidth_GBps`` and ``alpha_us`` (NVLink-like defaults) and
+returns a validated :class:`Topology`. ``FAMILIES`` maps the command-line name to the builder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from topologies.errors import TopologyError
+from topologies.model import Link, Topology, Vertex
+
+__all__ = [
+    "FAMILIES",
+    "fully_connected",
+    "hypercube",
+    "line",
+    "multi_node",
+    "ring",
+    "star",
+    "switch",
+    "torus",
+]
+
+DEFAULT_GBPS = 25.0
+DEFAULT_ALPHA_US = 0.7
+
+
+def _both(links: dict, a: Vertex, b: Vertex, link: Link) -> None:
+    links[(a, b)] = link
+    links[(b, a)] = link
+
+
+def _need(n: int, least: int, family: str) -> None:
+    if n < least:
+        raise TopologyError(f"{family}: expected at least {least} ranks, got {n}")
+
+
+def ring(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
+    """``n`` ranks in a bidirectional cycle (two ranks: both links of the cycle join 0 and 1)."""
+    _need(n, 2, "ring")
+    links: dict = {}
+    for r in range(n):
+        _both(links, r, (r + 1) % n, Link(bandwidth_GBps, alpha_us, 2 if n == 2 else 1))
+    return Topology.build(f"ring:{n}", n, links, description=f"bidirectional ring of {n} ranks")
+
+
+def line(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
+    """``n`` ranks in a bidirectional chain."""
+    _need(n, 2, "line")
+    links: dict = {}
+    for r in range(n - 1):
+        _both(links, r, r + 1, Link(bandwidth_GBps, alpha_us))
+    return Topology.build(f"line:{n}", n, links, description=f"line of {n} ranks")
+
+
+def fully_connected(
+    n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US
+) -> Topology:
+    """A dedicated link between every ordered pair of ranks."""
+    _need(n, 2, "fully-connected")
+    links = {(a, b): Link(bandwidth_GBps, alpha_us) for a in range(n) for b in range(n) if a != b}
+    return Topology.build(f"fully-connected:{n}", n, links, description=f"{n} ranks, all pairs linked")
+
+
+def star(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
+    """Rank 0 is the hub, linked to every other rank."""
+    _need(n, 2, "star")
+    links: dict = {}
+    for r in range(1, n):
+        _both(links, 0, r, Link(bandwidth_GBps, alpha_us))
+    return Topology.build(f"star:{n}", n, links, description=f"star of {n} ranks, hub 0")
+
+
+def switch(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
+    """Every rank on one switch port: it sends at most one and receives at most one chunk per round."""
+    _need(n, 2, "switch")
+    links: dict = {}
+    half = Link(bandwidth_GBps, alpha_us / 2)
+    for r in range(n):
+        _both(links, r, "switch", half)
+    return Topology.build(
+        f"switch:{n}", n, links, {"switch": "nvswitch"}, description=f"{n} ranks on one switch"
+    )
+
+
+def torus(
+    a: int, b: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US
+) -> Topology:
+    """An ``a x b`` 2D torus; rank ``i * b + j`` sits at row i, column j (wrap links deduplicated)."""
+    if a < 2 or b < 2:
+        raise TopologyError(f"torus: expected both dimensions >= 2, got {a}x{b}")
+    links: dict = {}
+    for i in range(a):
+        for j in range(b):
+            r = i * b + j
+            _both(links, r, ((i + 1) % a) * b + j, Link(bandwidth_GBps, alpha_us))
+            _both(links, r, i * b + (j + 1) % b, Link(bandwidth_GBps, alpha_us))
+    return Topology.build(f"torus:{a}x{b}", a * b, links, description=f"{a}x{b} torus")
+
+
+def hypercube(d: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
+    """``2**d`` ranks; ranks that differ in one bit are linked."""
+    if d < 1:
+        raise TopologyError(f"hypercube: expected dimension >= 1, got {d}")
+    n = 1 << d
+    links = {(r, r ^ (1 << k)): Link(bandwidth_GBps, alpha_us) for r in range(n) for k in range(d)}
+    return Topology.build(f"hypercube:{d}", n, links, description=f"{d}-dimensional hypercube, {n} ranks")
+
+
+def multi_node(machine: Topology, k: int, name: str | None = None) -> Topology:
+    """``k`` copies of ``machine`` whose NICs meet in one non-blocking network switch ``net``.
+
+    Machine ``m``'s ranks are ``m * g .. m * g + g - 1``; its switches and NICs are renamed
+    ``m<m>.<name>``. A NIC becomes a switch of kind ``nic`` linked to its ranks and to ``net``,
+    each direction at the NIC's bandwidth; its alpha is split over the two network hops.
+    """
+    if k < 1:
+        raise TopologyError(f"{machine.name}: expected at least 1 machine, got {k}")
+    if machine.num_machines != 1:
+        raise TopologyError(
+            f"{machine.name}: multi_node composes single machines; this one has {machine.num_machines}"
+        )
+    if k > 1 and not machine.nics:
+        raise TopologyError(f"{machine.name}: nics: expected at least one NIC to compose machines")
+    g = machine.num_ranks
+    links: dict = {}
+    switches: dict[str, str] = {}
+
+    def rename(v: Vertex, m: int) -> Vertex:
+        return v + m * g if isinstance(v, int) else f"m{m}.{v}"
+
+    for m in range(k):
+        for sw, kind in machine.switches.items():
+            switches[rename(sw, m)] = kind
+        for src, dst, link in machine.links():
+            links[(rename(src, m), rename(dst, m))] = link
+        if k > 1:
+            for nic in machine.nics:
+                nic_v = f"m{m}.{nic.name}"
+                switches[nic_v] = "nic"
+                for r in nic.ranks:
+                    _both(links, r + m * g, nic_v, Link(nic.bandwidth_GBps, 0.0))
+                _both(links, nic_v, "net", Link(nic.bandwidth_GBps, nic.alpha_us / 2))
+    if k > 1:
+        switches["net"] = "network"
+    node_of = tuple(m for m in range(k) for _ in range(g))
+    return Topology.build(
+        name or (machine.name if k == 1 else f"{machine.name}x{k}"),
+        g * k,
+        links,
+        switches,
+        node_of,
+        nics=machine.nics if k == 1 else (),
+        description=f"{k} x {machine.name}" + (f" ({machine.description})" if machine.description else ""),
+        source=machine.source,
+    )
+
+
+FAMILIES: dict[str, Callable[..., Topology]] = {
+    "ring": ring,
+    "line": line,
+    "fully-connected": fully_connected,
+    "star": star,
+    "switch": switch,
+    "torus": torus,
+    "hypercube": hypercube,
+}
+"""Sized families by command-line name (``ring:8``, ``torus:4x4``); ``multi_node`` is reached by ``<machine>x<k>``."""

@@ -1,0 +1,220 @@
+"""The physical topology: ranks (GPUs) and switches joined by directed links.
+
+Users describe hardware as it is: GPUs wired to each other or to a switch, NICs to a network
+switch. The graph stays sparse (a switch is one vertex, not a clique of links); views that
+synthesizers want (rank-to-rank links with shared capacities) are derived in :mod:`topologies.logical`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import networkx as nx
+
+from topologies.errors import TopologyError
+
+if TYPE_CHECKING:
+    from topologies.logical import ChunkCapacity, LogicalTopology
+
+__all__ = ["SWITCH_KINDS", "Link", "Nic", "Topology", "Vertex"]
+
+Vertex = int | str
+"""A rank is an ``int`` in ``0..num_ranks-1``; a switch is named by a ``str``."""
+
+SWITCH_KINDS = ("nvswitch", "pcie", "nic", "network")
+"""``nic`` switches forward only between their machine's ranks and a network switch."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """One directed edge: ``count`` parallel links of ``bandwidth_GBps`` each, ``alpha_us`` latency."""
+
+    bandwidth_GBps: float
+    alpha_us: float
+    count: int = 1
+
+    @property
+    def total_GBps(self) -> float:
+        return self.bandwidth_GBps * self.count
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A machine's network interface: the ranks it serves; used when machines are composed."""
+
+    name: str
+    ranks: tuple[int, ...]
+    bandwidth_GBps: float
+    alpha_us: float
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """A directed graph of ranks and switches (see DESIGN.md, core types).
+
+    ``graph`` is a frozen :class:`networkx.DiGraph`; each edge carries a :class:`Link` under the
+    key ``"link"`` and switch vertices carry their ``kind``. ``node_of[rank]`` is the machine index.
+    Build one with :meth:`build` (validating) or a builder in :mod:`topologies.builders`.
+    """
+
+    name: str
+    num_ranks: int
+    graph: nx.DiGraph
+    node_of: tuple[int, ...]
+    nics: tuple[Nic, ...] = ()
+    description: str = ""
+    source: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        num_ranks: int,
+        links: dict[tuple[Vertex, Vertex], Link],
+        switches: dict[str, str] | None = None,
+        node_of: tuple[int, ...] | None = None,
+        nics: tuple[Nic, ...] = (),
+        description: str = "",
+        source: str = "",
+        where: str = "",
+    ) -> Topology:
+        """Make a topology from directed links ``{(src, dst): Link}`` and ``{switch: kind}``.
+
+        ``where`` (a file name) prefixes any validation error.
+        """
+        switches = switches or {}
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(num_ranks), kind="rank")
+        for sw, kind in switches.items():
+            graph.add_node(sw, kind=kind)
+        for (src, dst), link in links.items():
+            graph.add_edge(src, dst, link=link)
+        topo = cls(
+            name=name,
+            num_ranks=num_ranks,
+            graph=nx.freeze(graph),
+            node_of=tuple(node_of) if node_of is not None else (0,) * num_ranks,
+            nics=tuple(nics),
+            description=description,
+            source=source,
+        )
+        topo.check(where)
+        return topo
+
+    # -- structure -------------------------------------------------------------------------
+    @property
+    def ranks(self) -> range:
+        return range(self.num_ranks)
+
+    @property
+    def switches(self) -> dict[str, str]:
+        """``{name: kind}`` of every switch vertex, in insertion order."""
+        return {v: d["kind"] for v, d in self.graph.nodes(data=True) if not isinstance(v, int)}
+
+    @property
+    def num_machines(self) -> int:
+        return max(self.node_of) + 1 if self.node_of else 0
+
+    def machine_ranks(self, machine: int) -> tuple[int, ...]:
+        return tuple(r for r in self.ranks if self.node_of[r] == machine)
+
+    def links(self) -> Iterator[tuple[Vertex, Vertex, Link]]:
+        """Every directed edge with its :class:`Link`, in a deterministic order."""
+        for src, dst, data in self.graph.edges(data=True):
+            yield src, dst, data["link"]
+
+    def link(self, src: Vertex, dst: Vertex) -> Link | None:
+        data = self.graph.get_edge_data(src, dst)
+        return data["link"] if data else None
+
+    def is_rank(self, v: Vertex) -> bool:
+        return isinstance(v, int)
+
+    # -- derived views ---------------------------------------------------------------------
+    @cached_property
+    def _logical(self) -> LogicalTopology:
+        from topologies.logical import derive_logical
+
+        return derive_logical(self)
+
+    def logical(self) -> LogicalTopology:
+        """SCCL's view: rank-to-rank links and the shared resources (edges) each one uses."""
+        return self._logical
+
+    def chunk_capacity(self, unit_GBps: float | None = None) -> ChunkCapacity:
+        """SCCL's integer model: chunks per round of every link and shared resource."""
+        from topologies.logical import derive_chunk_capacity
+
+        return derive_chunk_capacity(self, unit_GBps)
+
+    def reverse(self) -> Topology:
+        """Every link turned around (used to synthesize a combining collective through its dual)."""
+        links = {(dst, src): link for src, dst, link in self.links()}
+        return Topology.build(
+            name=self.name,
+            num_ranks=self.num_ranks,
+            links=links,
+            switches=self.switches,
+            node_of=self.node_of,
+            nics=self.nics,
+            description=self.description,
+            source=self.source,
+        )
+
+    def is_symmetric(self) -> bool:
+        """True when every link has an equal link in the opposite direction."""
+        return all(self.link(dst, src) == link for src, dst, link in self.links())
+
+    # -- validation ------------------------------------------------------------------------
+    def check(self, where: str = "") -> None:
+        """Raise :class:`TopologyError` unless every rank can reach every other rank."""
+        prefix = f"{where or self.name}: "
+        if self.num_ranks < 1:
+            raise TopologyError(f"{prefix}ranks: expected at least 1 rank")
+        if len(self.node_of) != self.num_ranks:
+            raise TopologyError(
+                f"{prefix}node_of: expected {self.num_ranks} entries, got {len(self.node_of)}"
+            )
+        logical = self.logical()
+        reach = nx.DiGraph()
+        reach.add_nodes_from(self.ranks)
+        reach.add_edges_from(logical.links)
+        if self.num_ranks > 1 and not nx.is_strongly_connected(reach):
+            for comp in nx.strongly_connected_components(reach):
+                if 0 not in comp:
+                    other = min(comp)
+                    break
+            else:  # pragma: no cover - a disconnected graph has a component without rank 0
+                other = 1
+            unreached = other if not nx.has_path(reach, 0, other) else 0
+            source = 0 if unreached == other else other
+            raise TopologyError(
+                f"{prefix}links: rank {source} cannot reach rank {unreached}; every rank must reach every other"
+            )
+
+    # -- identity --------------------------------------------------------------------------
+    def _key(self) -> tuple:
+        edges = sorted(((repr(s), repr(d), lk) for s, d, lk in self.links()), key=lambda e: (e[0], e[1]))
+        return (
+            self.name,
+            self.num_ranks,
+            tuple(sorted(self.switches.items())),
+            tuple(edges),
+            self.node_of,
+            self.nics,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Topology) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Topology({self.name!r}, ranks={self.num_ranks}, switches={len(self.switches)}, "
+            f"links={self.graph.number_of_edges()}, machines={self.num_machines})"
+        )

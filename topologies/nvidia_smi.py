@@ -1,0 +1,88 @@
+"""Build a topology from the matrix that ``nvidia-smi topo -m`` prints.
+
+Each ``NV#`` cell is a bond of # NVLinks between two GPUs; other cells (SYS, PHB, PIX, ...) are
+PCIe paths, which this parser models only if asked (one shared PCIe switch).
+"""
+
+from __future__ import annotations
+
+import re
+
+from topologies.errors import TopologyError
+from topologies.model import Link, Topology
+
+__all__ = ["parse_nvidia_smi_topo"]
+
+_NV = re.compile(r"^NV(\d+)$")
+
+
+def parse_nvidia_smi_topo(
+    text: str,
+    name: str = "detected",
+    nvlink_GBps: float = 25.0,
+    nvlink_alpha_us: float = 0.7,
+    pcie_GBps: float | None = None,
+    where: str = "<nvidia-smi topo -m>",
+) -> Topology:
+    """Parse the GPU rows of ``nvidia-smi topo -m``.
+
+    ``nvlink_GBps`` is the rate of one NVLink per direction (25 for V100, 25 for A100 links, 25
+    for H100 links as well). With ``pcie_GBps``, every GPU also joins one PCIe switch at that rate.
+    """
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header on a terminal
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    # the header is indented (its first cell is empty); rows start with their GPU label
+    header = next((ln for ln in lines if ln[:1].isspace() and ln.split()[:1] == ["GPU0"]), None)
+    rows = [ln for ln in lines if re.match(r"^GPU\d+\s", ln)]
+    if header is None or not rows:
+        raise TopologyError(
+            f"{where}: expected the matrix of `nvidia-smi topo -m` (a header with GPU0 ... and rows GPU0 ...)"
+        )
+    columns = header.split("\t") if "\t" in header else header.split()
+    columns = [c.strip() for c in columns if c.strip()]
+    gpu_cols = [c for c in columns if re.match(r"^GPU\d+$", c)]
+    n = len(gpu_cols)
+    if len(rows) != n:
+        raise TopologyError(f"{where}: header names {n} GPUs but there are {len(rows)} GPU rows")
+    links: dict = {}
+    for i, row in enumerate(rows):
+        cells = [c.strip() for c in (row.split("\t") if "\t" in row else row.split())]
+        label, cells = cells[0], cells[1:]
+        if label != f"GPU{i}":
+            raise TopologyError(f"{where}: row {i + 1}: expected GPU{i}, got {label}")
+        if len(cells) < n:
+            raise TopologyError(f"{where}: row GPU{i}: expected {n} GPU cells, got {len(cells)}")
+        for j, cell in enumerate(cells[:n]):
+            if i == j:
+                if cell != "X":
+                    raise TopologyError(
+                        f"{where}: row GPU{i} column GPU{j}: expected X on the diagonal, got {cell}"
+                    )
+                continue
+            match = _NV.match(cell)
+            if match:
+                links[(i, j)] = Link(nvlink_GBps, nvlink_alpha_us, int(match[1]))
+    for (i, j), link in links.items():
+        if links.get((j, i)) != link:
+            raise TopologyError(f"{where}: GPU{i}-GPU{j}: the matrix is not symmetric")
+    switches = {}
+    if pcie_GBps is not None:
+        switches["pcie"] = "pcie"
+        for r in range(n):
+            links[(r, "pcie")] = links[("pcie", r)] = Link(pcie_GBps, 1.5)
+    try:
+        return Topology.build(
+            name,
+            n,
+            links,
+            switches,
+            where=where,
+            description=f"{n} GPUs detected from nvidia-smi topo -m",
+            source=f"nvidia-smi topo -m; {nvlink_GBps} GB/s per NVLink per direction",
+        )
+    except TopologyError as exc:
+        if pcie_GBps is None:
+            raise TopologyError(
+                f"{exc}; some GPUs have no NVLink path: pass a PCIe rate (--pcie-GBps) to join them"
+            ) from None
+        raise
