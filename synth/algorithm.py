@@ -1,0 +1,255 @@
+"""The Algorithm: the chunk schedule every synthesizer produces and codegen consumes.
+
+An algorithm is an ordered list of steps. Each step has a number of *rounds* (how many chunk
+transfer times it lasts, SCCL's k-synchronous model) and a list of sends ``(chunk, src, dst, op)``.
+All sends of a step read the state left by the previous step. For combining collectives ``chunk``
+names the *address* whose partial sum travels, and ``op`` says whether the receiver overwrites its
+slot (``copy``) or reduces into it (``reduce``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from synth.collectives import Collective, CollectiveError, make_collective
+from synth.errors import AlgorithmFormatError
+from topologies.io import read_json_file, save_text
+
+if TYPE_CHECKING:
+    from topologies.model import Topology
+
+__all__ = ["FORMAT", "OPS", "Algorithm", "Provenance", "Send", "Step", "compose", "invert"]
+
+FORMAT = "xccl-algorithm/1"
+OPS = ("copy", "reduce")
+Scalar = str | int | float | bool | None
+
+
+@dataclass(frozen=True, order=True)
+class Send:
+    chunk: int
+    src: int
+    dst: int
+    op: str = "copy"
+    start_us: float | None = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        arrow = "=+>" if self.op == "reduce" else "->"
+        return f"{self.chunk}:{self.src}{arrow}{self.dst}"
+
+
+@dataclass(frozen=True)
+class Step:
+    rounds: int
+    sends: tuple[Send, ...]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an algorithm came from: method, solver, time, optimality, and how it was derived."""
+
+    method: str
+    solver: str | None = None
+    solve_time_s: float | None = None
+    optimal: bool | None = None
+    via: str | None = None
+    params: tuple[tuple[str, Scalar], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"method": self.method}
+        for key in ("solver", "solve_time_s", "optimal", "via"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = round(value, 3) if key == "solve_time_s" else value
+        if self.params:
+            out["params"] = dict(self.params)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Provenance:
+        return cls(
+            method=data["method"],
+            solver=data.get("solver"),
+            solve_time_s=data.get("solve_time_s"),
+            optimal=data.get("optimal"),
+            via=data.get("via"),
+            params=tuple(sorted((data.get("params") or {}).items())),
+        )
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    collective: Collective
+    topology: str
+    steps: tuple[Step, ...]
+    provenance: Provenance = Provenance("unknown")
+
+    # -- figures of merit ------------------------------------------------------------------
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def rounds(self) -> int:
+        return sum(s.rounds for s in self.steps)
+
+    @property
+    def chunks(self) -> int:
+        return self.collective.chunks_per_rank
+
+    @property
+    def rounds_per_chunk(self) -> Fraction:
+        return Fraction(self.rounds, self.chunks)
+
+    @property
+    def num_sends(self) -> int:
+        return sum(len(s.sends) for s in self.steps)
+
+    @property
+    def name(self) -> str:
+        return f"{self.collective.name}-{self.topology}-s{self.num_steps}-r{self.rounds}-c{self.chunks}"
+
+    @property
+    def file_stem(self) -> str:
+        """``name`` with characters unsafe in file names removed (``ring:8`` -> ``ring8``)."""
+        return re.sub(r"[^A-Za-z0-9._-]", "", self.name)
+
+    def verify(self, topology: Topology) -> None:
+        """Replay symbolically; raise :class:`VerificationError` naming the first wrong step."""
+        from synth.verify import verify
+
+        verify(self, topology)
+
+    def with_provenance(self, **changes: Any) -> Algorithm:
+        return replace(self, provenance=replace(self.provenance, **changes))
+
+    # -- JSON ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        def send(s: Send) -> list:
+            out: list = [s.chunk, s.src, s.dst, s.op]
+            if s.start_us is not None:
+                out.append(round(s.start_us, 6))
+            return out
+
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "collective": self.collective.spec(),
+            "topology": self.topology,
+            "steps": self.num_steps,
+            "rounds": self.rounds,
+            "chunks": self.chunks,
+            "provenance": self.provenance.to_dict(),
+            "schedule": [{"rounds": st.rounds, "sends": [send(s) for s in st.sends]} for st in self.steps],
+        }
+
+    def to_json(self) -> str:
+        """Deterministic text: one step per line."""
+        doc = self.to_dict()
+        schedule = doc.pop("schedule")
+        head = json.dumps(doc, indent=2)[:-2]
+        steps = ",\n".join(f"    {json.dumps(step)}" for step in schedule)
+        return f'{head},\n  "schedule": [\n{steps}\n  ]\n}}\n'
+
+    def save(self, path: str | Path, force: bool = False) -> Path:
+        return save_text(path, self.to_json(), force=force, error=AlgorithmFormatError)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "<algorithm>") -> Algorithm:
+        def fail(fld: str, expected: str) -> AlgorithmFormatError:
+            return AlgorithmFormatError(f"{where}: {fld}: expected {expected}")
+
+        if not isinstance(data, dict):
+            raise fail("(top level)", "an object")
+        if data.get("format") != FORMAT:
+            raise fail("format", f'"{FORMAT}"')
+        for key in ("collective", "topology", "schedule"):
+            if key not in data:
+                raise fail(key, "a value (required)")
+        spec = data["collective"]
+        if not isinstance(spec, dict) or not {"name", "ranks", "chunks_per_rank"} <= set(spec):
+            raise fail("collective", "an object with name, ranks, chunks_per_rank (and root)")
+        try:
+            collective = make_collective(
+                spec["name"], spec["ranks"], spec["chunks_per_rank"], spec.get("root")
+            )
+        except (CollectiveError, TypeError) as exc:
+            raise AlgorithmFormatError(f"{where}: collective: {exc}") from None
+        if not isinstance(data["topology"], str):
+            raise fail("topology", "a topology name")
+        if not isinstance(data["schedule"], list):
+            raise fail("schedule", "a list of steps")
+        steps = []
+        for i, step in enumerate(data["schedule"]):
+            if not isinstance(step, dict) or set(step) != {"rounds", "sends"}:
+                raise fail(f"schedule[{i}]", 'an object {"rounds": R, "sends": [...]}')
+            rounds = step["rounds"]
+            if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+                raise fail(f"schedule[{i}].rounds", "an integer >= 1")
+            sends = []
+            for j, s in enumerate(step["sends"] if isinstance(step["sends"], list) else [None]):
+                fld = f"schedule[{i}].sends[{j}]"
+                ok = (
+                    isinstance(s, list)
+                    and len(s) in (4, 5)
+                    and all(isinstance(x, int) and not isinstance(x, bool) for x in s[:3])
+                )
+                if not ok or s[3] not in OPS or (len(s) == 5 and not isinstance(s[4], int | float)):
+                    raise fail(fld, '[chunk, src, dst, "copy"|"reduce"] with an optional start time in us')
+                sends.append(Send(s[0], s[1], s[2], s[3], float(s[4]) if len(s) == 5 else None))
+            steps.append(Step(rounds, tuple(sends)))
+        prov = data.get("provenance") or {"method": "unknown"}
+        if not isinstance(prov, dict) or "method" not in prov:
+            raise fail("provenance", "an object with a method")
+        algo = cls(collective, data["topology"], tuple(steps), Provenance.from_dict(prov))
+        for key, value in (("steps", algo.num_steps), ("rounds", algo.rounds), ("chunks", algo.chunks)):
+            if key in data and data[key] != value:
+                raise fail(key, f"{value} (what the schedule holds), got {data[key]}")
+        return algo
+
+    @classmethod
+    def load(cls, path: str | Path) -> Algorithm:
+        return cls.from_dict(read_json_file(path, AlgorithmFormatError), where=str(path))
+
+    def describe(self) -> str:
+        """One line per step: ``(step i, rounds=r) chunk:src->dst ...``."""
+        lines = [f"{self.name}  [{self.provenance.method}]"]
+        for i, st in enumerate(self.steps):
+            lines.append(f"(step {i}, rounds={st.rounds}) " + " ".join(str(s) for s in st.sends))
+        return "\n".join(lines)
+
+
+def invert(dual: Algorithm, primal: Collective) -> Algorithm:
+    """Turn an algorithm for ``primal.dual()`` on the reversed topology into one for ``primal``.
+
+    Steps run backwards and every send is turned around and becomes a reduction: where the dual
+    copied address ``a`` from u to v, the primal reduces v's partial sum of ``a`` into u.
+    """
+    if dual.collective != primal.dual():
+        raise CollectiveError(f"cannot invert {dual.collective!r}: {primal!r} has dual {primal.dual()!r}")
+    steps = tuple(
+        Step(st.rounds, tuple(sorted(Send(s.chunk, s.dst, s.src, "reduce") for s in st.sends)))
+        for st in reversed(dual.steps)
+    )
+    via = f"inverted {dual.collective.name} on the reversed topology"
+    return Algorithm(primal, dual.topology, steps, replace(dual.provenance, via=via))
+
+
+def compose(first: Algorithm, second: Algorithm, collective: Collective, via: str) -> Algorithm:
+    """Run ``first`` then ``second`` as one algorithm for ``collective`` (e.g. reducescatter + allgather)."""
+    if first.topology != second.topology:
+        raise CollectiveError(f"cannot compose algorithms for {first.topology} and {second.topology}")
+    prov = replace(
+        first.provenance,
+        solve_time_s=None
+        if first.provenance.solve_time_s is None or second.provenance.solve_time_s is None
+        else first.provenance.solve_time_s + second.provenance.solve_time_s,
+        optimal=None,
+        via=via,
+    )
+    return Algorithm(collective, first.topology, first.steps + second.steps, prov)

@@ -1,0 +1,251 @@
+"""Collectives as pre/postconditions over chunks, with the buffer slot of every chunk.
+
+Each rank's buffer is split into ``chunks_per_rank`` (C) chunks. A *chunk* is one piece of data
+with the ranks that hold it before (``pre``) and must hold it after (``post``). Its ``address`` is
+the slot it is reduced into: non-combining collectives give every chunk its own address (equal to
+its id), while in combining collectives (allreduce, reducescatter, reduce) every rank contributes
+one chunk to each address and the postcondition asks for the reduction of all of them.
+
+Buffers: ``inputs[rank][slot]`` is the chunk id a rank's input slot holds (``None`` where the slot is
+unused, e.g. a non-root's input in broadcast) and ``outputs[rank][slot]`` the address its output
+slot must receive. Ids follow MSCCL's layouts (allgather output ``r*C+i`` is rank r's i-th chunk).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+from synth.errors import InfeasibleError
+from topologies.errors import XcclError
+
+__all__ = [
+    "COLLECTIVES",
+    "COMBINING",
+    "ROOTED",
+    "Chunk",
+    "Collective",
+    "CollectiveError",
+    "make_collective",
+]
+
+
+class CollectiveError(XcclError):
+    """An unknown collective or impossible parameters."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    pre: frozenset[int]
+    post: frozenset[int]
+    address: int
+
+
+@dataclass(frozen=True, eq=False)
+class Collective:
+    """A collective over ``num_ranks`` ranks with ``chunks_per_rank`` chunks (see module docstring)."""
+
+    name: str
+    num_ranks: int
+    chunks_per_rank: int
+    root: int | None
+    chunks: tuple[Chunk, ...]
+    inputs: tuple[tuple[int | None, ...], ...]
+    outputs: tuple[tuple[int | None, ...], ...]
+
+    # -- identity --------------------------------------------------------------------------
+    def spec(self) -> dict:
+        """The four numbers that determine the collective (its JSON form)."""
+        return {
+            "name": self.name,
+            "ranks": self.num_ranks,
+            "chunks_per_rank": self.chunks_per_rank,
+            "root": self.root,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Collective) and self.spec() == other.spec()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.spec().values()))
+
+    def __repr__(self) -> str:
+        root = f", root={self.root}" if self.root is not None else ""
+        return f"{self.name}(n={self.num_ranks}, chunks={self.chunks_per_rank}{root})"
+
+    # -- properties ------------------------------------------------------------------------
+    @property
+    def combining(self) -> bool:
+        return self.name in COMBINING
+
+    @cached_property
+    def num_addresses(self) -> int:
+        return max(c.address for c in self.chunks) + 1
+
+    @cached_property
+    def contributions(self) -> tuple[frozenset[int], ...]:
+        """``contributions[address]``: ids of the chunks reduced into that address."""
+        out: list[set[int]] = [set() for _ in range(self.num_addresses)]
+        for cid, chunk in enumerate(self.chunks):
+            out[chunk.address].add(cid)
+        return tuple(frozenset(s) for s in out)
+
+    @property
+    def input_chunks(self) -> int:
+        return len(self.inputs[0])
+
+    @property
+    def output_chunks(self) -> int:
+        return len(self.outputs[0])
+
+    @property
+    def size_chunks(self) -> int:
+        """Chunks in the buffer whose size nccl-tests reports (the larger of input and output)."""
+        return max(self.input_chunks, self.output_chunks)
+
+    @property
+    def busbw_factor(self) -> float:
+        """nccl-tests' bus bandwidth factor for this collective."""
+        n = self.num_ranks
+        if self.name == "allreduce":
+            return 2 * (n - 1) / n
+        if self.name in ("broadcast", "reduce"):
+            return 1.0
+        return (n - 1) / n
+
+    def inplace_alias(self, rank: int) -> tuple[str, int] | None:
+        """For in-place calls: (the smaller buffer, its first slot inside the larger one), or None."""
+        c = self.chunks_per_rank
+        if self.name in ("allgather", "gather"):
+            return ("input", rank * c)
+        if self.name in ("reducescatter", "scatter"):
+            return ("output", rank * c)
+        if self.name in ("allreduce", "broadcast", "reduce"):
+            return ("input", 0)
+        return None
+
+    # -- duals -----------------------------------------------------------------------------
+    def dual(self) -> Collective:
+        """The non-combining dual (run on the reversed topology): reducescatter <-> allgather,
+        reduce <-> broadcast. Dual chunk ``a`` is this collective's address ``a``."""
+        if self.name == "reducescatter":
+            return make_collective("allgather", self.num_ranks, self.chunks_per_rank)
+        if self.name == "reduce":
+            return make_collective("broadcast", self.num_ranks, self.chunks_per_rank, self.root)
+        raise InfeasibleError(f"{self.name} has no non-combining dual (only reducescatter and reduce do)")
+
+    @property
+    def has_dual(self) -> bool:
+        return self.name in ("reducescatter", "reduce")
+
+
+def _all(n: int) -> frozenset[int]:
+    return frozenset(range(n))
+
+
+def _allgather(n: int, c: int, root: int | None) -> tuple:
+    chunks = tuple(Chunk(frozenset({cid // c}), _all(n), cid) for cid in range(n * c))
+    inputs = tuple(tuple(r * c + i for i in range(c)) for r in range(n))
+    outputs = tuple(tuple(range(n * c)) for _ in range(n))
+    return chunks, inputs, outputs
+
+
+def _alltoall(n: int, c: int, root: int | None) -> tuple:
+    chunks = []
+    for cid in range(n * n * c):
+        src, rest = divmod(cid, n * c)
+        dst = rest // c
+        chunks.append(Chunk(frozenset({src}), frozenset({dst}), cid))
+    inputs = tuple(tuple(s * n * c + k for k in range(n * c)) for s in range(n))
+    outputs = tuple(tuple((k // c) * n * c + d * c + k % c for k in range(n * c)) for d in range(n))
+    return tuple(chunks), inputs, outputs
+
+
+def _broadcast(n: int, c: int, root: int) -> tuple:
+    chunks = tuple(Chunk(frozenset({root}), _all(n), i) for i in range(c))
+    inputs = tuple(tuple(range(c)) if r == root else (None,) * c for r in range(n))
+    outputs = tuple(tuple(range(c)) for _ in range(n))
+    return chunks, inputs, outputs
+
+
+def _scatter(n: int, c: int, root: int) -> tuple:
+    chunks = tuple(Chunk(frozenset({root}), frozenset({cid // c}), cid) for cid in range(n * c))
+    inputs = tuple(tuple(range(n * c)) if r == root else (None,) * (n * c) for r in range(n))
+    outputs = tuple(tuple(r * c + i for i in range(c)) for r in range(n))
+    return chunks, inputs, outputs
+
+
+def _gather(n: int, c: int, root: int) -> tuple:
+    chunks = tuple(Chunk(frozenset({cid // c}), frozenset({root}), cid) for cid in range(n * c))
+    inputs = tuple(tuple(r * c + i for i in range(c)) for r in range(n))
+    outputs = tuple(tuple(range(n * c)) if r == root else (None,) * (n * c) for r in range(n))
+    return chunks, inputs, outputs
+
+
+def _allreduce(n: int, c: int, root: int | None) -> tuple:
+    chunks = tuple(Chunk(frozenset({cid // c}), _all(n), cid % c) for cid in range(n * c))
+    inputs = tuple(tuple(r * c + a for a in range(c)) for r in range(n))
+    outputs = tuple(tuple(range(c)) for _ in range(n))
+    return chunks, inputs, outputs
+
+
+def _reducescatter(n: int, c: int, root: int | None) -> tuple:
+    width = n * c
+    chunks = tuple(
+        Chunk(frozenset({cid // width}), frozenset({(cid % width) // c}), cid % width)
+        for cid in range(n * width)
+    )
+    inputs = tuple(tuple(r * width + a for a in range(width)) for r in range(n))
+    outputs = tuple(tuple(d * c + i for i in range(c)) for d in range(n))
+    return chunks, inputs, outputs
+
+
+def _reduce(n: int, c: int, root: int) -> tuple:
+    chunks = tuple(Chunk(frozenset({cid // c}), frozenset({root}), cid % c) for cid in range(n * c))
+    inputs = tuple(tuple(r * c + a for a in range(c)) for r in range(n))
+    outputs = tuple(tuple(range(c)) if r == root else (None,) * c for r in range(n))
+    return chunks, inputs, outputs
+
+
+_BUILDERS: dict[str, Callable[[int, int, int | None], tuple]] = {
+    "allgather": _allgather,
+    "allreduce": _allreduce,
+    "reducescatter": _reducescatter,
+    "alltoall": _alltoall,
+    "broadcast": _broadcast,
+    "reduce": _reduce,
+    "gather": _gather,
+    "scatter": _scatter,
+}
+
+COLLECTIVES: tuple[str, ...] = tuple(_BUILDERS)
+ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
+COMBINING = frozenset({"allreduce", "reducescatter", "reduce"})
+_ALIASES = {
+    "reduce_scatter": "reducescatter",
+    "all_gather": "allgather",
+    "all_reduce": "allreduce",
+    "all_to_all": "alltoall",
+}
+
+
+def make_collective(
+    name: str, num_ranks: int, chunks_per_rank: int = 1, root: int | None = None
+) -> Collective:
+    """Build a named collective; rooted ones default to ``root=0``."""
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in _BUILDERS:
+        raise CollectiveError(f"unknown collective {name!r}: expected one of {', '.join(COLLECTIVES)}")
+    if num_ranks < 1:
+        raise CollectiveError(f"{key}: expected at least 1 rank, got {num_ranks}")
+    if chunks_per_rank < 1:
+        raise CollectiveError(f"{key}: chunks per rank: expected at least 1, got {chunks_per_rank}")
+    if key in ROOTED:
+        root = 0 if root is None else root
+        if not 0 <= root < num_ranks:
+            raise CollectiveError(f"{key}: root: expected a rank in 0..{num_ranks - 1}, got {root}")
+    else:
+        root = None
+    chunks, inputs, outputs = _BUILDERS[key](num_ranks, chunks_per_rank, root)
+    return Collective(key, num_ranks, chunks_per_rank, root, chunks, inputs, outputs)

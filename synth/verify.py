@@ -1,0 +1,129 @@
+"""Symbolic replay of an algorithm: the proof a user never receives a wrong schedule.
+
+State is, per rank and address, the set of chunk ids (contributions) held there. Every send of a
+step reads the state left by the previous step. Checks, each reported with the step it fails in:
+the chunk is at its source, the link exists, each link and shared resource carries no more than
+its capacity times the step's rounds, no contribution is reduced in twice, no copy discards
+contributions, and at the end every postcondition holds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from synth.errors import VerificationError
+
+if TYPE_CHECKING:
+    from synth.algorithm import Algorithm
+    from topologies.model import Topology
+
+__all__ = ["final_state", "verify"]
+
+State = list[dict[int, frozenset[int]]]
+
+
+def _fmt(ids: frozenset[int], algo: Algorithm) -> str:
+    ranks = sorted({r for cid in ids for r in algo.collective.chunks[cid].pre})
+    return "{" + ",".join(map(str, ranks)) + "}"
+
+
+def _initial(algo: Algorithm) -> State:
+    coll = algo.collective
+    state: State = [{} for _ in range(coll.num_ranks)]
+    for cid, chunk in enumerate(coll.chunks):
+        for r in chunk.pre:
+            state[r][chunk.address] = state[r].get(chunk.address, frozenset()) | {cid}
+    return state
+
+
+def final_state(algo: Algorithm, topology: Topology | None = None) -> State:
+    """Replay ``algo`` and return the final state; with a topology, links and capacities are checked."""
+    coll = algo.collective
+    n = coll.num_ranks
+    name = algo.topology
+    logical = topology.logical() if topology is not None else None
+    capacity = topology.chunk_capacity() if topology is not None else None
+    if topology is not None and topology.num_ranks != n:
+        raise VerificationError(
+            f"{algo.name}: the topology has {topology.num_ranks} ranks, the collective {n}"
+        )
+    state = _initial(algo)
+    for index, step in enumerate(algo.steps):
+        where = f"{algo.name}: step {index}"
+        if step.rounds < 1:
+            raise VerificationError(f"{where}: rounds must be >= 1, got {step.rounds}")
+        writes: dict[tuple[int, int], list] = {}
+        for send in step.sends:
+            what = f"{where}: send of chunk {send.chunk} from rank {send.src} to rank {send.dst}"
+            if not (0 <= send.src < n and 0 <= send.dst < n) or send.src == send.dst:
+                raise VerificationError(f"{what}: expected two different ranks in 0..{n - 1}")
+            if not 0 <= send.chunk < coll.num_addresses:
+                raise VerificationError(f"{what}: expected a chunk in 0..{coll.num_addresses - 1}")
+            if send.op not in ("copy", "reduce"):
+                raise VerificationError(f"{what}: unknown op {send.op!r}")
+            if send.op == "reduce" and not coll.combining:
+                raise VerificationError(f"{what}: {coll.name} does not combine; op must be copy")
+            if logical is not None and (send.src, send.dst) not in logical.links:
+                raise VerificationError(f"{what}: no link {send.src} -> {send.dst} in {name}")
+            held = state[send.src].get(send.chunk)
+            if not held:
+                raise VerificationError(f"{what}: rank {send.src} does not hold chunk {send.chunk} yet")
+            writes.setdefault((send.dst, send.chunk), []).append((send, held))
+        if capacity is not None:
+            over = capacity.overloaded(((s.src, s.dst) for s in step.sends), step.rounds)
+            if over:
+                c, used = over[0]
+                raise VerificationError(
+                    f"{where}: {used} chunks over {c.name} exceed its capacity "
+                    f"{c.capacity} x {step.rounds} round(s) = {c.capacity * step.rounds}"
+                )
+        new_state = [dict(s) for s in state]
+        for (dst, addr), incoming in writes.items():
+            before = state[dst].get(addr, frozenset())
+            if any(send.op == "copy" for send, _ in incoming):
+                if len(incoming) > 1:
+                    raise VerificationError(
+                        f"{where}: chunk {addr} reaches rank {dst} from several sends in one step"
+                    )
+                send, held = incoming[0]
+                if not before <= held:
+                    lost = before - held
+                    raise VerificationError(
+                        f"{where}: copy of chunk {addr} from rank {send.src} to rank {dst} would discard "
+                        f"the contributions of ranks {_fmt(lost, algo)}"
+                    )
+                new_state[dst][addr] = held
+                continue
+            acc = before
+            for send, held in incoming:
+                twice = acc & held
+                if twice:
+                    raise VerificationError(
+                        f"{where}: reduce of chunk {addr} from rank {send.src} into rank {dst} counts the "
+                        f"contributions of ranks {_fmt(twice, algo)} twice"
+                    )
+                acc = acc | held
+            new_state[dst][addr] = acc
+        state = new_state
+    return state
+
+
+def verify(algo: Algorithm, topology: Topology) -> None:
+    """Raise :class:`VerificationError` unless ``algo`` implements its collective on ``topology``."""
+    coll = algo.collective
+    state = final_state(algo, topology)
+    if coll.combining:
+        for addr, needed in enumerate(coll.contributions):
+            posts = set().union(*(coll.chunks[cid].post for cid in needed))
+            for r in sorted(posts):
+                got = state[r].get(addr, frozenset())
+                if got != needed:
+                    raise VerificationError(
+                        f"{algo.name}: postcondition: rank {r} ends with chunk {addr} reduced over ranks "
+                        f"{_fmt(got, algo)}, expected all of {_fmt(needed, algo)}"
+                    )
+        return
+    for cid, chunk in enumerate(coll.chunks):
+        for r in sorted(chunk.post):
+            if cid not in state[r].get(cid, frozenset()):
+                raise VerificationError(f"{algo.name}: postcondition: rank {r} never gets chunk {cid}")
