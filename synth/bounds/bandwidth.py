@@ -1,0 +1,103 @@
+"""Bandwidth bounds: rounds per chunk (SCCL's integer model) and time at a size (GB/s model).
+
+Both solve the same flow LP (:mod:`synth.bounds.flow`) on the physical graph, with capacities in
+chunks per round or in GB/s. Combining collectives use their dual on the reversed topology;
+allreduce, without in-network reduction, needs a reduce-scatter and an allgather's worth of
+traffic (cost-models-and-bounds.md, section 4.2), so its bound is their sum.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+
+from synth.bounds.flow import flow_network, max_rate
+from synth.collectives import Collective, make_collective
+from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes
+from synth.errors import InfeasibleError
+from topologies.model import Topology
+
+__all__ = ["bandwidth_time_us", "rounds_per_chunk_bound"]
+
+
+def _commodities(collective: Collective) -> tuple[list[dict], bool]:
+    """Supplies per commodity, and whether commodities share capacity (unicast) or not (multicast)."""
+    needs = [(c.pre, c.post - c.pre) for c in collective.chunks]
+    if any(len(pre) != 1 for pre, _ in needs):
+        raise InfeasibleError(f"{collective.name}: the bandwidth bound needs one source per chunk")
+    if all(len(dsts) <= 1 for _, dsts in needs):
+        by_src: dict[int, dict[int, float]] = {}
+        for pre, dsts in needs:
+            (src,) = pre
+            for d in dsts:
+                supply = by_src.setdefault(src, {})
+                supply[src] = supply.get(src, 0.0) + 1
+                supply[d] = supply.get(d, 0.0) - 1
+        return list(by_src.values()), True
+    by_dst: dict[int, dict[int, float]] = {}
+    for pre, dsts in needs:
+        (src,) = pre
+        for d in dsts:
+            supply = by_dst.setdefault(d, {})
+            supply[src] = supply.get(src, 0.0) + 1
+            supply[d] = supply.get(d, 0.0) - 1
+    return list(by_dst.values()), False
+
+
+def _rate(topology: Topology, collective: Collective, unit: str) -> float:
+    """Chunks of ``collective`` per unit time each source can ship (unit: 'chunks' or 'GBps')."""
+    if unit == "chunks":
+        capacities = {edge: float(c) for edge, c in topology.chunk_capacity().edge_capacity.items()}
+    else:
+        capacities = {(u, v): link.total_GBps for u, v, link in topology.links()}
+    commodities, shared = _commodities(collective)
+    x = max_rate(flow_network(topology, capacities), commodities, shared)
+    if x <= 1e-12:
+        raise InfeasibleError(
+            f"{collective.name} cannot be implemented on {topology.name}: some chunk cannot reach its destination"
+        )
+    return x
+
+
+def _parts(collective: Collective) -> list[tuple[str, Collective, bool]]:
+    """(name, non-combining collective, on reversed topology?) whose bounds add up to the bound."""
+    n, root = collective.num_ranks, collective.root
+    if collective.name == "allreduce":
+        return [
+            ("reducescatter", make_collective("allgather", n, 1), True),
+            ("allgather", make_collective("allgather", n, 1), False),
+        ]
+    if collective.combining:
+        return [(collective.name, make_collective(collective.name, n, 1, root).dual(), True)]
+    return [(collective.name, make_collective(collective.name, n, 1, root), False)]
+
+
+@lru_cache(maxsize=256)
+def _rounds_bound(topology: Topology, name: str, n: int, root: int | None) -> Fraction:
+    total = Fraction(0)
+    for _, part, reverse in _parts(make_collective(name, n, max(1, n if name == "allreduce" else 1), root)):
+        x = _rate(topology.reverse() if reverse else topology, part, "chunks")
+        total += Fraction(1 / x).limit_denominator(10_000)
+    if name == "allreduce":
+        total /= n  # one allreduce chunk is n reduce-scatter chunks of 1/n the size
+    return total
+
+
+def rounds_per_chunk_bound(topology: Topology, collective: Collective) -> Fraction:
+    """Least ``R / C`` of any algorithm in SCCL's integer model (7/6 for allgather on DGX-1)."""
+    return _rounds_bound(topology, collective.name, collective.num_ranks, collective.root)
+
+
+@lru_cache(maxsize=256)
+def _seconds_per_byte(topology: Topology, name: str, n: int, root: int | None) -> float:
+    """Microseconds per byte of nccl-tests' buffer (the bound is linear in the size)."""
+    total = 0.0
+    for _, part, reverse in _parts(make_collective(name, n, 1, root)):
+        x = _rate(topology.reverse() if reverse else topology, part, "GBps")
+        total += chunk_bytes(part, 1.0) / (x * BYTES_PER_US_PER_GBPS)
+    return total
+
+
+def bandwidth_time_us(topology: Topology, collective: Collective, size_bytes: float) -> float:
+    """Least time at ``size_bytes`` with unlimited steps (the min-cut bound), in microseconds."""
+    return size_bytes * _seconds_per_byte(topology, collective.name, collective.num_ranks, collective.root)

@@ -1,0 +1,118 @@
+"""Cost models of an algorithm on a topology.
+
+``sccl_cost``: SCCL's closed form ``S * alpha + (R / C) * L * beta`` (latency and bandwidth parts).
+``simulate``: an event simulation at a buffer size. Every send is a store-and-forward transfer of
+one chunk over the logical link's physical path; each physical edge is a resource with ``count``
+servers, a transfer holds one server of every edge on its path for ``bytes / bandwidth``, and
+arrives ``alpha + bytes / bandwidth`` after it starts. A send starts once its chunk is final at the
+source (every earlier step's write there has arrived) and its path is free.
+Sizes follow nccl-tests: ``size_bytes`` is the buffer nccl-tests reports (allgather: the output).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from synth.algorithm import Algorithm
+    from synth.collectives import Collective
+    from topologies.model import Topology
+
+__all__ = ["SCCLCost", "SimResult", "algbw_GBps", "chunk_bytes", "sccl_cost", "simulate"]
+
+BYTES_PER_US_PER_GBPS = 1e3
+"""1 GB/s (1e9 bytes per second) moves 1e3 bytes per microsecond."""
+
+
+def chunk_bytes(collective: Collective, size_bytes: float) -> float:
+    """Bytes in one chunk when nccl-tests' buffer has ``size_bytes``."""
+    return size_bytes / collective.size_chunks
+
+
+def algbw_GBps(size_bytes: float, time_us: float) -> float:
+    return size_bytes / (time_us * BYTES_PER_US_PER_GBPS) if time_us > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class SCCLCost:
+    latency_us: float
+    bandwidth_us: float
+
+    @property
+    def total_us(self) -> float:
+        return self.latency_us + self.bandwidth_us
+
+
+def sccl_cost(algo: Algorithm, topology: Topology, size_bytes: float) -> SCCLCost:
+    """``S * alpha`` with the slowest logical link's alpha, plus ``R`` rounds of one chunk at the
+    capacity unit of :meth:`Topology.chunk_capacity` (``R / C * L * beta``)."""
+    alpha = max(link.alpha_us for link in topology.logical().links.values())
+    unit = topology.chunk_capacity().unit_GBps
+    per_round = chunk_bytes(algo.collective, size_bytes) / (unit * BYTES_PER_US_PER_GBPS)
+    return SCCLCost(algo.num_steps * alpha, algo.rounds * per_round)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    size_bytes: float
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+
+
+def simulate(algo: Algorithm, topology: Topology, size_bytes: float) -> SimResult:
+    """Time ``algo`` on ``topology`` at ``size_bytes`` (see module docstring).
+
+    List scheduling: a send becomes available when every earlier-step write to the slot it reads
+    has arrived; among available sends the one that can start earliest goes first (there is no
+    barrier between steps, as in the runtime, where only data dependencies order transfers).
+    """
+    logical = topology.logical()
+    nbytes = chunk_bytes(algo.collective, size_bytes)
+    sends = [(k, send) for k, step in enumerate(algo.steps) for send in step.sends]
+    writes: dict[tuple[int, int], list[int]] = {}
+    for i, (_, send) in enumerate(sends):
+        writes.setdefault((send.dst, send.chunk), []).append(i)
+    waiting = [0] * len(sends)
+    dependents: list[list[int]] = [[] for _ in sends]
+    for i, (k, send) in enumerate(sends):
+        for j in writes.get((send.src, send.chunk), ()):
+            if sends[j][0] < k:
+                waiting[i] += 1
+                dependents[j].append(i)
+    servers = {edge: [0.0] * res.count for edge, res in logical.resources.items()}
+    ready = [0.0] * len(sends)
+
+    def earliest(i: int) -> float:
+        send = sends[i][1]
+        start = ready[i]
+        for edge in logical.links[(send.src, send.dst)].edges:
+            start = max(start, min(servers[edge]))
+        return start
+
+    heap = [(0.0, i) for i in range(len(sends)) if waiting[i] == 0]
+    heapq.heapify(heap)
+    finish = 0.0
+    while heap:
+        key, i = heapq.heappop(heap)
+        start = earliest(i)
+        if start > key + 1e-9:
+            heapq.heappush(heap, (start, i))
+            continue
+        send = sends[i][1]
+        link = logical.links[(send.src, send.dst)]
+        for edge in link.edges:
+            free = servers[edge]
+            k = min(range(len(free)), key=free.__getitem__)
+            free[k] = start + nbytes / (logical.resources[edge].bandwidth_GBps * BYTES_PER_US_PER_GBPS)
+        arrive = start + link.alpha_us + nbytes / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS)
+        finish = max(finish, arrive)
+        for d in dependents[i]:
+            ready[d] = max(ready[d], arrive)
+            waiting[d] -= 1
+            if waiting[d] == 0:
+                heapq.heappush(heap, (earliest(d), d))
+    algbw = algbw_GBps(size_bytes, finish)
+    return SimResult(size_bytes, finish, algbw, algbw * algo.collective.busbw_factor)
