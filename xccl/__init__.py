@@ -1,0 +1,1 @@
+"""xccl-synth: topology-aware synthesis of collective-communication algorithms."""

@@ -1,0 +1,1 @@
+"""The ``xccl`` command line."""

@@ -1,0 +1,209 @@
+"""``xccl baseline``, ``xccl verify``, ``xccl cost``, ``xccl bound``."""
+
+from __future__ import annotations
+
+import argparse
+
+from synth.algorithm import Algorithm
+from synth.baselines import BASELINES, make_baseline
+from synth.bounds import (
+    bandwidth_time_us,
+    latency_time_us,
+    lower_bound_us,
+    rounds_per_chunk_bound,
+    steps_lower_bound,
+)
+from synth.cost import algbw_GBps, sccl_cost, simulate
+from synth.units import format_size, parse_size
+from topologies import Topology, TopologyError, load
+from xccl.cli.common import add_collective_args, add_output_args, collective_from_args, topology_from_args
+from xccl.cli.output import print_json, print_table
+
+__all__ = ["register"]
+
+DEFAULT_SIZES = ("1KiB", "1MiB", "1GiB")
+
+
+def algorithm_topology(algo: Algorithm, override: str | None, where: str) -> Topology:
+    """The topology an algorithm file names, or the one given with --topology."""
+    if override:
+        topo = load(override)
+    else:
+        try:
+            topo = load(algo.topology)
+        except TopologyError:
+            raise TopologyError(
+                f"{where}: topology {algo.topology!r} is not a shipped machine or family; pass --topology FILE"
+            ) from None
+    if topo.num_ranks != algo.collective.num_ranks:
+        raise TopologyError(
+            f"{where}: topology {topo.name} has {topo.num_ranks} ranks, the algorithm {algo.collective.num_ranks}"
+        )
+    return topo
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    chunks = args.chunks
+    if chunks is None:
+        chunks = topo.num_ranks if args.collective == "allreduce" else 1
+        if args.kind == "bidir-ring":
+            chunks *= 2
+    algo = make_baseline(args.kind, topo, collective_from_args(args, topo, chunks))
+    if args.output:
+        algo.save(args.output, force=args.force)
+        print(f"wrote {args.output}: {algo.name} (verified)")
+    else:
+        print(algo.describe())
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    algo = Algorithm.load(args.file)
+    topo = algorithm_topology(algo, args.topology, args.file)
+    algo.verify(topo)
+    print(
+        f"{args.file}: ok: {algo.collective!r} on {topo.name} in {algo.num_steps} steps, "
+        f"{algo.rounds} rounds, {algo.chunks} chunk(s) per rank, {algo.num_sends} sends"
+    )
+    return 0
+
+
+def cost_rows(algo: Algorithm, topo: Topology, sizes: list[int]) -> list[dict]:
+    rows = []
+    for size in sizes:
+        sccl = sccl_cost(algo, topo, size)
+        sim = simulate(algo, topo, size)
+        bound = lower_bound_us(topo, algo.collective, size)
+        rows.append(
+            {
+                "size_bytes": size,
+                "sccl_latency_us": sccl.latency_us,
+                "sccl_bandwidth_us": sccl.bandwidth_us,
+                "time_us": sim.time_us,
+                "algbw_GBps": sim.algbw_GBps,
+                "busbw_GBps": sim.busbw_GBps,
+                "bound_us": bound,
+                "of_bound": bound / sim.time_us if sim.time_us else 1.0,
+            }
+        )
+    return rows
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    algo = Algorithm.load(args.file)
+    topo = algorithm_topology(algo, args.topology, args.file)
+    algo.verify(topo)
+    sizes = [parse_size(s) for s in (args.size or DEFAULT_SIZES)]
+    rows = cost_rows(algo, topo, sizes)
+    if args.json:
+        print_json({"algorithm": algo.name, "topology": topo.name, "rows": rows})
+        return 0
+    print_table(
+        [
+            "size",
+            "S*alpha us",
+            "R/C*L*beta us",
+            "simulated us",
+            "algbw GB/s",
+            "busbw GB/s",
+            "bound us",
+            "of bound",
+        ],
+        [
+            [
+                format_size(r["size_bytes"]),
+                f"{r['sccl_latency_us']:.2f}",
+                f"{r['sccl_bandwidth_us']:.2f}",
+                f"{r['time_us']:.2f}",
+                f"{r['algbw_GBps']:.2f}",
+                f"{r['busbw_GBps']:.2f}",
+                f"{r['bound_us']:.2f}",
+                f"{100 * r['of_bound']:.0f}%",
+            ]
+            for r in rows
+        ],
+        title=f"{algo.name} on {topo.name} (S={algo.num_steps}, R={algo.rounds}, C={algo.chunks})",
+    )
+    return 0
+
+
+def cmd_bound(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    coll = collective_from_args(args, topo, chunks=1)
+    steps = steps_lower_bound(topo, coll)
+    rpc = rounds_per_chunk_bound(topo, coll)
+    latency = latency_time_us(topo, coll)
+    sizes = [parse_size(s) for s in (args.size or DEFAULT_SIZES)]
+    rows = []
+    for size in sizes:
+        bw = bandwidth_time_us(topo, coll, size)
+        total = max(latency, bw)
+        rows.append(
+            {
+                "size_bytes": size,
+                "latency_us": latency,
+                "bandwidth_us": bw,
+                "bound_us": total,
+                "algbw_GBps": algbw_GBps(size, total),
+            }
+        )
+    if args.json:
+        print_json(
+            {
+                "topology": topo.name,
+                "collective": coll.name,
+                "steps": steps,
+                "rounds_per_chunk": str(rpc),
+                "rows": rows,
+            }
+        )
+        return 0
+    print(f"{coll.name} on {topo.name} ({topo.num_ranks} ranks)")
+    print(f"  steps lower bound:            {steps}")
+    unit = topo.chunk_capacity().unit_GBps
+    print(f"  rounds per chunk lower bound: {rpc}  (SCCL's integer model, {unit:g} GB/s per chunk per round)")
+    print(f"  latency lower bound:          {latency:.2f} us")
+    print()
+    print_table(
+        ["size", "latency us", "bandwidth us", "bound us", "max algbw GB/s"],
+        [
+            [
+                format_size(r["size_bytes"]),
+                f"{r['latency_us']:.2f}",
+                f"{r['bandwidth_us']:.2f}",
+                f"{r['bound_us']:.2f}",
+                f"{r['algbw_GBps']:.2f}",
+            ]
+            for r in rows
+        ],
+    )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("baseline", help="build a baseline algorithm (ring, direct, ...) and verify it")
+    p.add_argument("kind", choices=list(BASELINES), metavar="KIND", help=f"one of {', '.join(BASELINES)}")
+    add_collective_args(p, chunks_default=None)
+    add_output_args(p)
+    p.set_defaults(func=cmd_baseline)
+
+    p = sub.add_parser("verify", help="check that an algorithm file implements its collective")
+    p.add_argument("file")
+    p.add_argument("--topology", "-t", help="topology file, when the algorithm's is not shipped")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("cost", help="modeled time of an algorithm file at some sizes")
+    p.add_argument("file")
+    p.add_argument(
+        "--size", "-s", action="append", help="buffer size (repeatable), e.g. 1MiB; default 1KiB 1MiB 1GiB"
+    )
+    p.add_argument("--topology", "-t", help="topology file, when the algorithm's is not shipped")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cost)
+
+    p = sub.add_parser("bound", help="lower bounds of a collective on a topology")
+    add_collective_args(p, chunks=False)
+    p.add_argument("--size", "-s", action="append", help="buffer size (repeatable); default 1KiB 1MiB 1GiB")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bound)

@@ -1,0 +1,50 @@
+"""Arguments shared by several commands, and turning them into objects."""
+
+from __future__ import annotations
+
+import argparse
+
+from synth.collectives import COLLECTIVES, Collective, make_collective
+from topologies import Topology, load
+
+__all__ = ["add_collective_args", "add_output_args", "collective_from_args", "topology_from_args"]
+
+
+def add_collective_args(
+    parser: argparse.ArgumentParser, chunks_default: int | None = 1, chunks: bool = True
+) -> None:
+    """``--topology``, ``--collective``, ``--root`` and (with ``chunks``) ``--chunks``."""
+    parser.add_argument(
+        "--topology",
+        "-t",
+        required=True,
+        help="shipped machine (dgx1), variant (ndv2x2), family (ring:8) or JSON file",
+    )
+    parser.add_argument(
+        "--collective",
+        "-C",
+        required=True,
+        choices=COLLECTIVES,
+        metavar="COLL",
+        help=f"one of {', '.join(COLLECTIVES)}",
+    )
+    parser.add_argument("--root", type=int, default=None, help="root rank of rooted collectives (default 0)")
+    if chunks:
+        parser.add_argument("--chunks", "-c", type=int, default=chunks_default, help="chunks per rank")
+
+
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", help="file to write")
+    parser.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
+
+
+def topology_from_args(args: argparse.Namespace) -> Topology:
+    return load(args.topology)
+
+
+def collective_from_args(
+    args: argparse.Namespace, topology: Topology, chunks: int | None = None
+) -> Collective:
+    return make_collective(
+        args.collective, topology.num_ranks, chunks if chunks is not None else args.chunks, args.root
+    )

@@ -1,0 +1,49 @@
+"""The ``xccl`` command: one subcommand module per area, errors as one line and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from topologies.errors import XcclError
+from xccl.cli import algorithms, demo, topo
+
+__all__ = ["COMMAND_MODULES", "build_parser", "main"]
+
+COMMAND_MODULES = (topo, algorithms, demo)
+"""Each module's ``register(subparsers)`` adds its commands; a test checks every command has a test."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, status 2, as for every other bad input
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="xccl", description="Synthesize, verify, compile and run collective-communication algorithms."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except XcclError as exc:
+        print(f"xccl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("xccl: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
