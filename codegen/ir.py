@@ -1,0 +1,219 @@
+"""The IR: what the MSCCL runtime executes, as frozen dataclasses.
+
+It mirrors the runtime's model (reference/msccl-xml.md, sections 3 and 4): per rank (``Gpu``),
+threadblocks, each with at most one send peer and one receive peer on one channel, holding an
+ordered list of ops (the XML's ``<step>`` elements). Every op moves ``count`` consecutive chunks of
+a buffer; the buffers are split into ``nchunksperloop`` chunks in total (see ``IR.chunk_factor``).
+
+Op semantics (``src``/``dst`` are always LOCAL buffer locations of the op's own rank):
+
+===== ====================================================================== ======== ========
+type  effect                                                                   send?    receive?
+===== ====================================================================== ======== ========
+s     send ``src[count]`` to the threadblock's send peer                       yes
+r     receive into ``dst[count]``                                                       yes
+rcs   receive into ``dst``, and forward the same data to the send peer          yes      yes
+rrs   receive, reduce with ``src``, send the result (no local write)           yes      yes
+rrc   ``dst = received (op) src``                                                       yes
+rrcs  ``dst = received (op) src``, and send the result                          yes      yes
+cpy   ``dst = src``
+re    ``dst = dst (op) src``
+nop   nothing; only carries a dependency
+===== ====================================================================== ======== ========
+
+Dependencies name ``(threadblock id, op index)`` on the same rank; the op waits until that op has
+completed. Ours allows several per op; the pass ``fold_deps_into_nops`` rewrites them into the
+runtime's one-per-op form before the XML writer runs. ``has_dep`` marks ops some other op waits on
+(the runtime publishes progress only after such ops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["IR", "Buffer", "Dep", "Gpu", "Op", "OpType", "Ref", "Threadblock"]
+
+
+class Buffer(StrEnum):
+    INPUT = "i"
+    OUTPUT = "o"
+    SCRATCH = "s"
+
+
+class OpType(StrEnum):
+    SEND = "s"
+    RECV = "r"
+    RECV_COPY_SEND = "rcs"
+    RECV_REDUCE_SEND = "rrs"
+    RECV_REDUCE_COPY = "rrc"
+    RECV_REDUCE_COPY_SEND = "rrcs"
+    COPY = "cpy"
+    REDUCE = "re"
+    NOP = "nop"
+
+    @property
+    def sends(self) -> bool:
+        return self in _SENDS
+
+    @property
+    def receives(self) -> bool:
+        return self in _RECEIVES
+
+    @property
+    def reduces(self) -> bool:
+        return self in _REDUCES
+
+    @property
+    def reads_src(self) -> bool:
+        """Whether the op reads its local ``src`` operand."""
+        return self in _READS_SRC
+
+    @property
+    def writes_dst(self) -> bool:
+        """Whether the op writes its local ``dst`` operand."""
+        return self in _WRITES_DST
+
+
+_SENDS = frozenset(
+    {OpType.SEND, OpType.RECV_COPY_SEND, OpType.RECV_REDUCE_SEND, OpType.RECV_REDUCE_COPY_SEND}
+)
+_RECEIVES = frozenset(
+    {
+        OpType.RECV,
+        OpType.RECV_COPY_SEND,
+        OpType.RECV_REDUCE_SEND,
+        OpType.RECV_REDUCE_COPY,
+        OpType.RECV_REDUCE_COPY_SEND,
+    }
+)
+_REDUCES = frozenset(
+    {OpType.RECV_REDUCE_SEND, OpType.RECV_REDUCE_COPY, OpType.RECV_REDUCE_COPY_SEND, OpType.REDUCE}
+)
+_READS_SRC = frozenset(
+    {
+        OpType.SEND,
+        OpType.RECV_REDUCE_SEND,
+        OpType.RECV_REDUCE_COPY,
+        OpType.RECV_REDUCE_COPY_SEND,
+        OpType.COPY,
+        OpType.REDUCE,
+    }
+)
+_WRITES_DST = frozenset(
+    {
+        OpType.RECV,
+        OpType.RECV_COPY_SEND,
+        OpType.RECV_REDUCE_COPY,
+        OpType.RECV_REDUCE_COPY_SEND,
+        OpType.COPY,
+        OpType.REDUCE,
+    }
+)
+
+
+@dataclass(frozen=True, order=True)
+class Ref:
+    """A location: chunk ``index`` of a rank's ``buffer``."""
+
+    buffer: Buffer
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.buffer.value}[{self.index}]"
+
+
+@dataclass(frozen=True, order=True)
+class Dep:
+    """Wait for op ``op`` of threadblock ``tb`` on the same rank."""
+
+    tb: int
+    op: int
+
+
+@dataclass(frozen=True)
+class Op:
+    type: OpType
+    src: Ref | None = None
+    dst: Ref | None = None
+    count: int = 1
+    deps: tuple[Dep, ...] = ()
+    has_dep: bool = False
+
+    def __str__(self) -> str:
+        parts = [self.type.value]
+        if self.src is not None:
+            parts.append(f"src={self.src}")
+        if self.dst is not None:
+            parts.append(f"dst={self.dst}")
+        if self.type is not OpType.NOP:
+            parts.append(f"cnt={self.count}")
+        if self.deps:
+            parts.append("deps=" + ",".join(f"{d.tb}.{d.op}" for d in self.deps))
+        if self.has_dep:
+            parts.append("hasdep")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Threadblock:
+    """One CUDA thread block: at most one send peer and one receive peer, on one channel."""
+
+    id: int
+    send: int | None
+    recv: int | None
+    channel: int
+    ops: tuple[Op, ...]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    rank: int
+    input_chunks: int
+    output_chunks: int
+    scratch_chunks: int
+    threadblocks: tuple[Threadblock, ...]
+
+    def threadblock(self, tb_id: int) -> Threadblock:
+        for tb in self.threadblocks:
+            if tb.id == tb_id:
+                return tb
+        raise KeyError(tb_id)
+
+
+@dataclass(frozen=True)
+class IR:
+    """A whole program: one ``Gpu`` per rank.
+
+    ``collective`` is one of synth's collective names (or ``custom``); ``nchunksperloop`` is the
+    number of chunks the larger per-rank buffer is split into (allgather: the output).
+    ``inplace`` / ``outofplace`` say which calls the schedule is correct for (the Azure executor
+    reads both; the research runtime only ``inplace``). ``max_bytes`` 0 means no limit.
+    """
+
+    name: str
+    collective: str
+    num_ranks: int
+    nchunksperloop: int
+    gpus: tuple[Gpu, ...]
+    protocol: str = "Simple"
+    inplace: bool = False
+    outofplace: bool = True
+    root: int | None = None
+    min_bytes: int = 0
+    max_bytes: int = 0
+
+    @property
+    def nchannels(self) -> int:
+        return 1 + max((tb.channel for g in self.gpus for tb in g.threadblocks), default=0)
+
+    @property
+    def chunk_factor(self) -> int:
+        """Chunks per rank of the collective: ``nchunksperloop`` over the ranks for collectives whose
+        larger buffer holds every rank's share (allgather, reducescatter, alltoall, gather, scatter)."""
+        if self.collective in ("allgather", "reducescatter", "alltoall", "gather", "scatter"):
+            return self.nchunksperloop // self.num_ranks
+        return self.nchunksperloop
+
+    def gpu(self, rank: int) -> Gpu:
+        return self.gpus[rank]
