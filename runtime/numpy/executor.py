@@ -1,0 +1,275 @@
+"""The NumPy executor: every rank of an IR in one process, with the MSCCL runtime's semantics.
+
+Per rank: input, output and scratch buffers (aliased for in-place calls). Per threadblock: its
+transmissions (``runtime.program``), replayed once per tile as the kernel does, each split into
+primitive calls of at most ``maxAllowedCount`` chunks. Per connection (sender, receiver, channel):
+a FIFO of primitive calls, bounded like NCCL's (``fifo_depth`` calls, default from the protocol:
+Simple 2, LL/LL128 8), so a schedule that only works with unbounded buffering deadlocks here too.
+
+A call runs when its transmission's dependencies are published for this tile (or a later one),
+data waits on its connection if it receives, and its FIFO has room if it sends. Threadblocks take
+turns, each running until it blocks (or, with ``schedule_seed``, one call per turn in a seeded
+random order, to try other interleavings). When a full round moves nothing while threadblocks are
+left, that is a deadlock: :class:`DeadlockError` names every blocked step and what it waits for.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from codegen.ir import IR, Buffer
+from runtime import protocol
+from runtime.errors import BlockedStep, DeadlockError, ExecutionError
+from runtime.numpy.memory import Message, RankMemory
+from runtime.numpy.ops import HANDLERS, Call
+from runtime.program import Connection, Program, TbProgram, build_program
+from runtime.reference import REDUCTIONS, parse_dtype, parse_op
+
+__all__ = ["ExecStats", "NumpyExecutor"]
+
+
+@dataclass(frozen=True)
+class ExecStats:
+    """What one execution did: primitive calls, bytes written to destinations, scheduling rounds."""
+
+    calls: int
+    bytes_written: int
+    rounds: int
+
+
+class _Tb:
+    """A threadblock's progress: tile, transmission, chunk offset of the next call."""
+
+    __slots__ = ("done", "incoming", "mem", "outgoing", "part", "prog", "tile", "tx", "waited")
+
+    def __init__(self, prog: TbProgram, mem: RankMemory, incoming, outgoing) -> None:
+        self.prog, self.mem, self.incoming, self.outgoing = prog, mem, incoming, outgoing
+        self.tile = self.tx = self.part = 0
+        self.waited = False
+        self.done = not prog.transmissions
+
+
+class NumpyExecutor:
+    """Runs one IR at one size, dtype and reduction; :meth:`load` inputs, :meth:`execute`, read
+    :meth:`outputs`. ``tile_bytes`` and ``fifo_depth`` default to the IR protocol's values."""
+
+    def __init__(
+        self,
+        ir: IR,
+        size_bytes: int,
+        dtype: str | np.dtype = "float32",
+        op: str = "sum",
+        *,
+        inplace: bool = False,
+        tile_bytes: int | None = None,
+        fifo_depth: int | None = None,
+        schedule_seed: int | None = None,
+    ) -> None:
+        self.ir = ir
+        self.program: Program = build_program(ir)
+        self.dtype = parse_dtype(dtype)
+        self.op = parse_op(op)
+        self.ufunc = REDUCTIONS[self.op]
+        self.inplace = inplace
+        self.size_bytes = size_bytes
+        self.chunk_elems = _chunk_elems(ir, size_bytes, self.dtype)
+        tile = protocol.tile_bytes(ir.protocol) if tile_bytes is None else tile_bytes
+        self.layout = protocol.layout(self.chunk_elems, self.dtype.itemsize, tile)
+        self.fifo_depth = protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth
+        if self.fifo_depth < 1:
+            raise ExecutionError(f"fifo depth {self.fifo_depth}: expected at least 1 call")
+        self.schedule_seed = schedule_seed
+        aliases = _aliases(self.program, inplace)
+        self.memory = [
+            RankMemory(self.program.chunks[r], self.chunk_elems, self.layout.ntiles, self.dtype, aliases[r])
+            for r in range(ir.num_ranks)
+        ]
+        self.fifos: dict[tuple[int, int, int], deque[Message]] = {
+            key: deque() for key in self.program.connections
+        }
+        self._loaded = False
+
+    @property
+    def collective(self):
+        return self.program.collective
+
+    def input_elems(self, rank: int) -> int:
+        """Elements of ``rank``'s input buffer."""
+        return self.program.chunks[rank][Buffer.INPUT] * self.chunk_elems
+
+    def load(self, inputs: Sequence[np.ndarray]) -> None:
+        """Put one input array per rank in place; everything else starts as garbage."""
+        if len(inputs) != self.ir.num_ranks:
+            raise ExecutionError(f"{self.ir.name}: expected {self.ir.num_ranks} inputs, got {len(inputs)}")
+        for rank, (mem, data) in enumerate(zip(self.memory, inputs, strict=True)):
+            want = self.input_elems(rank)
+            if np.size(data) != want:
+                raise ExecutionError(
+                    f"{self.ir.name}: input of rank {rank}: expected {want} elements, got {np.size(data)}"
+                )
+            mem.load(np.asarray(data).reshape(-1))
+        for fifo in self.fifos.values():
+            fifo.clear()
+        self._loaded = True
+
+    def outputs(self) -> list[np.ndarray]:
+        """Every rank's output buffer (views, valid until the next :meth:`load`)."""
+        return [mem.view(Buffer.OUTPUT) for mem in self.memory]
+
+    # -- execution ---------------------------------------------------------------------------------
+    def execute(self) -> ExecStats:
+        """Run every threadblock to its end; raises :class:`DeadlockError` if they cannot all get there."""
+        if not self._loaded:
+            raise ExecutionError(f"{self.ir.name}: load inputs before executing")
+        self._loaded = False
+        flags = [{tb.id: (-1, -1) for tb in g.threadblocks} for g in self.ir.gpus]
+        tbs = [self._state(prog) for prog in self.program.tbs]
+        live = [tb for tb in tbs if not tb.done]
+        rng = random.Random(self.schedule_seed) if self.schedule_seed is not None else None
+        calls = written = rounds = 0
+        while live:
+            rounds += 1
+            moved = False
+            order = live if rng is None else rng.sample(live, len(live))
+            for tb in order:
+                while True:
+                    step = self._advance(tb, flags[tb.prog.rank])
+                    if step < 0:
+                        break
+                    moved = True
+                    calls += 1
+                    written += step
+                    if rng is not None:
+                        break
+            live = [tb for tb in live if not tb.done]
+            if live and not moved:
+                blocked = tuple(self._blocked(tb, flags[tb.prog.rank]) for tb in live)
+                raise DeadlockError(self.ir.name, blocked)
+        self._check_drained()
+        return ExecStats(calls, written * self.dtype.itemsize, rounds)
+
+    def _state(self, prog: TbProgram) -> _Tb:
+        r = prog.rank
+        incoming = self.fifos[(prog.recv, r, prog.channel)] if prog.recv is not None else None
+        outgoing = self.fifos[(r, prog.send, prog.channel)] if prog.send is not None else None
+        return _Tb(prog, self.memory[r], incoming, outgoing)
+
+    def _advance(self, tb: _Tb, flags: dict[int, tuple[int, int]]) -> int:
+        """Run the next primitive call if it can run: elements written, or -1 when blocked or done."""
+        if tb.done:
+            return -1
+        tx = tb.prog.transmissions[tb.tx]
+        if not tb.waited:
+            for dep in tx.deps:
+                if flags[dep.tb] < (tb.tile, dep.op):
+                    return -1
+            tb.waited = True
+        kind = tx.type
+        if kind.receives and not tb.incoming:
+            return -1
+        if kind.sends and len(tb.outgoing) >= self.fifo_depth:
+            return -1
+        lay = self.layout
+        tc = min(lay.max_count, tx.count - tb.part)
+        call = Call(
+            self.ir.name,
+            tb.prog.rank,
+            tb.prog.id,
+            tb.mem,
+            tx,
+            tb.part,
+            tc,
+            tb.tile,
+            tb.tile * lay.tile_elems,
+            lay.tile_len(tb.tile),
+            self.ufunc,
+            tb.incoming,
+            tb.outgoing,
+        )
+        HANDLERS[kind](call)
+        tb.part += tc
+        if tb.part >= tx.count:
+            if tx.has_dep:
+                flags[tb.prog.id] = (tb.tile, tx.step)
+            tb.part = 0
+            tb.waited = False
+            tb.tx += 1
+            if tb.tx == len(tb.prog.transmissions):
+                tb.tx = 0
+                tb.tile += 1
+                tb.done = tb.tile == lay.ntiles
+        return call.written
+
+    def _blocked(self, tb: _Tb, flags: dict[int, tuple[int, int]]) -> BlockedStep:
+        prog = tb.prog
+        tx = prog.transmissions[tb.tx]
+        where = (prog.rank, prog.id, tx.op, tb.tile)
+        if not tb.waited:
+            for dep in tx.deps:
+                if flags[dep.tb] < (tb.tile, dep.op):
+                    target = self.ir.gpu(prog.rank).threadblock(dep.tb).ops[dep.op]
+                    note = "" if target.has_dep else f" (op {dep.op} has no has_dep, so it never publishes)"
+                    return BlockedStep(*where, f"({tx.label()}) waits for tb {dep.tb} op {dep.op}{note}")
+        if tx.type.receives and not tb.incoming:
+            conn = self.program.connections[(prog.recv, prog.rank, prog.channel)]
+            note = "" if conn.sender is not None else " (no threadblock there sends on this connection)"
+            return BlockedStep(
+                *where, f"({tx.label()}) waits for data from rank {prog.recv} on channel {prog.channel}{note}"
+            )
+        conn = self.program.connections[(prog.rank, prog.send, prog.channel)]
+        return BlockedStep(
+            *where,
+            f"({tx.label()}) waits for room to send to rank {prog.send} on channel {prog.channel} "
+            f"({len(tb.outgoing)} of {self.fifo_depth} calls queued{_unread(conn)})",
+        )
+
+    def _check_drained(self) -> None:
+        for key, fifo in self.fifos.items():
+            if fifo:
+                conn = self.program.connections[key]
+                rank, tb, op = fifo[0].sender
+                raise ExecutionError(
+                    f"{self.ir.name}: {conn}: {len(fifo)} calls were sent but never received "
+                    f"(the first by rank {rank} tb {tb} op {op})"
+                )
+
+
+def _unread(conn: Connection) -> str:
+    return "" if conn.receiver is not None else "; no threadblock receives on this connection"
+
+
+def _chunk_elems(ir: IR, size_bytes: int, dtype: np.dtype) -> int:
+    """Elements per MSCCL chunk; sizes the runtime would not select this algorithm for are errors."""
+    item = dtype.itemsize
+    ncpl = ir.nchunksperloop
+    if size_bytes < 1 or size_bytes % item:
+        raise ExecutionError(f"{ir.name}: size {size_bytes} B: expected a positive multiple of {item} B")
+    elems = size_bytes // item
+    if elems % ncpl:
+        raise ExecutionError(
+            f"{ir.name}: size {size_bytes} B: {elems} {dtype.name} elements are not divisible by "
+            f"nchunksperloop {ncpl}, so the runtime would not select this algorithm "
+            f"(use a multiple of {ncpl * item} B)"
+        )
+    return elems // ncpl
+
+
+def _aliases(program: Program, inplace: bool) -> list[tuple[str, int] | None]:
+    ir, coll = program.ir, program.collective
+    if not inplace:
+        if not ir.outofplace:
+            raise ExecutionError(f"{ir.name}: the IR is not marked for out-of-place calls (outofplace=0)")
+        return [None] * ir.num_ranks
+    if not ir.inplace:
+        raise ExecutionError(
+            f"{ir.name}: the IR is not marked for in-place calls (inplace=0), so the runtime "
+            "would not select it for one"
+        )
+    if coll is None or coll.inplace_alias(0) is None:
+        raise ExecutionError(f"{ir.name}: {ir.collective} has no in-place form")
+    return [coll.inplace_alias(r) for r in range(ir.num_ranks)]
