@@ -55,9 +55,10 @@ def _ir(
 
 
 def ring_allgather(n: int, chunks: int = 1, channels: int = 1, aggregate: bool = False) -> IR:
-    """Ring allgather: rank r's chunk j goes round the ring on channel ``j % channels``
-    (``s``, then ``rcs`` at each rank, ``r`` at the last); ``aggregate`` moves all of a rank's
-    chunks in one ``cnt=chunks`` op. Correct in place and out of place."""
+    """Ring allgather as MSCCL's ``allgather_ring``: rank r copies its chunk j into its output and
+    sends it round the ring on channel ``j % channels`` (``rcs`` at each rank, ``r`` at the last);
+    ``aggregate`` moves all of a rank's chunks in one ``cnt=chunks`` op. Correct in place and out of
+    place."""
     c = chunks
     tbs: list[list[Threadblock]] = []
     for r in range(n):
@@ -65,11 +66,11 @@ def ring_allgather(n: int, chunks: int = 1, channels: int = 1, aggregate: bool =
         groups = [(0, c)] if aggregate else [(j, 1) for j in range(c)]
         for j, cnt in groups:
             ch = j % channels
-            ops[ch].append(_op(OpType.SEND, Ref(IN, j), count=cnt))
+            ops[ch].append(_op(OpType.COPY, Ref(IN, j), Ref(OUT, r * c + j), count=cnt))
+            ops[ch].append(_op(OpType.SEND, Ref(OUT, r * c + j), count=cnt))
             for k in range(1, n):
                 kind = OpType.RECV_COPY_SEND if k < n - 1 else OpType.RECV
                 ops[ch].append(_op(kind, dst=Ref(OUT, ((r - k) % n) * c + j), count=cnt))
-            ops[ch].append(_op(OpType.COPY, Ref(IN, j), Ref(OUT, r * c + j), count=cnt))
         tbs.append([Threadblock(ch, (r + 1) % n, (r - 1) % n, ch, tuple(ops[ch])) for ch in range(channels)])
     return _ir(f"ring-allgather-n{n}-c{c}-ch{channels}", "allgather", n, c, tbs)
 

@@ -33,8 +33,8 @@ def two_ranks(ops0: list[Op], ops1: list[Op], coll: str = "allgather", extra0=()
 # -- wrong results -------------------------------------------------------------------------------------
 def test_swapped_destinations_are_reported_with_rank_buffer_chunk_and_index():
     ir = samples.ring_allgather(4)
-    # rank 2 receives chunk 1 (op 1) and chunk 0 (op 2): write them to each other's slot
-    bad = edit_op(edit_op(ir, 2, 0, 1, dst=Ref(OUT, 0)), 2, 0, 2, dst=Ref(OUT, 1))
+    # rank 2 receives chunk 1 (op 2) and chunk 0 (op 3): write them to each other's slot
+    bad = edit_op(edit_op(ir, 2, 0, 2, dst=Ref(OUT, 0)), 2, 0, 3, dst=Ref(OUT, 1))
     with pytest.raises(ExecutionMismatch) as info:
         run(bad, 4 * 16 * 4)
     err = info.value
@@ -130,11 +130,11 @@ def test_read_of_unwritten_scratch():
     ir = samples.ring_allgather(4)
     gpus = list(ir.gpus)
     gpus[1] = dataclasses.replace(gpus[1], scratch_chunks=2)
-    bad = edit_op(dataclasses.replace(ir, gpus=tuple(gpus)), 1, 0, 0, src=Ref(SCR, 1))
+    bad = edit_op(dataclasses.replace(ir, gpus=tuple(gpus)), 1, 0, 1, src=Ref(SCR, 1))  # its send
     with pytest.raises(UninitializedRead) as info:
         run(bad, 4 * 16 * 4)
     err = info.value
-    assert (err.rank, err.tb, err.op, err.buffer, err.chunk, err.tile) == (1, 0, 0, "s", 1, 0)
+    assert (err.rank, err.tb, err.op, err.buffer, err.chunk, err.tile) == (1, 0, 1, "s", 1, 0)
 
 
 def test_reduce_into_unwritten_output():

@@ -8,9 +8,11 @@ Simple 2, LL/LL128 8), so a schedule that only works with unbounded buffering de
 
 A call runs when its transmission's dependencies are published for this tile (or a later one),
 data waits on its connection if it receives, and its FIFO has room if it sends. Threadblocks take
-turns, each running until it blocks (or, with ``schedule_seed``, one call per turn in a seeded
-random order, to try other interleavings). When a full round moves nothing while threadblocks are
-left, that is a deadlock: :class:`DeadlockError` names every blocked step and what it waits for.
+turns from a queue, each running until it blocks (or, with ``schedule_seed``, one call per turn in
+a seeded random order, to try other interleavings); a blocked threadblock rejoins the queue when
+something it may wait for changes (data arrives, room frees up, its rank publishes progress). When
+the queue is empty while threadblocks are left, every one of them is blocked: a deadlock, and
+:class:`DeadlockError` names every blocked step and what it waits for.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codegen.ir import IR, Buffer
+from codegen.ir import IR, Buffer, OpType
 from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
 from runtime.numpy.memory import Message, RankMemory
@@ -35,22 +37,22 @@ __all__ = ["ExecStats", "NumpyExecutor"]
 
 @dataclass(frozen=True)
 class ExecStats:
-    """What one execution did: primitive calls, bytes written to destinations, scheduling rounds."""
+    """What one execution did: primitive calls, bytes written to destinations, scheduling turns."""
 
     calls: int
     bytes_written: int
-    rounds: int
+    turns: int
 
 
 class _Tb:
     """A threadblock's progress: tile, transmission, chunk offset of the next call."""
 
-    __slots__ = ("done", "incoming", "mem", "outgoing", "part", "prog", "tile", "tx", "waited")
+    __slots__ = ("done", "incoming", "mem", "outgoing", "part", "prog", "queued", "tile", "tx", "waited")
 
     def __init__(self, prog: TbProgram, mem: RankMemory, incoming, outgoing) -> None:
         self.prog, self.mem, self.incoming, self.outgoing = prog, mem, incoming, outgoing
         self.tile = self.tx = self.part = 0
-        self.waited = False
+        self.waited = self.queued = False
         self.done = not prog.transmissions
 
 
@@ -128,30 +130,49 @@ class NumpyExecutor:
             raise ExecutionError(f"{self.ir.name}: load inputs before executing")
         self._loaded = False
         flags = [{tb.id: (-1, -1) for tb in g.threadblocks} for g in self.ir.gpus]
-        tbs = [self._state(prog) for prog in self.program.tbs]
-        live = [tb for tb in tbs if not tb.done]
+        tbs = {(prog.rank, prog.id): self._state(prog) for prog in self.program.tbs}
+        ranks = [[tb for tb in tbs.values() if tb.prog.rank == r] for r in range(self.ir.num_ranks)]
+        ready = deque(tb for tb in tbs.values() if not tb.done)
+        for tb in ready:
+            tb.queued = True
         rng = random.Random(self.schedule_seed) if self.schedule_seed is not None else None
-        calls = written = rounds = 0
-        while live:
-            rounds += 1
-            moved = False
-            order = live if rng is None else rng.sample(live, len(live))
-            for tb in order:
-                while True:
-                    step = self._advance(tb, flags[tb.prog.rank])
-                    if step < 0:
-                        break
-                    moved = True
-                    calls += 1
-                    written += step
-                    if rng is not None:
-                        break
-            live = [tb for tb in live if not tb.done]
-            if live and not moved:
-                blocked = tuple(self._blocked(tb, flags[tb.prog.rank]) for tb in live)
-                raise DeadlockError(self.ir.name, blocked)
+        calls = written = turns = 0
+        while ready:
+            if rng is not None:
+                ready.rotate(-rng.randrange(len(ready)))
+            tb = ready.popleft()
+            tb.queued = False
+            turns += 1
+            while True:
+                done = self._advance(tb, flags[tb.prog.rank])
+                if done is None:
+                    break
+                calls += 1
+                written += done[0]
+                self._wake(tb.prog, done[1], done[2], tbs, ranks, ready)
+                if rng is not None:
+                    _enqueue(tb, ready)
+                    break
+        live = [tb for tb in tbs.values() if not tb.done]
+        if live:
+            raise DeadlockError(self.ir.name, tuple(self._blocked(tb, flags[tb.prog.rank]) for tb in live))
         self._check_drained()
-        return ExecStats(calls, written * self.dtype.itemsize, rounds)
+        return ExecStats(calls, written * self.dtype.itemsize, turns)
+
+    def _wake(self, prog: TbProgram, kind, published: bool, tbs: dict, ranks: list, ready: deque) -> None:
+        """Queue the threadblocks a call may have unblocked; the receiver of new data goes first,
+        so it copies the data while it is still in cache."""
+        if kind.sends:
+            conn = self.program.connections[(prog.rank, prog.send, prog.channel)]
+            if conn.receiver is not None:
+                _enqueue(tbs[(prog.send, conn.receiver)], ready, first=True)
+        if kind.receives:
+            conn = self.program.connections[(prog.recv, prog.rank, prog.channel)]
+            if conn.sender is not None:
+                _enqueue(tbs[(prog.recv, conn.sender)], ready)
+        if published:
+            for other in ranks[prog.rank]:
+                _enqueue(other, ready)
 
     def _state(self, prog: TbProgram) -> _Tb:
         r = prog.rank
@@ -159,21 +180,22 @@ class NumpyExecutor:
         outgoing = self.fifos[(r, prog.send, prog.channel)] if prog.send is not None else None
         return _Tb(prog, self.memory[r], incoming, outgoing)
 
-    def _advance(self, tb: _Tb, flags: dict[int, tuple[int, int]]) -> int:
-        """Run the next primitive call if it can run: elements written, or -1 when blocked or done."""
+    def _advance(self, tb: _Tb, flags: dict[int, tuple[int, int]]) -> tuple[int, OpType, bool] | None:
+        """Run the next primitive call if it can: (elements written, its type, whether it published
+        progress), or None when the threadblock is blocked or done."""
         if tb.done:
-            return -1
+            return None
         tx = tb.prog.transmissions[tb.tx]
         if not tb.waited:
             for dep in tx.deps:
                 if flags[dep.tb] < (tb.tile, dep.op):
-                    return -1
+                    return None
             tb.waited = True
         kind = tx.type
         if kind.receives and not tb.incoming:
-            return -1
+            return None
         if kind.sends and len(tb.outgoing) >= self.fifo_depth:
-            return -1
+            return None
         lay = self.layout
         tc = min(lay.max_count, tx.count - tb.part)
         call = Call(
@@ -193,9 +215,11 @@ class NumpyExecutor:
         )
         HANDLERS[kind](call)
         tb.part += tc
+        published = False
         if tb.part >= tx.count:
             if tx.has_dep:
                 flags[tb.prog.id] = (tb.tile, tx.step)
+                published = True
             tb.part = 0
             tb.waited = False
             tb.tx += 1
@@ -203,7 +227,7 @@ class NumpyExecutor:
                 tb.tx = 0
                 tb.tile += 1
                 tb.done = tb.tile == lay.ntiles
-        return call.written
+        return call.written, kind, published
 
     def _blocked(self, tb: _Tb, flags: dict[int, tuple[int, int]]) -> BlockedStep:
         prog = tb.prog
@@ -237,6 +261,16 @@ class NumpyExecutor:
                     f"{self.ir.name}: {conn}: {len(fifo)} calls were sent but never received "
                     f"(the first by rank {rank} tb {tb} op {op})"
                 )
+
+
+def _enqueue(tb: _Tb, ready: deque, first: bool = False) -> None:
+    if tb.queued or tb.done:
+        return
+    tb.queued = True
+    if first:
+        ready.appendleft(tb)
+    else:
+        ready.append(tb)
 
 
 def _unread(conn: Connection) -> str:
