@@ -72,6 +72,11 @@ class TbProgram:
     channel: int
     transmissions: tuple[Transmission, ...]
 
+    def publishes_from(self, op: int) -> bool:
+        """Whether any transmission at or after IR op ``op`` publishes progress (so a wait for
+        ``(self.id, op)`` can be met within a tile)."""
+        return any(tx.has_dep and tx.step >= op for tx in self.transmissions)
+
 
 @dataclass(frozen=True)
 class Connection:

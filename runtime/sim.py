@@ -167,7 +167,13 @@ def _blocked(sim: _Sim, tb: _Tb, why: tuple) -> BlockedStep:
     prog = tb.prog
     tx = prog.transmissions[tb.tx]
     if why[0] == "flag":
-        reason = f"waits for tb {why[2]} op {why[3]}"
+        target = sim.program.tb(why[1], why[2])
+        never = (
+            ""
+            if target.publishes_from(why[3])
+            else f" (nothing in tb {why[2]} from op {why[3]} on has has_dep)"
+        )
+        reason = f"waits for tb {why[2]} op {why[3]}{never}"
     elif why[0] == "msg":
         reason = f"waits for data from rank {why[1][0]} on channel {why[1][2]}"
     else:

@@ -110,6 +110,8 @@ def test_missing_has_dep_never_publishes():
         run(bad, 3 * 4 * 8)
     (stuck,) = [b for b in info.value.blocked if b.rank == 1]
     assert stuck.tb == 2 and "tb 0 op 1" in stuck.reason and "never publishes" in stuck.reason
+    with pytest.raises(DeadlockError, match="nothing in tb 0 from op 1 on has has_dep"):
+        simulate(bad, ring(3), 3 * 4 * 8)
 
 
 def test_a_schedule_that_needs_unbounded_fifos_deadlocks():

@@ -31,6 +31,7 @@ from runtime.numpy.memory import Message, RankMemory
 from runtime.numpy.ops import HANDLERS, Call
 from runtime.program import Connection, Program, TbProgram, build_program
 from runtime.reference import REDUCTIONS, parse_dtype, parse_op
+from synth.collectives import Collective
 
 __all__ = ["ExecStats", "NumpyExecutor"]
 
@@ -97,7 +98,7 @@ class NumpyExecutor:
         self._loaded = False
 
     @property
-    def collective(self):
+    def collective(self) -> Collective | None:
         return self.program.collective
 
     def input_elems(self, rank: int) -> int:
@@ -159,7 +160,9 @@ class NumpyExecutor:
         self._check_drained()
         return ExecStats(calls, written * self.dtype.itemsize, turns)
 
-    def _wake(self, prog: TbProgram, kind, published: bool, tbs: dict, ranks: list, ready: deque) -> None:
+    def _wake(
+        self, prog: TbProgram, kind: OpType, published: bool, tbs: dict, ranks: list, ready: deque
+    ) -> None:
         """Queue the threadblocks a call may have unblocked; the receiver of new data goes first,
         so it copies the data while it is still in cache."""
         if kind.sends:
@@ -236,8 +239,8 @@ class NumpyExecutor:
         if not tb.waited:
             for dep in tx.deps:
                 if flags[dep.tb] < (tb.tile, dep.op):
-                    target = self.ir.gpu(prog.rank).threadblock(dep.tb).ops[dep.op]
-                    note = "" if target.has_dep else f" (op {dep.op} has no has_dep, so it never publishes)"
+                    target = self.program.tb(prog.rank, dep.tb)
+                    note = "" if target.publishes_from(dep.op) else _NEVER.format(tb=dep.tb, op=dep.op)
                     return BlockedStep(*where, f"({tx.label()}) waits for tb {dep.tb} op {dep.op}{note}")
         if tx.type.receives and not tb.incoming:
             conn = self.program.connections[(prog.recv, prog.rank, prog.channel)]
@@ -261,6 +264,9 @@ class NumpyExecutor:
                     f"{self.ir.name}: {conn}: {len(fifo)} calls were sent but never received "
                     f"(the first by rank {rank} tb {tb} op {op})"
                 )
+
+
+_NEVER = " (nothing in tb {tb} from op {op} on has has_dep, so it never publishes that far)"
 
 
 def _enqueue(tb: _Tb, ready: deque, first: bool = False) -> None:
