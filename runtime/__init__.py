@@ -1,1 +1,9 @@
-"""Runtimes that execute the IR: the NumPy reference executor, the timing simulator, the CuPy GPU executor."""
+"""Runtimes that execute the IR: the NumPy reference executor, the timing simulator, the CuPy GPU executor.
+
+- ``runtime.numpy``: :func:`~runtime.numpy.run` (execute on random inputs and check against the
+  NumPy reference), :func:`~runtime.numpy.execute` (given inputs), :class:`~runtime.numpy.NumpyExecutor`.
+- ``runtime.sim``: :func:`~runtime.sim.simulate`, the alpha-beta timing of an IR on a topology.
+- ``runtime.bench``: :func:`~runtime.bench.bench` and the backend registry (numpy, sim, cupy).
+- ``runtime.reference``: inputs, expected outputs and the comparison every executor shares.
+- ``runtime.program`` / ``runtime.protocol``: the IR as the MSCCL runtime loads it; tiles and FIFOs.
+"""

@@ -1,0 +1,110 @@
+"""The benchmark backends that need no GPU: ``numpy`` (wall-clock time of the reference executor,
+with its check) and ``sim`` (the alpha-beta timing simulator on a topology)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+import numpy as np
+
+from codegen.ir import IR
+from runtime.bench import Backend, BenchCase, Trial, register_backend
+from runtime.numpy.executor import NumpyExecutor
+from runtime.reference import check_outputs, make_inputs, reference
+from runtime.sim import simulate
+from topologies.model import Topology
+
+__all__ = ["NumpyBackend", "SimBackend"]
+
+
+class _NumpyTrial(Trial):
+    def __init__(self, ex: NumpyExecutor, seed: int) -> None:
+        self.ex = ex
+        coll = ex.collective
+        if coll is not None:
+            self.inputs = make_inputs(coll, ex.chunk_elems, ex.dtype, ex.op, seed)
+        else:
+            rng = np.random.default_rng(seed)
+            self.inputs = [
+                rng.integers(-100, 100, ex.input_elems(r)).astype(ex.dtype) for r in range(ex.ir.num_ranks)
+            ]
+        self._reference = None
+
+    def reset(self) -> None:
+        self.ex.load(self.inputs)
+
+    def run(self) -> float:
+        start = time.perf_counter()
+        self.ex.execute()
+        return (time.perf_counter() - start) * 1e6
+
+    def check(self) -> None:
+        coll = self.ex.collective
+        if coll is None:
+            return
+        if self._reference is None:
+            self._reference = reference(coll, self.inputs, self.ex.chunk_elems, self.ex.op)
+        check_outputs(self._reference, self.ex.outputs(), self.ex.ir.name)
+
+
+@register_backend
+class NumpyBackend(Backend):
+    name = "numpy"
+    description = "the NumPy reference executor on this CPU (every rank in one process)"
+    timing = "wall"
+    checks = True
+
+    def __init__(self, tile_bytes: int | None = None, fifo_depth: int | None = None, seed: int = 0) -> None:
+        self.tile_bytes, self.fifo_depth, self.seed = tile_bytes, fifo_depth, seed
+
+    def device(self, topology: Topology | None) -> str:
+        cpu = platform.processor() or platform.machine()
+        return f"numpy {np.__version__}, {os.cpu_count()} CPU cores ({cpu})"
+
+    def prepare(self, ir: IR, case: BenchCase, topology: Topology | None) -> Trial:
+        ex = NumpyExecutor(
+            ir,
+            case.size_bytes,
+            case.dtype,
+            case.op,
+            inplace=case.inplace,
+            tile_bytes=self.tile_bytes,
+            fifo_depth=self.fifo_depth,
+        )
+        return _NumpyTrial(ex, self.seed)
+
+
+class _SimTrial(Trial):
+    def __init__(self, ir: IR, topology: Topology, size: int, tile_bytes: int | None, depth: int | None):
+        self.args = (ir, topology, size)
+        self.kwargs = {"tile_bytes": tile_bytes, "fifo_depth": depth}
+
+    def reset(self) -> None:
+        """The model keeps no state between runs."""
+
+    def run(self) -> float:
+        return simulate(*self.args, **self.kwargs).time_us
+
+    def check(self) -> None:
+        """The model moves no data, so there is nothing to check."""
+
+
+@register_backend
+class SimBackend(Backend):
+    name = "sim"
+    description = "the alpha-beta timing simulator (model time, no data)"
+    timing = "model"
+    checks = False
+    needs_topology = True
+
+    def __init__(self, tile_bytes: int | None = None, fifo_depth: int | None = None) -> None:
+        self.tile_bytes, self.fifo_depth = tile_bytes, fifo_depth
+
+    def device(self, topology: Topology | None) -> str:
+        name = topology.name if topology is not None else "no topology"
+        return f"alpha-beta model of {name}"
+
+    def prepare(self, ir: IR, case: BenchCase, topology: Topology | None) -> Trial:
+        return _SimTrial(ir, topology, case.size_bytes, self.tile_bytes, self.fifo_depth)
