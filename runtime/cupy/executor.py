@@ -1,0 +1,352 @@
+"""Run an IR on NVIDIA GPUs through CuPy: placement, buffers, FIFOs, one kernel launch per device.
+
+Placement: with as many devices as ranks, rank r runs on device r, and peer access is enabled
+between every pair of devices whose ranks exchange data (an error if it is impossible); with fewer
+devices, consecutive ranks share a device, their buffers side by side in its memory, and the
+kernel is the same. All blocks of a launch spin on each other, so they must be co-resident: the
+occupancy is checked before launching and an IR needing more blocks is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from codegen.ir import IR
+from runtime.cupy.pack import Packed, pack
+from topologies.errors import XcclError
+
+__all__ = [
+    "DTYPES",
+    "ERROR_CODES",
+    "OPS",
+    "THREADS",
+    "CupyExecutor",
+    "GpuExecutionError",
+    "GpuUnavailable",
+    "kernel_source",
+]
+
+THREADS = 512
+NSLOTS = 8
+SLOTS_PER_TILE = 4
+"""A tile fills half a connection's FIFO, as NCCL's Simple protocol does (chunkSteps 4 of 8)."""
+DTYPES = {
+    "float16": "__half",
+    "float32": "float",
+    "float64": "double",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+}
+OPS = {"sum": "Sum", "prod": "Prod", "min": "Min", "max": "Max"}
+ERROR_CODES = {
+    1: "timed out waiting for a dependency",
+    2: "timed out waiting for data on its connection",
+    3: "timed out waiting for room in the peer's receive FIFO",
+    4: "met an op type it does not know",
+}
+
+
+class GpuUnavailable(XcclError):
+    """CuPy or a CUDA GPU is missing, or the GPUs cannot reach each other."""
+
+
+class GpuExecutionError(XcclError):
+    """The kernel reported an error (a wait timed out: a broken IR, not a hung GPU)."""
+
+
+def kernel_source() -> str:
+    return (resources.files("runtime") / "cupy" / "xccl_kernel.cu").read_text()
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError:
+        raise GpuUnavailable("the cupy backend needs CuPy: pip install 'xccl-synth[gpu]'") from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError as exc:
+        raise GpuUnavailable(f"no usable CUDA GPU: {exc}") from None
+    if count == 0:
+        raise GpuUnavailable("no CUDA GPU is visible")
+    return cupy
+
+
+_MODULES: dict[tuple[str, str], Any] = {}
+
+
+def _kernel(cupy: Any, dtype: str, op: str) -> Any:
+    key = (dtype, op)
+    if key not in _MODULES:
+        name = f"xccl_interpret<{DTYPES[dtype]}, {OPS[op]}>"
+        module = cupy.RawModule(code=kernel_source(), options=("-std=c++17",), name_expressions=[name])
+        _MODULES[key] = module.get_function(name)
+    return _MODULES[key]
+
+
+@dataclass(frozen=True)
+class Placement:
+    devices: tuple[int, ...]
+    """``devices[rank]``: the CUDA device that runs the rank."""
+
+    def ranks_of(self, device: int) -> range:
+        ranks = [r for r, d in enumerate(self.devices) if d == device]
+        return range(ranks[0], ranks[-1] + 1)
+
+
+def place(num_ranks: int, devices: list[int]) -> Placement:
+    if len(devices) >= num_ranks:
+        return Placement(tuple(devices[:num_ranks]))
+    per = math.ceil(num_ranks / len(devices))
+    return Placement(tuple(devices[r // per] for r in range(num_ranks)))
+
+
+class CupyExecutor:
+    """Buffers, FIFOs and flags for one IR at one size; ``launch`` runs the collective once."""
+
+    def __init__(
+        self,
+        ir: IR,
+        count: int,
+        dtype: str,
+        op: str = "sum",
+        inplace: bool = False,
+        devices: list[int] | None = None,
+        tile_bytes: int = 2 << 20,
+        timeout_s: float = 10.0,
+    ) -> None:
+        if dtype not in DTYPES:
+            raise XcclError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+        if op not in OPS:
+            raise XcclError(f"op {op!r}: expected one of {', '.join(OPS)}")
+        if count % ir.nchunksperloop:
+            raise XcclError(f"{ir.name}: {count} elements do not split into {ir.nchunksperloop} chunks")
+        cp = self._cp = _cupy()
+        self.ir = ir
+        self.dtype = np.dtype(dtype)
+        self.packed: Packed = pack(ir)
+        self.chunk_elems = count // ir.nchunksperloop
+        self.tile_elems = max(1, min(self.chunk_elems, tile_bytes // self.dtype.itemsize))
+        self.slot_elems = max(1, math.ceil(self.tile_elems / SLOTS_PER_TILE))
+        self.timeout_ns = int(timeout_s * 1e9)
+        all_devices = devices if devices is not None else list(range(cp.cuda.runtime.getDeviceCount()))
+        self.placement = place(ir.num_ranks, all_devices)
+        self._kernel = _kernel(cp, dtype, op)
+        self._enable_peers()
+        self._check_occupancy()
+        self.epoch = 0
+        self._allocate(inplace)
+
+    # -- setup -----------------------------------------------------------------------------
+    def _enable_peers(self) -> None:
+        cp = self._cp
+        pairs = {
+            (self.placement.devices[c.sender], self.placement.devices[c.receiver])
+            for c in self.packed.connections
+        }
+        for a, b in sorted(pairs):
+            if a == b:
+                continue
+            for x, y in ((a, b), (b, a)):
+                if not cp.cuda.runtime.deviceCanAccessPeer(x, y):
+                    raise GpuUnavailable(
+                        f"GPU {x} cannot access GPU {y} directly (no peer access); run with fewer devices"
+                    )
+                with cp.cuda.Device(x):
+                    try:
+                        cp.cuda.runtime.deviceEnablePeerAccess(y)
+                    except cp.cuda.runtime.CUDARuntimeError as exc:
+                        if "AlreadyEnabled" not in str(exc) and "already" not in str(exc).lower():
+                            raise GpuUnavailable(f"enabling peer access {x} -> {y}: {exc}") from None
+
+    def _check_occupancy(self) -> None:
+        cp = self._cp
+        regs = int(self._kernel.num_regs)
+        for device in sorted(set(self.placement.devices)):
+            ranks = self.placement.ranks_of(device)
+            lo, hi = self.packed.block_range(ranks)
+            attrs = cp.cuda.Device(device).attributes
+            per_sm = min(
+                attrs["MaxThreadsPerMultiProcessor"] // THREADS,
+                attrs["MaxRegistersPerMultiprocessor"] // max(1, regs * THREADS),
+                attrs.get("MaxBlocksPerMultiprocessor", 32),
+            )
+            capacity = per_sm * attrs["MultiProcessorCount"]
+            if hi - lo > capacity:
+                raise GpuExecutionError(
+                    f"{self.ir.name}: device {device} would run {hi - lo} threadblocks, but only {capacity} can be "
+                    f"resident at once ({per_sm} per SM); they wait on each other, so this IR cannot run here"
+                )
+
+    def _allocate(self, inplace: bool) -> None:
+        cp, ir, ce = self._cp, self.ir, self.chunk_elems
+        self.inputs, self.outputs, self.scratch = [], [], []
+        coll_alias = _alias(ir, inplace)
+        for gpu in ir.gpus:
+            with cp.cuda.Device(self.placement.devices[gpu.rank]):
+                out = cp.zeros(max(1, gpu.output_chunks) * ce, dtype=self.dtype)
+                if coll_alias is None:
+                    inp = cp.zeros(max(1, gpu.input_chunks) * ce, dtype=self.dtype)
+                else:
+                    smaller, offset = coll_alias(gpu.rank)
+                    if smaller == "input":
+                        inp = out[offset * ce : (offset + gpu.input_chunks) * ce]
+                    else:  # the output lives inside the input
+                        inp = cp.zeros(max(1, gpu.input_chunks) * ce, dtype=self.dtype)
+                        out = inp[offset * ce : (offset + gpu.output_chunks) * ce]
+                scr = cp.zeros(max(1, gpu.scratch_chunks) * ce, dtype=self.dtype)
+            self.inputs.append(inp)
+            self.outputs.append(out)
+            self.scratch.append(scr)
+        pointers = np.array(
+            [
+                [b.data.ptr for b in (self.inputs[r], self.outputs[r], self.scratch[r])]
+                for r in range(ir.num_ranks)
+            ],
+            dtype=np.uint64,
+        ).reshape(-1)
+        slots = NSLOTS * self.slot_elems
+        conn_rows = []
+        self._keep = []  # FIFOs and counters stay alive with the executor
+        for c in self.packed.connections:
+            rdev, sdev = self.placement.devices[c.receiver], self.placement.devices[c.sender]
+            with cp.cuda.Device(rdev):
+                fifo = cp.zeros(slots, dtype=self.dtype)
+                head = cp.zeros(1, dtype=cp.uint64)
+            with cp.cuda.Device(sdev):
+                tail = cp.zeros(1, dtype=cp.uint64)
+            self._keep += [fifo, head, tail]
+            conn_rows.append([fifo.data.ptr, head.data.ptr, tail.data.ptr])
+        self._launch_args = []
+        for device in sorted(set(self.placement.devices)):
+            lo, _ = self.packed.block_range(self.placement.ranks_of(device))
+            with cp.cuda.Device(device):
+                tables = {
+                    "blocks": cp.asarray(self.packed.blocks),
+                    "steps": cp.asarray(
+                        self.packed.steps if self.packed.steps.size else np.zeros((1, 10), np.int32)
+                    ),
+                    "deps": cp.asarray(
+                        self.packed.deps if self.packed.deps.size else np.zeros((1, 2), np.int32)
+                    ),
+                    "conns": cp.asarray(np.array(conn_rows or [[0, 0, 0]], dtype=np.uint64)),
+                    "buffers": cp.asarray(pointers),
+                    "flags": cp.zeros(self.packed.num_blocks, dtype=cp.uint64),
+                    "error": cp.zeros(4, dtype=cp.int32),
+                }
+            self._launch_args.append((device, lo, tables))
+
+    # -- running ---------------------------------------------------------------------------
+    def set_inputs(self, arrays: list[np.ndarray]) -> None:
+        for r, arr in enumerate(arrays):
+            with self._cp.cuda.Device(self.placement.devices[r]):
+                self.inputs[r][...] = self._cp.asarray(arr, dtype=self.dtype)
+
+    def launch(self) -> None:
+        """Start the kernels on every device (asynchronously)."""
+        cp = self._cp
+        self.epoch += 1
+        for device, lo, t in self._launch_args:
+            hi = self.packed.block_range(self.placement.ranks_of(device))[1]
+            with cp.cuda.Device(device):
+                self._kernel(
+                    (hi - lo,),
+                    (THREADS,),
+                    (
+                        t["blocks"],
+                        t["steps"],
+                        t["deps"],
+                        t["conns"],
+                        t["buffers"],
+                        t["flags"],
+                        t["error"],
+                        np.int64(self.chunk_elems),
+                        np.int64(self.tile_elems),
+                        np.int64(self.slot_elems),
+                        np.int32(NSLOTS),
+                        np.int32(lo),
+                        np.uint64(self.epoch),
+                        np.uint64(self.timeout_ns),
+                    ),
+                )
+
+    def synchronize(self) -> None:
+        """Wait for every device and raise :class:`GpuExecutionError` if a block reported one."""
+        cp = self._cp
+        for device, _, t in self._launch_args:
+            with cp.cuda.Device(device):
+                cp.cuda.Device(device).synchronize()
+                code, block, step, tile = (int(x) for x in t["error"].get())
+            if code:
+                rank, tb = int(self.packed.blocks[block, 0]), int(self.packed.blocks[block, 1])
+                what = ERROR_CODES.get(code, f"failed with code {code}")
+                raise GpuExecutionError(
+                    f"{self.ir.name}: rank {rank} threadblock {tb} step {step} (tile {tile}) {what}"
+                )
+
+    def run(self) -> None:
+        self.launch()
+        self.synchronize()
+
+    def get_outputs(self) -> list[np.ndarray]:
+        return [o.get() for o in self.outputs]
+
+    def get_inputs(self) -> list[np.ndarray]:
+        return [i.get() for i in self.inputs]
+
+    def time_us(self, repeats: int = 5, warmup: int = 1) -> list[float]:
+        """Per-launch times from CUDA events on the first device (all devices synchronised)."""
+        cp = self._cp
+        for _ in range(warmup):
+            self.run()
+        times = []
+        first = self._launch_args[0][0]
+        for _ in range(repeats):
+            with cp.cuda.Device(first):
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                start.record()
+            self.launch()
+            for device, _, _ in self._launch_args[1:]:
+                cp.cuda.Device(device).synchronize()
+            with cp.cuda.Device(first):
+                end.record()
+                end.synchronize()
+            self.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
+        return times
+
+    def copy_ceiling_us(self, nbytes: int, repeats: int = 5) -> float:
+        """Median time of a plain device-to-device copy of ``nbytes`` on the first device."""
+        cp = self._cp
+        device = self._launch_args[0][0]
+        with cp.cuda.Device(device):
+            src = cp.ones(max(1, nbytes // 4), dtype=cp.float32)
+            dst = cp.empty_like(src)
+            dst[...] = src
+            times = []
+            for _ in range(repeats):
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                start.record()
+                cp.copyto(dst, src)
+                end.record()
+                end.synchronize()
+                times.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
+        return float(np.median(times))
+
+
+def _alias(ir: IR, inplace: bool):
+    """In-place calls: where the smaller buffer of each rank sits inside the larger one."""
+    if not inplace:
+        return None
+    from synth.collectives import make_collective
+
+    coll = make_collective(ir.collective, ir.num_ranks, ir.chunk_factor, ir.root)
+    if coll.inplace_alias(0) is None:
+        raise XcclError(f"{ir.name}: {ir.collective} has no in-place form")
+    return coll.inplace_alias
