@@ -16,8 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from codegen.ir import IR
-from runtime.cupy.pack import Packed, pack
+from codegen.ir import IR, Buffer
+from runtime import protocol
+from runtime.cupy.pack import Packed, pack, plan_buffers
+from runtime.errors import ExecutionError
+from runtime.program import build_program, call_aliases, chunk_elems
+from runtime.reference import parse_dtype, parse_op
 from topologies.errors import XcclError
 
 __all__ = [
@@ -32,9 +36,6 @@ __all__ = [
 ]
 
 THREADS = 512
-NSLOTS = 8
-SLOTS_PER_TILE = 4
-"""A tile fills half a connection's FIFO, as NCCL's Simple protocol does (chunkSteps 4 of 8)."""
 DTYPES = {
     "float16": "__half",
     "float32": "float",
@@ -56,7 +57,7 @@ class GpuUnavailable(XcclError):
     """CuPy or a CUDA GPU is missing, or the GPUs cannot reach each other."""
 
 
-class GpuExecutionError(XcclError):
+class GpuExecutionError(ExecutionError):
     """The kernel reported an error (a wait timed out: a broken IR, not a hung GPU)."""
 
 
@@ -113,35 +114,48 @@ class CupyExecutor:
     def __init__(
         self,
         ir: IR,
-        count: int,
-        dtype: str,
+        size_bytes: int,
+        dtype: str | np.dtype = "float32",
         op: str = "sum",
+        *,
         inplace: bool = False,
         devices: list[int] | None = None,
-        tile_bytes: int = 2 << 20,
+        tile_bytes: int | None = None,
         timeout_s: float = 10.0,
     ) -> None:
-        if dtype not in DTYPES:
-            raise XcclError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
-        if op not in OPS:
-            raise XcclError(f"op {op!r}: expected one of {', '.join(OPS)}")
-        if count % ir.nchunksperloop:
-            raise XcclError(f"{ir.name}: {count} elements do not split into {ir.nchunksperloop} chunks")
-        cp = self._cp = _cupy()
         self.ir = ir
-        self.dtype = np.dtype(dtype)
-        self.packed: Packed = pack(ir)
-        self.chunk_elems = count // ir.nchunksperloop
-        self.tile_elems = max(1, min(self.chunk_elems, tile_bytes // self.dtype.itemsize))
-        self.slot_elems = max(1, math.ceil(self.tile_elems / SLOTS_PER_TILE))
+        self.program = build_program(ir)  # the same validation and buffer sizes as the NumPy executor
+        self.dtype = parse_dtype(dtype)
+        self.op = parse_op(op)
+        if self.dtype.name not in DTYPES:
+            raise ExecutionError(f"dtype {self.dtype.name}: the GPU kernel supports {', '.join(DTYPES)}")
+        self.size_bytes = size_bytes
+        self.chunk_elems = chunk_elems(ir, size_bytes, self.dtype)
+        proto = protocol.protocol(ir.protocol)
+        tile = proto.tile_bytes if tile_bytes is None else tile_bytes
+        self.tile_elems = max(1, tile // self.dtype.itemsize)
+        # a FIFO of NCCL_STEPS slots; a call (at most one tile of data) fills steps_per_call of them,
+        # as in NCCL (Simple: 4 of 8), so both executors block on the same schedules
+        self.nslots = protocol.NCCL_STEPS
+        self.slot_elems = max(1, math.ceil(self.tile_elems / proto.steps_per_call))
+        self.aliases = call_aliases(self.program, inplace)
         self.timeout_ns = int(timeout_s * 1e9)
+        cp = self._cp = _cupy()
+        self.packed: Packed = pack(ir)
         all_devices = devices if devices is not None else list(range(cp.cuda.runtime.getDeviceCount()))
         self.placement = place(ir.num_ranks, all_devices)
-        self._kernel = _kernel(cp, dtype, op)
+        self._kernel = _kernel(cp, self.dtype.name, self.op)
         self._enable_peers()
         self._check_occupancy()
         self.epoch = 0
-        self._allocate(inplace)
+        self._allocate()
+
+    @property
+    def collective(self):
+        return self.program.collective
+
+    def input_elems(self, rank: int) -> int:
+        return self.program.chunks[rank][Buffer.INPUT] * self.chunk_elems
 
     # -- setup -----------------------------------------------------------------------------
     def _enable_peers(self) -> None:
@@ -184,34 +198,24 @@ class CupyExecutor:
                     f"resident at once ({per_sm} per SM); they wait on each other, so this IR cannot run here"
                 )
 
-    def _allocate(self, inplace: bool) -> None:
-        cp, ir, ce = self._cp, self.ir, self.chunk_elems
-        self.inputs, self.outputs, self.scratch = [], [], []
-        coll_alias = _alias(ir, inplace)
-        for gpu in ir.gpus:
-            with cp.cuda.Device(self.placement.devices[gpu.rank]):
-                out = cp.zeros(max(1, gpu.output_chunks) * ce, dtype=self.dtype)
-                if coll_alias is None:
-                    inp = cp.zeros(max(1, gpu.input_chunks) * ce, dtype=self.dtype)
-                else:
-                    smaller, offset = coll_alias(gpu.rank)
-                    if smaller == "input":
-                        inp = out[offset * ce : (offset + gpu.input_chunks) * ce]
-                    else:  # the output lives inside the input
-                        inp = cp.zeros(max(1, gpu.input_chunks) * ce, dtype=self.dtype)
-                        out = inp[offset * ce : (offset + gpu.output_chunks) * ce]
-                scr = cp.zeros(max(1, gpu.scratch_chunks) * ce, dtype=self.dtype)
-            self.inputs.append(inp)
-            self.outputs.append(out)
-            self.scratch.append(scr)
+    def _allocate(self) -> None:
+        cp, ir = self._cp, self.ir
+
+        def zeros(rank: int, n: int):
+            with cp.cuda.Device(self.placement.devices[rank]):
+                return cp.zeros(n, self.dtype)
+
+        self.inputs, self.outputs_device, self.scratch = plan_buffers(
+            self.program, self.chunk_elems, self.aliases, zeros
+        )
         pointers = np.array(
             [
-                [b.data.ptr for b in (self.inputs[r], self.outputs[r], self.scratch[r])]
+                [b.data.ptr for b in (self.inputs[r], self.outputs_device[r], self.scratch[r])]
                 for r in range(ir.num_ranks)
             ],
             dtype=np.uint64,
         ).reshape(-1)
-        slots = NSLOTS * self.slot_elems
+        slots = self.nslots * self.slot_elems
         conn_rows = []
         self._keep = []  # FIFOs and counters stay alive with the executor
         for c in self.packed.connections:
@@ -243,10 +247,15 @@ class CupyExecutor:
             self._launch_args.append((device, lo, tables))
 
     # -- running ---------------------------------------------------------------------------
-    def set_inputs(self, arrays: list[np.ndarray]) -> None:
+    def load(self, arrays: list[np.ndarray]) -> None:
+        """One input array per rank (the same arrays the NumPy executor takes)."""
         for r, arr in enumerate(arrays):
+            if np.size(arr) != self.input_elems(r):
+                raise ExecutionError(
+                    f"{self.ir.name}: input of rank {r}: expected {self.input_elems(r)} elements"
+                )
             with self._cp.cuda.Device(self.placement.devices[r]):
-                self.inputs[r][...] = self._cp.asarray(arr, dtype=self.dtype)
+                self.inputs[r][...] = self._cp.asarray(np.asarray(arr).reshape(-1), dtype=self.dtype)
 
     def launch(self) -> None:
         """Start the kernels on every device (asynchronously)."""
@@ -269,7 +278,7 @@ class CupyExecutor:
                         np.int64(self.chunk_elems),
                         np.int64(self.tile_elems),
                         np.int64(self.slot_elems),
-                        np.int32(NSLOTS),
+                        np.int32(self.nslots),
                         np.int32(lo),
                         np.uint64(self.epoch),
                         np.uint64(self.timeout_ns),
@@ -294,11 +303,9 @@ class CupyExecutor:
         self.launch()
         self.synchronize()
 
-    def get_outputs(self) -> list[np.ndarray]:
-        return [o.get() for o in self.outputs]
-
-    def get_inputs(self) -> list[np.ndarray]:
-        return [i.get() for i in self.inputs]
+    def outputs(self) -> list[np.ndarray]:
+        """Every rank's output buffer, copied to the host."""
+        return [o.get() for o in self.outputs_device]
 
     def time_us(self, repeats: int = 5, warmup: int = 1) -> list[float]:
         """Per-launch times from CUDA events on the first device (all devices synchronised)."""
@@ -338,15 +345,3 @@ class CupyExecutor:
                 end.synchronize()
                 times.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
         return float(np.median(times))
-
-
-def _alias(ir: IR, inplace: bool):
-    """In-place calls: where the smaller buffer of each rank sits inside the larger one."""
-    if not inplace:
-        return None
-    from synth.collectives import make_collective
-
-    coll = make_collective(ir.collective, ir.num_ranks, ir.chunk_factor, ir.root)
-    if coll.inplace_alias(0) is None:
-        raise XcclError(f"{ir.name}: {ir.collective} has no in-place form")
-    return coll.inplace_alias

@@ -20,7 +20,16 @@ import numpy as np
 from codegen.ir import IR, Buffer, OpType
 from topologies.errors import XcclError
 
-__all__ = ["BUF_CODES", "OP_CODES", "STEP_STRIDE", "Connection", "PackError", "Packed", "pack"]
+__all__ = [
+    "BUF_CODES",
+    "OP_CODES",
+    "STEP_STRIDE",
+    "Connection",
+    "PackError",
+    "Packed",
+    "pack",
+    "plan_buffers",
+]
 
 OP_CODES: dict[OpType, int] = {
     OpType.SEND: 0,
@@ -153,3 +162,26 @@ def pack(ir: IR) -> Packed:
     steps = np.array(step_rows, dtype=np.int32).reshape(-1, STEP_FIELDS)
     deps = np.array(dep_rows, dtype=np.int32).reshape(-1, 2)
     return Packed(blocks, steps, deps, tuple(connections), tuple(rank_blocks))
+
+
+def plan_buffers(program, chunk_elems: int, aliases, zeros) -> tuple[list, list, list]:
+    """Every rank's input, output and scratch arrays, made with ``zeros(rank, elements)``; for an
+    in-place call (``aliases[rank]`` = (smaller buffer, first chunk)) the smaller buffer is a slice
+    of the larger one. Shared by the GPU executor (CuPy arrays) and the CPU emulation (NumPy)."""
+    inputs, outputs, scratch = [], [], []
+    ce = chunk_elems
+    for rank, sizes in enumerate(program.chunks):
+        n_in, n_out = sizes[Buffer.INPUT] * ce, sizes[Buffer.OUTPUT] * ce
+        alias = aliases[rank]
+        if alias is None:
+            inp, out = zeros(rank, max(1, n_in)), zeros(rank, max(1, n_out))
+        elif alias[0] == "input":  # the input is a slice of the output
+            out = zeros(rank, max(1, n_out))
+            inp = out[alias[1] * ce : alias[1] * ce + n_in]
+        else:  # the output is a slice of the input
+            inp = zeros(rank, max(1, n_in))
+            out = inp[alias[1] * ce : alias[1] * ce + n_out]
+        inputs.append(inp)
+        outputs.append(out)
+        scratch.append(zeros(rank, max(1, sizes[Buffer.SCRATCH] * ce)))
+    return inputs, outputs, scratch
