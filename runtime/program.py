@@ -16,10 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from codegen.ir import IR, Buffer, Dep, OpType, Ref
 from runtime.errors import ExecutionError
 from synth.collectives import Collective, CollectiveError, make_collective
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "MAX_REDUCE_FUSION",
@@ -28,6 +32,8 @@ __all__ = [
     "TbProgram",
     "Transmission",
     "build_program",
+    "call_aliases",
+    "chunk_elems",
     "collective_of",
 ]
 
@@ -256,3 +262,37 @@ def build_program(ir: IR) -> Program:
         for key in sorted(set(senders) | set(receivers))
     }
     return Program(ir, coll, tuple(tbs), chunks, connections)
+
+
+def chunk_elems(ir: IR, size_bytes: int, dtype: np.dtype) -> int:
+    """Elements per MSCCL chunk; sizes the runtime would not select this algorithm for are errors."""
+    item = dtype.itemsize
+    ncpl = ir.nchunksperloop
+    if size_bytes < 1 or size_bytes % item:
+        raise ExecutionError(f"{ir.name}: size {size_bytes} B: expected a positive multiple of {item} B")
+    elems = size_bytes // item
+    if elems % ncpl:
+        raise ExecutionError(
+            f"{ir.name}: size {size_bytes} B: {elems} {dtype.name} elements are not divisible by "
+            f"nchunksperloop {ncpl}, so the runtime would not select this algorithm "
+            f"(use a multiple of {ncpl * item} B)"
+        )
+    return elems // ncpl
+
+
+def call_aliases(program: Program, inplace: bool) -> list[tuple[str, int] | None]:
+    """Where each rank's smaller buffer sits inside its larger one for an in-place call (None for
+    out-of-place calls); errors where the IR is not marked for this kind of call."""
+    ir, coll = program.ir, program.collective
+    if not inplace:
+        if not ir.outofplace:
+            raise ExecutionError(f"{ir.name}: the IR is not marked for out-of-place calls (outofplace=0)")
+        return [None] * ir.num_ranks
+    if not ir.inplace:
+        raise ExecutionError(
+            f"{ir.name}: the IR is not marked for in-place calls (inplace=0), so the runtime "
+            "would not select it for one"
+        )
+    if coll is None or coll.inplace_alias(0) is None:
+        raise ExecutionError(f"{ir.name}: {ir.collective} has no in-place form")
+    return [coll.inplace_alias(r) for r in range(ir.num_ranks)]

@@ -29,7 +29,7 @@ from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
 from runtime.numpy.memory import Message, RankMemory
 from runtime.numpy.ops import HANDLERS, Call
-from runtime.program import Connection, Program, TbProgram, build_program
+from runtime.program import Connection, Program, TbProgram, build_program, call_aliases, chunk_elems
 from runtime.reference import REDUCTIONS, parse_dtype, parse_op
 from synth.collectives import Collective
 
@@ -80,14 +80,14 @@ class NumpyExecutor:
         self.ufunc = REDUCTIONS[self.op]
         self.inplace = inplace
         self.size_bytes = size_bytes
-        self.chunk_elems = _chunk_elems(ir, size_bytes, self.dtype)
+        self.chunk_elems = chunk_elems(ir, size_bytes, self.dtype)
         tile = protocol.tile_bytes(ir.protocol) if tile_bytes is None else tile_bytes
         self.layout = protocol.layout(self.chunk_elems, self.dtype.itemsize, tile)
         self.fifo_depth = protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth
         if self.fifo_depth < 1:
             raise ExecutionError(f"fifo depth {self.fifo_depth}: expected at least 1 call")
         self.schedule_seed = schedule_seed
-        aliases = _aliases(self.program, inplace)
+        aliases = call_aliases(self.program, inplace)
         self.memory = [
             RankMemory(self.program.chunks[r], self.chunk_elems, self.layout.ntiles, self.dtype, aliases[r])
             for r in range(ir.num_ranks)
@@ -281,35 +281,3 @@ def _enqueue(tb: _Tb, ready: deque, first: bool = False) -> None:
 
 def _unread(conn: Connection) -> str:
     return "" if conn.receiver is not None else "; no threadblock receives on this connection"
-
-
-def _chunk_elems(ir: IR, size_bytes: int, dtype: np.dtype) -> int:
-    """Elements per MSCCL chunk; sizes the runtime would not select this algorithm for are errors."""
-    item = dtype.itemsize
-    ncpl = ir.nchunksperloop
-    if size_bytes < 1 or size_bytes % item:
-        raise ExecutionError(f"{ir.name}: size {size_bytes} B: expected a positive multiple of {item} B")
-    elems = size_bytes // item
-    if elems % ncpl:
-        raise ExecutionError(
-            f"{ir.name}: size {size_bytes} B: {elems} {dtype.name} elements are not divisible by "
-            f"nchunksperloop {ncpl}, so the runtime would not select this algorithm "
-            f"(use a multiple of {ncpl * item} B)"
-        )
-    return elems // ncpl
-
-
-def _aliases(program: Program, inplace: bool) -> list[tuple[str, int] | None]:
-    ir, coll = program.ir, program.collective
-    if not inplace:
-        if not ir.outofplace:
-            raise ExecutionError(f"{ir.name}: the IR is not marked for out-of-place calls (outofplace=0)")
-        return [None] * ir.num_ranks
-    if not ir.inplace:
-        raise ExecutionError(
-            f"{ir.name}: the IR is not marked for in-place calls (inplace=0), so the runtime "
-            "would not select it for one"
-        )
-    if coll is None or coll.inplace_alias(0) is None:
-        raise ExecutionError(f"{ir.name}: {ir.collective} has no in-place form")
-    return [coll.inplace_alias(r) for r in range(ir.num_ranks)]

@@ -1,0 +1,187 @@
+"""Pack an IR into the flat integer tables the GPU kernel interprets (no GPU needed).
+
+Tables (layouts mirror the structs in ``xccl_kernel.cu``):
+
+- ``blocks[b]``: rank, tb id, send connection, receive connection, first step, step count (+ padding);
+  blocks are ordered by rank, then threadblock id, so one device's ranks form one contiguous range.
+- ``steps[k]``: op code, src buffer, src offset, dst buffer, dst offset, count, first dependency,
+  dependency count, has_dep (+ padding).
+- ``deps[d]``: (global block index, step index) on the same rank.
+- ``connections``: one per (sender, receiver, channel); the sender's and the receiver's threadblocks
+  name the same index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from codegen.ir import IR, Buffer, OpType
+from topologies.errors import XcclError
+
+__all__ = [
+    "BUF_CODES",
+    "OP_CODES",
+    "STEP_STRIDE",
+    "Connection",
+    "PackError",
+    "Packed",
+    "pack",
+    "plan_buffers",
+]
+
+OP_CODES: dict[OpType, int] = {
+    OpType.SEND: 0,
+    OpType.RECV: 1,
+    OpType.RECV_COPY_SEND: 2,
+    OpType.RECV_REDUCE_SEND: 3,
+    OpType.RECV_REDUCE_COPY: 4,
+    OpType.RECV_REDUCE_COPY_SEND: 5,
+    OpType.COPY: 6,
+    OpType.REDUCE: 7,
+    OpType.NOP: 8,
+}
+BUF_CODES: dict[Buffer, int] = {Buffer.INPUT: 0, Buffer.OUTPUT: 1, Buffer.SCRATCH: 2}
+STEP_STRIDE = 4096
+"""``XCCL_STEP_STRIDE`` in the kernel: a threadblock may hold fewer steps than this."""
+BLOCK_FIELDS = 12
+STEP_FIELDS = 10
+
+
+class PackError(XcclError):
+    """An IR the kernel cannot run (unmatched connection, too many steps)."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    sender: int
+    receiver: int
+    channel: int
+
+
+@dataclass(frozen=True, eq=False)
+class Packed:
+    blocks: np.ndarray
+    steps: np.ndarray
+    deps: np.ndarray
+    connections: tuple[Connection, ...]
+    rank_blocks: tuple[tuple[int, int], ...]
+    """``rank_blocks[r]``: the half-open range of global block indices of rank ``r``."""
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.blocks.shape[0])
+
+    def block_range(self, ranks: range) -> tuple[int, int]:
+        """Global blocks of a contiguous range of ranks (one device's launch)."""
+        return self.rank_blocks[ranks.start][0], self.rank_blocks[ranks.stop - 1][1]
+
+
+def pack(ir: IR) -> Packed:
+    """Flatten ``ir``; raise :class:`PackError` where the runtime could not execute it."""
+    where = f"{ir.name}"
+    order: list[tuple[int, int]] = []  # (rank, tb id) per global block
+    global_index: dict[tuple[int, int], int] = {}
+    rank_blocks = []
+    for gpu in ir.gpus:
+        begin = len(order)
+        for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
+            global_index[(gpu.rank, tb.id)] = len(order)
+            order.append((gpu.rank, tb.id))
+        rank_blocks.append((begin, len(order)))
+
+    senders: dict[tuple[int, int, int], int] = {}
+    receivers: dict[tuple[int, int, int], int] = {}
+    for gpu in ir.gpus:
+        for tb in gpu.threadblocks:
+            b = global_index[(gpu.rank, tb.id)]
+            if tb.send is not None:
+                key = (gpu.rank, tb.send, tb.channel)
+                if key in senders:
+                    raise PackError(
+                        f"{where}: rank {gpu.rank}: two threadblocks send to rank {tb.send} on channel {tb.channel}"
+                    )
+                senders[key] = b
+            if tb.recv is not None:
+                key = (tb.recv, gpu.rank, tb.channel)
+                if key in receivers:
+                    raise PackError(
+                        f"{where}: rank {gpu.rank}: two threadblocks receive from rank {tb.recv} on channel {tb.channel}"
+                    )
+                receivers[key] = b
+    conn_index: dict[tuple[int, int, int], int] = {}
+    connections = []
+    for key in sorted(set(senders) | set(receivers)):
+        if key not in senders or key not in receivers:
+            side = (
+                f"no threadblock of rank {key[0]} sends"
+                if key not in senders
+                else f"no threadblock of rank {key[1]} receives"
+            )
+            raise PackError(f"{where}: connection {key[0]} -> {key[1]} channel {key[2]}: {side}")
+        conn_index[key] = len(connections)
+        connections.append(Connection(*key))
+
+    blocks = np.zeros((len(order), BLOCK_FIELDS), dtype=np.int32)
+    step_rows: list[list[int]] = []
+    dep_rows: list[tuple[int, int]] = []
+    for gpu in ir.gpus:
+        for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
+            b = global_index[(gpu.rank, tb.id)]
+            if len(tb.ops) >= STEP_STRIDE:
+                raise PackError(
+                    f"{where}: rank {gpu.rank} threadblock {tb.id}: {len(tb.ops)} steps, at most {STEP_STRIDE - 1}"
+                )
+            send_conn = conn_index[(gpu.rank, tb.send, tb.channel)] if tb.send is not None else -1
+            recv_conn = conn_index[(tb.recv, gpu.rank, tb.channel)] if tb.recv is not None else -1
+            blocks[b, :6] = (gpu.rank, tb.id, send_conn, recv_conn, len(step_rows), len(tb.ops))
+            for k, op in enumerate(tb.ops):
+                first_dep = len(dep_rows)
+                for dep in op.deps:
+                    target = global_index.get((gpu.rank, dep.tb))
+                    if target is None:
+                        raise PackError(
+                            f"{where}: rank {gpu.rank} threadblock {tb.id} step {k}: depends on missing threadblock {dep.tb}"
+                        )
+                    dep_rows.append((target, dep.op))
+                step_rows.append(
+                    [
+                        OP_CODES[op.type],
+                        BUF_CODES[op.src.buffer] if op.src is not None else -1,
+                        op.src.index if op.src is not None else 0,
+                        BUF_CODES[op.dst.buffer] if op.dst is not None else -1,
+                        op.dst.index if op.dst is not None else 0,
+                        op.count if op.type is not OpType.NOP else 0,
+                        first_dep,
+                        len(op.deps),
+                        int(op.has_dep),
+                        0,
+                    ]
+                )
+    steps = np.array(step_rows, dtype=np.int32).reshape(-1, STEP_FIELDS)
+    deps = np.array(dep_rows, dtype=np.int32).reshape(-1, 2)
+    return Packed(blocks, steps, deps, tuple(connections), tuple(rank_blocks))
+
+
+def plan_buffers(program, chunk_elems: int, aliases, zeros) -> tuple[list, list, list]:
+    """Every rank's input, output and scratch arrays, made with ``zeros(rank, elements)``; for an
+    in-place call (``aliases[rank]`` = (smaller buffer, first chunk)) the smaller buffer is a slice
+    of the larger one. Shared by the GPU executor (CuPy arrays) and the CPU emulation (NumPy)."""
+    inputs, outputs, scratch = [], [], []
+    ce = chunk_elems
+    for rank, sizes in enumerate(program.chunks):
+        n_in, n_out = sizes[Buffer.INPUT] * ce, sizes[Buffer.OUTPUT] * ce
+        alias = aliases[rank]
+        if alias is None:
+            inp, out = zeros(rank, max(1, n_in)), zeros(rank, max(1, n_out))
+        elif alias[0] == "input":  # the input is a slice of the output
+            out = zeros(rank, max(1, n_out))
+            inp = out[alias[1] * ce : alias[1] * ce + n_in]
+        else:  # the output is a slice of the input
+            inp = zeros(rank, max(1, n_in))
+            out = inp[alias[1] * ce : alias[1] * ce + n_out]
+        inputs.append(inp)
+        outputs.append(out)
+        scratch.append(zeros(rank, max(1, sizes[Buffer.SCRATCH] * ce)))
+    return inputs, outputs, scratch
