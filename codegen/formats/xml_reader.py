@@ -24,7 +24,7 @@ from codegen.dialects import DIALECTS
 from codegen.errors import XmlFormatError
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
 
-__all__ = ["read_xml", "strtol"]
+__all__ = ["read_xml", "strtol", "xml_dialect"]
 
 MSCCL_DEFAULT_MAX_BYTES = 1 << 27
 _SPACE = " \n\r"
@@ -198,6 +198,14 @@ def _collective(coll: str, lex: _Lexer, node: _Node) -> str:
         if ours is not None:
             return ours
     raise lex.fail(f"<algo>: coll {coll!r} is not a collective either runtime runs", node.line)
+
+
+def xml_dialect(text: str, where: str = "<xml>") -> str:
+    """The dialect a file is written in: ``azure`` if ``<algo>`` carries ``outofplace``."""
+    got = _Lexer(text, where).element()
+    if got is None or got[0].name != "algo":
+        raise XmlFormatError(f"{where}:1: the first element must be <algo ...>")
+    return "azure" if "outofplace" in got[0].attrs else "msccl"
 
 
 def read_xml(text: str, where: str = "<xml>") -> IR:
