@@ -59,11 +59,10 @@ def find_problems(ir: IR, dialect: str | Dialect | None = None, final: bool = Tr
         return out
     for gpu in ir.gpus:
         out.extend(_check_gpu(ir, gpu, final))
-    if out:
-        return out
-    out.extend(_check_connections(ir))
-    if not out:
-        out.extend(_check_deadlock(ir))
+    if not out:  # the flow checks need a sound structure
+        out.extend(_check_connections(ir))
+        if not out:
+            out.extend(_check_deadlock(ir))
     if dialect is not None:
         out.extend(_check_dialect(ir, get_dialect(dialect)))
     return out

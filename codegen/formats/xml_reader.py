@@ -127,9 +127,10 @@ class _Lexer:
             return node, True
         if c != ">":
             what = "a newline" if c in "\n\r" else repr(c)
-            raise self.fail(
+            raise self.fail(  # reported at the element's line: the attributes belong there
                 f"<{name}>: expected ' ', '/>' or '>' after an attribute, got {what} "
-                "(all attributes of an element go on its line, separated by single spaces)"
+                "(all attributes of an element go on its line, separated by single spaces)",
+                line,
             )
         return node, False
 
