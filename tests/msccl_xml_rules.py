@@ -340,7 +340,7 @@ def _gpu(
             if typ in ("rrc", "rrs", "rrcs"):  # the local operand is read: it must be a real chunk
                 checks.append(("local src", vals["srcbuf"], num["srcoff"]))
             for what, buf, off in checks:
-                if not 0 <= off or off + max(num["cnt"], 1) > sizes[buf]:
+                if not off >= 0 or off + max(num["cnt"], 1) > sizes[buf]:
                     out.append(f"{sw}: {what} {buf}[{off}] x{num['cnt']} outside {sizes[buf]} chunks")
             if num["depid"] >= 0:
                 if num["depid"] > 127:

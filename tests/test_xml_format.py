@@ -102,7 +102,7 @@ def test_the_writer_refuses_what_the_runtime_would():
 
 # -- reading what other tools write ------------------------------------------------------------
 
-MSCCL_TOOLS_STYLE = """<algo name="two" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allreduce" inplace="1">
+MSCCL_TOOLS_STYLE = """<algo name="2" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allreduce" inplace="1">
   <gpu id="0" i_chunks="2" o_chunks="0" s_chunks="0">
     <tb id="0" send="1" recv="1" chan="0">
       <step s="0" type="s" srcbuf="i" srcoff="1" dstbuf="i" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
