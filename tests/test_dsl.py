@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import re
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +156,11 @@ def test_without_a_topology_any_pair_may_talk():
     prog = Program("p", None, make_collective("allgather", 3))
     prog.chunk(0, "input", 0).copy(2, "output", 0)
     assert prog.num_ops == 1
+
+
+def test_the_example_in_the_docs_runs():
+    text = (Path(__file__).parent.parent / "docs" / "dsl.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict = {}
+    exec(compile(code, "docs/dsl.md", "exec"), scope)
+    assert scope["prog"].check() == ()

@@ -4,8 +4,9 @@ Instructions that must share a channel form a *flow*: a send and its receive (on
 the two transfers of a fused op (one threadblock), and everything the user put in one threadblock.
 Flows take the user's channel if given, else channels ``0 .. channels-1`` round robin. A flow
 moves to the next channel when the one it would take cannot hold it: on some connection its
-transfers would be received in another order than sent (the global order decides both), or a
-threadblock would need two send peers or two receive peers. Instance ``i`` of a replicated
+transfers would be received in another order than sent (the global order decides both), a
+threadblock would need two send peers or two receive peers, or a rank would talk to more than
+32 peers in one direction on the channel (the runtimes' threadblocks per channel). Instance ``i`` of a replicated
 program uses channels ``i * K .. i * K + K - 1`` where ``K`` is the channels one instance needs.
 """
 
@@ -23,6 +24,9 @@ __all__ = ["MAX_CHANNELS", "assign_channels"]
 
 MAX_CHANNELS = 32
 """NCCL's MAXCHANNELS: no runtime accepts more."""
+
+MAX_PEERS_PER_CHANNEL = 32
+"""Sending (and receiving) threadblocks per channel the runtimes allow: one per peer."""
 
 
 class _Flows:
@@ -82,6 +86,7 @@ def assign_channels(dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CH
     # state per (instance, local channel)
     fifo: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # (src, dst, inst, ch) -> sorted pairs
     owner: dict[tuple, str] = {}  # (rank, inst, ch, "send"|"recv", peer) -> group key
+    peers: dict[tuple, set] = defaultdict(set)  # (rank, inst, ch, "send"|"recv") -> peers
     local: dict[int, int] = {}
     auto = 0
     for flow in sorted(members.values(), key=lambda m: pos[m[0]]):
@@ -104,8 +109,8 @@ def assign_channels(dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CH
             auto += 1
         inst = first.instance
         for ch in candidates:
-            if _fits(dag, transfers, pinned, inst, ch, fifo, owner):
-                _commit(dag, transfers, pinned, inst, ch, fifo, owner)
+            if _fits(dag, transfers, pinned, inst, ch, fifo, owner, peers):
+                _commit(dag, transfers, pinned, inst, ch, fifo, owner, peers)
                 for i in flow:
                     local[i] = ch
                 break
@@ -143,8 +148,15 @@ def _check_hinted_threadblocks(dag: InstrDAG, groups: dict[int, tuple]) -> None:
             )
 
 
-def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owner: dict) -> bool:
+def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owner: dict, peers: dict) -> bool:
     pos = dag.position
+    added: dict[tuple, set] = defaultdict(set)
+    for s, r in transfers:
+        a, b = dag.instrs[s].rank, dag.instrs[r].rank
+        added[(a, inst, ch, "send")].add(b)
+        added[(b, inst, ch, "recv")].add(a)
+    if any(len(peers[key] | new) > MAX_PEERS_PER_CHANNEL for key, new in added.items()):
+        return False
     trial: dict[tuple, list[tuple[int, int]]] = {}
     for s, r in transfers:
         key = (dag.instrs[s].rank, dag.instrs[r].rank, inst, ch)
@@ -166,10 +178,15 @@ def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owne
     return True
 
 
-def _commit(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owner: dict) -> None:
+def _commit(
+    dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owner: dict, peers: dict
+) -> None:
     pos = dag.position
     for s, r in transfers:
-        bisect.insort(fifo[(dag.instrs[s].rank, dag.instrs[r].rank, inst, ch)], (pos[s], pos[r]))
+        a, b = dag.instrs[s].rank, dag.instrs[r].rank
+        bisect.insort(fifo[(a, b, inst, ch)], (pos[s], pos[r]))
+        peers[(a, inst, ch, "send")].add(b)
+        peers[(b, inst, ch, "recv")].add(a)
     for rank, key, send, recv in pinned:
         for side, peer in (("send", send), ("recv", recv)):
             if peer is not None:
