@@ -236,6 +236,11 @@ class Program:
         for hint, what in ((op.sendtb, "sendtb"), (op.recvtb, "recvtb"), (op.channel, "channel")):
             if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
                 raise DslError(f"{self.name}: {what}: expected an integer >= 0 or None, got {hint!r}")
+        if op.dst.buffer == "input" and not self.inplace:
+            raise DslError(
+                f"{self.name}: {op.kind} into rank {op.dst.rank} input[{op.dst.index}]: the input of an "
+                "out-of-place call is read-only (use scratch or output, or inplace=True)"
+            )
         if (
             op.src.rank != op.dst.rank
             and self._links is not None
@@ -273,7 +278,7 @@ class Program:
             slices[op.dst.buffer] = max(slices.get(op.dst.buffer, 0), op.dst.index + op.count)
         self._ops.append(op)
 
-    def _scratch_index(self, rank: int, name: str, index: int | None, size: int) -> int:
+    def _scratch_index(self, rank: int, name: str, index: int | None) -> int:
         if index is None or index == -1:
             return self._slices[rank].get(name, 0)
         return index
@@ -395,7 +400,7 @@ class ChunkRef:
         prog._check_rank(rank, what)
         name = self.buffer if buffer is None else prog._buffer_name(buffer)
         if prog._size(name) is None:
-            index = prog._scratch_index(rank, name, index, self.size)
+            index = prog._scratch_index(rank, name, index)
         elif index is None:
             index = self.index
         prog._check_range(rank, name, index, self.size, what)

@@ -5,7 +5,8 @@ Non-combining collectives: a chunk arrives in its output slot where the receiver
 a scratch slot (a relay); ranks' own chunks are copied from input to output (not in place).
 Combining collectives (``Send.chunk`` is an address): each rank keeps one partial sum per address,
 first in its input slot (its own contribution, never written out of place), then in its *home*
-slot: its output slot for that address, else scratch (in place: the input slot itself). A reduce
+slot: its output slot for that address (in place: the input slot, which is that output slot),
+else scratch, so no input slot but an output is ever written. A reduce
 into a rank whose partial still sits in the input writes the home slot directly (``rrc`` with the
 input as local operand). All sends of a step read the state the previous step left: within a
 step, an op that reads a slot is traced before one that writes it; where two ops each write what
@@ -110,10 +111,9 @@ class _Combining:
     def home(self, rank: int, addr: int) -> Where:
         key = (rank, addr)
         if key not in self.homes:
-            if self.prog.inplace and self.partial[key][0] == "input":
-                self.homes[key] = self.partial[key]
-            elif key in self.out_slot:
-                self.homes[key] = ("output", self.out_slot[key])
+            if key in self.out_slot:
+                # in place the input slot is the output slot: reduce where the contribution lies
+                self.homes[key] = self.partial[key] if self.prog.inplace else ("output", self.out_slot[key])
             else:
                 self.homes[key] = self.scratch.take(rank)
         return self.homes[key]

@@ -164,3 +164,12 @@ def test_the_example_in_the_docs_runs():
     scope: dict = {}
     exec(compile(code, "docs/dsl.md", "exec"), scope)
     assert scope["prog"].check() == ()
+
+
+def test_out_of_place_programs_may_not_write_their_input():
+    prog = Program("p", "ring:4", "allreduce")
+    with pytest.raises(DslError, match="read-only"):
+        prog.chunk(0, "input", 0).reduce(prog.chunk(1, "input", 0))
+    inplace = Program("q", "ring:4", "allreduce", inplace=True)
+    inplace.chunk(0, "input", 0).reduce(inplace.chunk(1, "input", 0))
+    assert inplace.num_ops == 1

@@ -39,10 +39,10 @@ def _kind(source: str) -> str:
     path = Path(source)
     if source.endswith(".xml"):
         return "ir"
-    if source.endswith(".json") and path.is_file():
+    if source.endswith(".json"):  # an IR says so in its format field; a missing file is reported later
         try:
             fmt = json.loads(path.read_text()).get("format")
-        except (json.JSONDecodeError, AttributeError, OSError):
+        except (json.JSONDecodeError, AttributeError, OSError, UnicodeDecodeError):
             fmt = None
         return "ir" if fmt == "xccl-ir/1" else "algorithm"
     raise DslError(
