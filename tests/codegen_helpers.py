@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ir_interpreter import execute
 
 from codegen.compiler import compile_program
@@ -10,7 +12,7 @@ from codegen.ir import IR
 from codegen.passes import DEFAULT_PIPELINE
 from codegen.pipeline import CompileOptions, run_pipeline
 
-__all__ = ["compile_and_run", "stage_after", "steps_of"]
+__all__ = ["compile_and_run", "map_ops", "stage_after", "steps_of"]
 
 
 def stage_after(program: Program, last: str, **options) -> object:
@@ -30,3 +32,15 @@ def compile_and_run(program: Program, seeds=(None, 1, 2), **options) -> IR:
 
 def steps_of(ir: IR) -> list:
     return [op for g in ir.gpus for tb in g.threadblocks for op in tb.ops]
+
+
+def map_ops(ir: IR, change) -> IR:
+    """``ir`` with ``change(op)`` applied to every op."""
+    gpus = tuple(
+        replace(
+            g,
+            threadblocks=tuple(replace(tb, ops=tuple(change(op) for op in tb.ops)) for tb in g.threadblocks),
+        )
+        for g in ir.gpus
+    )
+    return replace(ir, gpus=gpus)

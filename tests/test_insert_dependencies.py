@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from codegen_helpers import stage_after
+from codegen_helpers import map_ops, stage_after
 from ir_interpreter import ExecutionError, execute
 
 from codegen.chunk_dag import DepKind
@@ -86,16 +86,7 @@ def test_dropping_the_waits_breaks_the_result():
     """The waits matter: without them some interleaving reads data before it is written."""
     ir = stage_after(allpairs_allreduce.program(4), "size_buffers")
     execute(ir, seed=0)
-    gpus = tuple(
-        replace(
-            g,
-            threadblocks=tuple(
-                replace(tb, ops=tuple(replace(op, deps=()) for op in tb.ops)) for tb in g.threadblocks
-            ),
-        )
-        for g in ir.gpus
-    )
-    broken = replace(ir, gpus=gpus)
+    broken = map_ops(ir, lambda op: replace(op, deps=()))
     with pytest.raises(ExecutionError):
         for seed in range(20):
             execute(broken, seed=seed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from codegen_helpers import stage_after
+from codegen_helpers import map_ops, stage_after
 
 from codegen.check import check_ir
 from codegen.errors import IRCheckError
@@ -24,32 +24,8 @@ def test_marks_exactly_the_awaited_steps():
 
 def test_stale_marks_are_removed_and_missing_ones_are_caught():
     ir = mark_has_dep(stage_after(allpairs_allreduce.program(4), "fold_deps_into_nops"))
-    every = replace(
-        ir,
-        gpus=tuple(
-            replace(
-                g,
-                threadblocks=tuple(
-                    replace(tb, ops=tuple(replace(op, has_dep=True) for op in tb.ops))
-                    for tb in g.threadblocks
-                ),
-            )
-            for g in ir.gpus
-        ),
-    )
+    every = map_ops(ir, lambda op: replace(op, has_dep=True))
     assert mark_has_dep(every) == ir
-    none = replace(
-        every,
-        gpus=tuple(
-            replace(
-                g,
-                threadblocks=tuple(
-                    replace(tb, ops=tuple(replace(op, has_dep=False) for op in tb.ops))
-                    for tb in g.threadblocks
-                ),
-            )
-            for g in every.gpus
-        ),
-    )
+    none = map_ops(ir, lambda op: replace(op, has_dep=False))
     with pytest.raises(IRCheckError, match="waits for this step, but hasdep is not set"):
         check_ir(none)
