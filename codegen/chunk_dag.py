@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from codegen.errors import CodegenError
 from codegen.ir import Buffer, Ref
+from synth.collectives import Collective
 
 __all__ = [
     "Alias",
@@ -24,6 +25,7 @@ __all__ = [
     "Loc",
     "ProgramInfo",
     "Side",
+    "aliases_of",
     "build_chunk_dag",
 ]
 
@@ -64,6 +66,20 @@ class Alias:
     small: Buffer
     large: Buffer
     offset: int
+
+
+def aliases_of(collective: Collective) -> tuple[Alias | None, ...]:
+    """Per rank, where in-place calls put the smaller buffer (``Collective.inplace_alias``)."""
+    out = []
+    for rank in range(collective.num_ranks):
+        alias = collective.inplace_alias(rank)
+        if alias is None:
+            out.append(None)
+        else:
+            small = Buffer.INPUT if alias[0] == "input" else Buffer.OUTPUT
+            large = Buffer.OUTPUT if small is Buffer.INPUT else Buffer.INPUT
+            out.append(Alias(small, large, alias[1]))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

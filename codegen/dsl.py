@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
-from codegen.chunk_dag import Alias, ChunkDAG, ChunkOp, Loc, ProgramInfo, build_chunk_dag
+from codegen.chunk_dag import ChunkDAG, ChunkOp, Loc, ProgramInfo, aliases_of, build_chunk_dag
 from codegen.errors import DslError
 from codegen.ir import Buffer
 from synth.collectives import Collective, make_collective
@@ -44,6 +44,8 @@ _NAMES = {
     "scratch": "scratch",
     "s": "scratch",
 }
+
+_BUFFER_NAMES = {Buffer.INPUT: "input", Buffer.OUTPUT: "output", Buffer.SCRATCH: "scratch"}
 
 Value = tuple[int, ...]
 """What a slot holds: the sorted ids of the collective's chunks reduced into it (one id for a copy)."""
@@ -144,6 +146,7 @@ class Program:
         self.instances = instances
         self.protocol = protocol
         self.inplace = inplace
+        self._aliases = aliases_of(collective)
         self._links = None if self.topology is None else frozenset(self.topology.logical().links)
         self._ops: list[_Op] = []
         self._slices: list[dict[str, int]] = [{} for _ in range(collective.num_ranks)]
@@ -190,7 +193,7 @@ class Program:
 
     def _buffer_name(self, buffer: str | Buffer) -> str:
         if isinstance(buffer, Buffer):
-            return {"i": "input", "o": "output", "s": "scratch"}[buffer.value]
+            return _BUFFER_NAMES[buffer]
         if not isinstance(buffer, str) or not buffer:
             raise DslError(
                 f"{self.name}: buffer: expected input, output, scratch or a slice name, got {buffer!r}"
@@ -221,11 +224,10 @@ class Program:
             )
 
     def _canon(self, slot: _Slot) -> tuple[int, str, int]:
-        if self.inplace and slot.buffer in ("input", "output"):
-            small, offset = self.collective.inplace_alias(slot.rank)
-            if slot.buffer == small:
-                large = "output" if small == "input" else "input"
-                return slot.rank, large, offset + slot.index
+        """The physical slot (in place, the smaller buffer lies in the larger: ``Alias``)."""
+        alias = self._aliases[slot.rank] if self.inplace else None
+        if alias is not None and slot.buffer == _BUFFER_NAMES[alias.small]:
+            return slot.rank, _BUFFER_NAMES[alias.large], alias.offset + slot.index
         return slot.rank, slot.buffer, slot.index
 
     def _value(self, slot: _Slot) -> Value | None:
@@ -322,15 +324,6 @@ class Program:
     # -- compilation -----------------------------------------------------------------------
     def info(self) -> ProgramInfo:
         coll = self.collective
-        aliases = []
-        for r in range(self.num_ranks):
-            alias = coll.inplace_alias(r)
-            if alias is None:
-                aliases.append(None)
-            else:
-                small = Buffer.INPUT if alias[0] == "input" else Buffer.OUTPUT
-                large = Buffer.OUTPUT if small is Buffer.INPUT else Buffer.INPUT
-                aliases.append(Alias(small, large, alias[1]))
         return ProgramInfo(
             name=self.name,
             collective=coll.name,
@@ -342,7 +335,7 @@ class Program:
             nchunksperloop=coll.size_chunks,
             protocol=self.protocol,
             inplace=self.inplace,
-            aliases=tuple(aliases),
+            aliases=self._aliases,
         )
 
     def chunk_dag(self) -> ChunkDAG:
