@@ -217,3 +217,16 @@ class IR:
 
     def gpu(self, rank: int) -> Gpu:
         return self.gpus[rank]
+
+    def describe(self) -> str:
+        """A readable listing: one line per threadblock header and per op."""
+        lines = [
+            f"{self.name}: {self.collective} on {self.num_ranks} ranks, {self.nchunksperloop} chunks per loop, "
+            f"{self.nchannels} channel(s), protocol {self.protocol}"
+        ]
+        for g in self.gpus:
+            lines.append(f"  rank {g.rank} (i={g.input_chunks} o={g.output_chunks} s={g.scratch_chunks}):")
+            for tb in g.threadblocks:
+                lines.append(f"    tb {tb.id} send={tb.send} recv={tb.recv} ch={tb.channel}")
+                lines.extend(f"      {k}: {op}" for k, op in enumerate(tb.ops))
+        return "\n".join(lines)

@@ -1,0 +1,396 @@
+"""The static checker: prove what the runtimes need before an IR is written or run.
+
+Universal rules: threadblock ids 0..k-1, peers that exist, at most one threadblock per (channel,
+peer) and direction, ops that fit their threadblock's peers, offsets inside the buffers, dependencies
+that name existing steps; on every connection (sender, receiver, channel) the sender's counts equal
+the receiver's, in order; no cycle through dependencies, program order and connection order
+together (a cycle is a deadlock). ``final`` adds: every awaited step has ``has_dep``. A dialect adds
+its limits: steps per threadblock, threadblocks, channels, count, one dependency per step (extras
+in nops, each followed by a step with its own), dependency targets with id <= 127, collective names.
+Every problem names rank, threadblock and step.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+from codegen.dialects import Dialect, get_dialect
+from codegen.dsl import PROTOCOLS
+from codegen.errors import IRCheckError
+from codegen.ir import IR, Buffer, Gpu, OpType
+
+__all__ = ["Problem", "check_ir", "find_problems"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    message: str
+    rank: int | None = None
+    tb: int | None = None
+    step: int | None = None
+
+    def __str__(self) -> str:
+        where = [
+            f"{k} {v}"
+            for k, v in (("rank", self.rank), ("threadblock", self.tb), ("step", self.step))
+            if v is not None
+        ]
+        return (", ".join(where) + ": " if where else "") + self.message
+
+
+def check_ir(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -> None:
+    """Raise :class:`IRCheckError` with the first problem (and how many more there are)."""
+    problems = find_problems(ir, dialect, final)
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise IRCheckError(f"{ir.name}: {problems[0]}{more}")
+
+
+def find_problems(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -> list[Problem]:
+    """Every rule the IR breaks (empty: it is safe to run)."""
+    out: list[Problem] = []
+    if ir.protocol not in PROTOCOLS:
+        out.append(Problem(f"protocol {ir.protocol!r}: expected one of {', '.join(PROTOCOLS)}"))
+    if ir.nchunksperloop < 1:
+        out.append(Problem(f"nchunksperloop must be >= 1, got {ir.nchunksperloop}"))
+    if len(ir.gpus) != ir.num_ranks or any(g.rank != r for r, g in enumerate(ir.gpus)):
+        out.append(Problem(f"expected gpus 0..{ir.num_ranks - 1} in order, got {[g.rank for g in ir.gpus]}"))
+        return out
+    for gpu in ir.gpus:
+        out.extend(_check_gpu(ir, gpu, final))
+    if not out:  # the flow checks need a sound structure
+        out.extend(_check_connections(ir))
+        if not out:
+            out.extend(_check_deadlock(ir))
+    if dialect is not None:
+        out.extend(_check_dialect(ir, get_dialect(dialect)))
+    return out
+
+
+def _check_gpu(ir: IR, gpu: Gpu, final: bool) -> list[Problem]:
+    out = []
+    r = gpu.rank
+    ids = [tb.id for tb in gpu.threadblocks]
+    if sorted(ids) != list(range(len(ids))):
+        missing = sorted(set(range(len(ids))) - set(ids))
+        out.append(Problem(f"threadblock ids must be 0..{len(ids) - 1}, missing {missing}", r))
+        return out
+    sizes = {
+        Buffer.INPUT: gpu.input_chunks,
+        Buffer.OUTPUT: gpu.output_chunks,
+        Buffer.SCRATCH: gpu.scratch_chunks,
+    }
+    owners: dict[tuple[int, str, int], int] = {}
+    awaited = {
+        (d.tb, d.op): (tb.id, k) for tb in gpu.threadblocks for k, op in enumerate(tb.ops) for d in op.deps
+    }
+    for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
+        for what, peer in (("send", tb.send), ("recv", tb.recv)):
+            if peer is None:
+                continue
+            if not 0 <= peer < ir.num_ranks or peer == r:
+                out.append(
+                    Problem(f"{what} peer {peer}: expected another rank in 0..{ir.num_ranks - 1}", r, tb.id)
+                )
+                continue
+            other = owners.setdefault((tb.channel, what, peer), tb.id)
+            if other != tb.id:
+                verb = "sends to" if what == "send" else "receives from"
+                moves = (lambda t: t.sends) if what == "send" else (lambda t: t.receives)
+                step = next((k for k, op in enumerate(tb.ops) if moves(op.type)), 0)
+                out.append(
+                    Problem(
+                        f"{verb} rank {peer} on channel {tb.channel}, as threadblock {other} does: one "
+                        f"(channel, peer) connection per direction may have only one threadblock",
+                        r,
+                        tb.id,
+                        step,
+                    )
+                )
+        if tb.channel < 0:
+            out.append(Problem(f"channel {tb.channel}: expected >= 0", r, tb.id))
+        for k, op in enumerate(tb.ops):
+            at = (r, tb.id, k)
+            if op.type.sends and tb.send is None:
+                out.append(Problem(f"{op.type.value} sends but the threadblock has no send peer", *at))
+            if op.type.receives and tb.recv is None:
+                out.append(Problem(f"{op.type.value} receives but the threadblock has no receive peer", *at))
+            if op.type is not OpType.NOP and op.count < 1:
+                out.append(Problem(f"count {op.count}: expected >= 1", *at))
+            for name, ref, needed in (
+                ("src", op.src, op.type.reads_src),
+                ("dst", op.dst, op.type.writes_dst),
+            ):
+                if ref is None:
+                    if needed:
+                        out.append(Problem(f"{op.type.value} needs a {name} operand", *at))
+                    continue
+                size = sizes[ref.buffer]
+                if ref.index < 0 or ref.index + max(op.count, 1) > size:
+                    last = ref.index + max(op.count, 1) - 1
+                    out.append(
+                        Problem(
+                            f"{name} {ref.buffer.value}[{ref.index}..{last}] is outside the buffer of {size} chunk(s)",
+                            *at,
+                        )
+                    )
+            for d in op.deps:
+                if not 0 <= d.tb < len(ids) or not 0 <= d.op < len(gpu.threadblock(d.tb).ops):
+                    out.append(
+                        Problem(f"depends on threadblock {d.tb} step {d.op}, which does not exist", *at)
+                    )
+            if final and (tb.id, k) in awaited and not op.has_dep:
+                u, v = awaited[(tb.id, k)]
+                out.append(
+                    Problem(f"threadblock {u} step {v} waits for this step, but hasdep is not set", *at)
+                )
+    return out
+
+
+def _connections(ir: IR) -> dict[tuple[int, int, int], tuple[int | None, int | None]]:
+    """(sender, receiver, channel) -> (sending threadblock, receiving threadblock)."""
+    conns: dict[tuple[int, int, int], list] = defaultdict(lambda: [None, None])
+    for gpu in ir.gpus:
+        for tb in gpu.threadblocks:
+            if tb.send is not None:
+                conns[(gpu.rank, tb.send, tb.channel)][0] = tb.id
+            if tb.recv is not None:
+                conns[(tb.recv, gpu.rank, tb.channel)][1] = tb.id
+    return {k: (v[0], v[1]) for k, v in conns.items()}
+
+
+def _transfers(ir: IR, rank: int, tb_id: int | None, sends: bool) -> list[tuple[int, int]]:
+    if tb_id is None:
+        return []
+    tb = ir.gpu(rank).threadblock(tb_id)
+    return [(k, op.count) for k, op in enumerate(tb.ops) if (op.type.sends if sends else op.type.receives)]
+
+
+def _check_connections(ir: IR) -> list[Problem]:
+    out = []
+    for (a, b, ch), (stb, rtb) in sorted(_connections(ir).items()):
+        sent = _transfers(ir, a, stb, True)
+        got = _transfers(ir, b, rtb, False)
+        if not sent and not got:
+            continue
+        if rtb is None:
+            out.append(
+                Problem(
+                    f"sends to rank {b} on channel {ch}, but no threadblock of rank {b} receives from rank {a} on it",
+                    a,
+                    stb,
+                    sent[0][0],
+                )
+            )
+            continue
+        if stb is None:
+            out.append(
+                Problem(
+                    f"receives from rank {a} on channel {ch}, but no threadblock of rank {a} sends to rank {b} on it",
+                    b,
+                    rtb,
+                    got[0][0],
+                )
+            )
+            continue
+        for n, ((sk, sc), (rk, rc)) in enumerate(zip(sent, got, strict=False)):
+            if sc != rc:
+                out.append(
+                    Problem(
+                        f"transfer {n} to rank {b} on channel {ch} sends cnt={sc}, but rank {b} threadblock {rtb} "
+                        f"step {rk} receives cnt={rc}",
+                        a,
+                        stb,
+                        sk,
+                    )
+                )
+                break
+        else:
+            if len(sent) > len(got):
+                out.append(
+                    Problem(
+                        f"sends {len(sent)} transfers to rank {b} on channel {ch}, rank {b} threadblock {rtb} "
+                        f"receives {len(got)}: this step's transfer is never received",
+                        a,
+                        stb,
+                        sent[len(got)][0],
+                    )
+                )
+            elif len(got) > len(sent):
+                out.append(
+                    Problem(
+                        f"receives {len(got)} transfers from rank {a} on channel {ch}, rank {a} threadblock {stb} "
+                        f"sends {len(sent)}: this step waits forever",
+                        b,
+                        rtb,
+                        got[len(sent)][0],
+                    )
+                )
+    return out
+
+
+def _check_deadlock(ir: IR) -> list[Problem]:
+    """Kahn's algorithm over steps; edges: program order, dependencies, k-th send -> k-th receive."""
+    index: dict[tuple[int, int, int], int] = {}
+    for gpu in ir.gpus:
+        for tb in gpu.threadblocks:
+            for k in range(len(tb.ops)):
+                index[(gpu.rank, tb.id, k)] = len(index)
+    preds: list[list[int]] = [[] for _ in index]
+    for gpu in ir.gpus:
+        for tb in gpu.threadblocks:
+            for k, op in enumerate(tb.ops):
+                me = index[(gpu.rank, tb.id, k)]
+                if k:
+                    preds[me].append(me - 1)
+                preds[me].extend(index[(gpu.rank, d.tb, d.op)] for d in op.deps)
+    for (a, b, _ch), (stb, rtb) in _connections(ir).items():
+        for (sk, _), (rk, _) in zip(
+            _transfers(ir, a, stb, True), _transfers(ir, b, rtb, False), strict=False
+        ):
+            preds[index[(b, rtb, rk)]].append(index[(a, stb, sk)])
+    succs: list[list[int]] = [[] for _ in index]
+    indegree = [0] * len(index)
+    for me, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(me)
+            indegree[me] += 1
+    queue = deque(i for i, d in enumerate(indegree) if d == 0)
+    done = 0
+    while queue:
+        i = queue.popleft()
+        done += 1
+        for j in succs[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                queue.append(j)
+    if done == len(index):
+        return []
+    name = {v: k for k, v in index.items()}
+    node = next(i for i, d in enumerate(indegree) if d > 0)
+    path: list[int] = []
+    seen: dict[int, int] = {}
+    while node not in seen:
+        seen[node] = len(path)
+        path.append(node)
+        node = next(p for p in preds[node] if indegree[p] > 0)
+    cycle = list(reversed(path[seen[node] :]))
+    shown = " -> ".join("r{}.tb{}.s{}".format(*name[i]) for i in cycle[:8]) + (
+        " -> ..." if len(cycle) > 8 else ""
+    )
+    return [
+        Problem(
+            f"deadlock: a cycle of {len(cycle)} steps through dependencies and connection order ({shown})",
+            *name[cycle[0]],
+        )
+    ]
+
+
+def _check_dialect(ir: IR, d: Dialect) -> list[Problem]:
+    out = []
+    if d.xml_collective(ir.collective) is None:
+        known = ", ".join(ours for ours, _ in d.collectives)
+        out.append(Problem(f"the {d.name} runtime does not run {ir.collective} (it runs {known})"))
+    if ir.nchannels > d.max_channels:
+        out.append(Problem(f"{ir.nchannels} channels: the {d.name} runtime allows at most {d.max_channels}"))
+    if ir.max_bytes and ir.min_bytes > ir.max_bytes:
+        out.append(Problem(f"minBytes {ir.min_bytes} > maxBytes {ir.max_bytes}"))
+    if any(c in ir.name for c in '"<>&\n\r') or len(ir.name) > 255:
+        out.append(
+            Problem(
+                f"name {ir.name!r}: the runtimes' XML reader needs <= 255 characters without quotes or markup"
+            )
+        )
+    for gpu in ir.gpus:
+        r = gpu.rank
+        if not gpu.threadblocks:
+            out.append(Problem("no threadblock: the runtime would launch an empty grid", r))
+        if len(gpu.threadblocks) > d.max_threadblocks:
+            out.append(
+                Problem(
+                    f"{len(gpu.threadblocks)} threadblocks: the {d.name} runtime allows {d.max_threadblocks}",
+                    r,
+                )
+            )
+        if d.checks_buffer_sizes:
+            mult_in = ir.num_ranks if ir.collective == "allgather" else 1
+            mult_out = ir.num_ranks if ir.collective == "reducescatter" else 1
+            for what, n, mult in (
+                ("i_chunks", gpu.input_chunks, mult_in),
+                ("o_chunks", gpu.output_chunks, mult_out),
+            ):
+                if n and n * mult != ir.nchunksperloop:
+                    out.append(
+                        Problem(
+                            f"{what}={n} is neither 0 nor the whole buffer ({ir.nchunksperloop // mult})", r
+                        )
+                    )
+        sends = defaultdict(int)
+        recvs = defaultdict(int)
+        awaited = {(dep.tb, dep.op) for tb in gpu.threadblocks for op in tb.ops for dep in op.deps}
+        for tb in gpu.threadblocks:
+            if tb.send is not None:
+                sends[tb.channel] += 1
+            if tb.recv is not None:
+                recvs[tb.channel] += 1
+            if len(tb.ops) > d.max_steps:
+                out.append(
+                    Problem(
+                        f"{len(tb.ops)} steps: the {d.name} runtime allows {d.max_steps} per threadblock",
+                        r,
+                        tb.id,
+                    )
+                )
+            if tb.channel >= d.max_channels:
+                out.append(
+                    Problem(
+                        f"channel {tb.channel}: the {d.name} runtime allows channels below {d.max_channels}",
+                        r,
+                        tb.id,
+                    )
+                )
+            if tb.id > d.max_dep_threadblock and any((tb.id, k) in awaited for k in range(len(tb.ops))):
+                out.append(
+                    Problem(
+                        f"other threadblocks wait for it, but its id exceeds {d.max_dep_threadblock}",
+                        r,
+                        tb.id,
+                    )
+                )
+            pending = False
+            for k, op in enumerate(tb.ops):
+                at = (r, tb.id, k)
+                if len(op.deps) > 1:
+                    out.append(
+                        Problem(
+                            f"{len(op.deps)} dependencies: the runtime reads one per step (fold them into nops)",
+                            *at,
+                        )
+                    )
+                if op.type is not OpType.NOP and op.count > d.max_count:
+                    out.append(Problem(f"count {op.count}: the runtime allows at most {d.max_count}", *at))
+                if op.type is OpType.NOP:
+                    pending = pending or bool(op.deps)
+                elif pending and not op.deps:
+                    out.append(
+                        Problem(
+                            "follows nops with dependencies but has none itself: the runtime rejects it", *at
+                        )
+                    )
+                    pending = False
+                else:
+                    pending = False
+            if pending:
+                out.append(
+                    Problem("ends with a nop whose dependency no step takes", r, tb.id, len(tb.ops) - 1)
+                )
+        for ch in sorted(set(sends) | set(recvs)):
+            if max(sends[ch], recvs[ch]) > d.max_tbs_per_channel:
+                out.append(
+                    Problem(
+                        f"channel {ch}: more than {d.max_tbs_per_channel} sending or receiving threadblocks",
+                        r,
+                    )
+                )
+    return out

@@ -1,0 +1,225 @@
+"""The chunk DAG: the first stage of the compiler, what tracing a DSL program produces.
+
+Nodes are the program's chunk operations (``copy`` and ``reduce``) in program order. Each op has two
+*sides*: the source side (its rank reads ``src``) and the destination side (its rank writes ``dst``,
+and for a reduce also reads the local ``operand``). Edges join sides and record why: read after
+write, write after read, write after write on some buffer slot. In-place programs alias the smaller
+buffer into the larger one, so slots are compared after aliasing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from codegen.errors import CodegenError
+from codegen.ir import Buffer, Ref
+from synth.collectives import Collective
+
+__all__ = [
+    "Alias",
+    "ChunkDAG",
+    "ChunkDep",
+    "ChunkOp",
+    "DepKind",
+    "Loc",
+    "ProgramInfo",
+    "Side",
+    "aliases_of",
+    "build_chunk_dag",
+]
+
+
+class DepKind(StrEnum):
+    RAW = "raw"
+    WAR = "war"
+    WAW = "waw"
+    MATCH = "match"
+    """A send and the receive that takes its data (instruction level only)."""
+
+
+class Side(StrEnum):
+    SRC = "src"
+    DST = "dst"
+
+
+@dataclass(frozen=True, order=True)
+class Loc:
+    """Chunks ``index .. index + count - 1`` are addressed from ``index`` of a rank's buffer."""
+
+    rank: int
+    buffer: Buffer
+    index: int
+
+    @property
+    def ref(self) -> Ref:
+        return Ref(self.buffer, self.index)
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} {self.buffer.value}[{self.index}]"
+
+
+@dataclass(frozen=True)
+class Alias:
+    """In-place calls: ``small[i]`` is ``large[offset + i]`` (e.g. allgather input in the output)."""
+
+    small: Buffer
+    large: Buffer
+    offset: int
+
+
+def aliases_of(collective: Collective) -> tuple[Alias | None, ...]:
+    """Per rank, where in-place calls put the smaller buffer (``Collective.inplace_alias``)."""
+    out = []
+    for rank in range(collective.num_ranks):
+        alias = collective.inplace_alias(rank)
+        if alias is None:
+            out.append(None)
+        else:
+            small = Buffer.INPUT if alias[0] == "input" else Buffer.OUTPUT
+            large = Buffer.OUTPUT if small is Buffer.INPUT else Buffer.INPUT
+            out.append(Alias(small, large, alias[1]))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ProgramInfo:
+    """What every stage carries along: the collective, buffer sizes (chunks per rank), options."""
+
+    name: str
+    collective: str
+    num_ranks: int
+    root: int | None
+    input_chunks: int
+    output_chunks: int
+    scratch_chunks: tuple[int, ...]
+    nchunksperloop: int
+    protocol: str = "Simple"
+    inplace: bool = False
+    aliases: tuple[Alias | None, ...] = ()
+    instances: int = 1
+
+    def buffer_size(self, rank: int, buffer: Buffer) -> int:
+        if buffer is Buffer.INPUT:
+            return self.input_chunks
+        if buffer is Buffer.OUTPUT:
+            return self.output_chunks
+        return self.scratch_chunks[rank]
+
+    def canonical(self, rank: int, buffer: Buffer, index: int) -> tuple[int, Buffer, int]:
+        """The physical slot: in-place programs see the smaller buffer inside the larger one."""
+        if self.inplace and self.aliases:
+            alias = self.aliases[rank]
+            if alias is not None and buffer is alias.small:
+                return rank, alias.large, alias.offset + index
+        return rank, buffer, index
+
+
+@dataclass(frozen=True)
+class ChunkOp:
+    """``dst[count] := src[count]`` (copy) or ``dst := operand (op) src`` (reduce).
+
+    ``src`` may be on another rank; ``dst`` and ``operand`` are on the same rank. The hints are the
+    user's threadblock (``sendtb`` on the source rank, ``recvtb`` on the destination rank) and
+    channel; ``instance`` says which replica of the program the op belongs to.
+    """
+
+    kind: str
+    src: Loc
+    dst: Loc
+    count: int = 1
+    operand: Loc | None = None
+    sendtb: int | None = None
+    recvtb: int | None = None
+    channel: int | None = None
+    instance: int = 0
+
+    @property
+    def remote(self) -> bool:
+        return self.src.rank != self.dst.rank
+
+    @property
+    def local_operand(self) -> Loc:
+        """The reduce's local input (``dst`` unless given)."""
+        return self.operand if self.operand is not None else self.dst
+
+    def __str__(self) -> str:
+        what = f"{self.kind} {self.src} -> {self.dst}"
+        if self.kind == "reduce" and self.operand is not None:
+            what += f" (operand {self.operand.ref})"
+        return what + (f" x{self.count}" if self.count != 1 else "")
+
+
+@dataclass(frozen=True, order=True)
+class ChunkDep:
+    """Side ``pred_side`` of op ``pred`` must happen before side ``succ_side`` of op ``succ``."""
+
+    pred: int
+    succ: int
+    pred_side: Side
+    succ_side: Side
+    kind: DepKind = field(compare=False)
+
+
+@dataclass(frozen=True)
+class ChunkDAG:
+    info: ProgramInfo
+    ops: tuple[ChunkOp, ...]
+    deps: tuple[ChunkDep, ...]
+
+    def verify(self) -> None:
+        """Raise :class:`CodegenError` unless every edge goes forward in program order."""
+        for d in self.deps:
+            if not 0 <= d.pred < d.succ < len(self.ops):
+                raise CodegenError(f"chunk DAG: dependency {d} does not go forward in program order")
+        for i, op in enumerate(self.ops):
+            if op.count < 1:
+                raise CodegenError(f"chunk DAG: op {i} ({op}) has count {op.count}")
+
+    def describe(self) -> str:
+        lines = [f"chunk DAG of {self.info.name}: {len(self.ops)} ops, {len(self.deps)} dependencies"]
+        preds: dict[int, list[str]] = {}
+        for d in self.deps:
+            preds.setdefault(d.succ, []).append(f"{d.pred}.{d.pred_side}->{d.succ_side}({d.kind})")
+        for i, op in enumerate(self.ops):
+            tail = f"  after {' '.join(preds[i])}" if i in preds else ""
+            lines.append(f"  {i}: {op}{tail}")
+        return "\n".join(lines)
+
+    def with_ops(self, ops: tuple[ChunkOp, ...], info: ProgramInfo | None = None) -> ChunkDAG:
+        """The DAG of ``ops`` (dependencies recomputed) under ``info``."""
+        return build_chunk_dag(info or self.info, ops)
+
+
+def _slots(info: ProgramInfo, loc: Loc, count: int) -> list[tuple[int, Buffer, int]]:
+    return [info.canonical(loc.rank, loc.buffer, loc.index + k) for k in range(count)]
+
+
+def build_chunk_dag(info: ProgramInfo, ops: tuple[ChunkOp, ...]) -> ChunkDAG:
+    """Dependencies of ``ops`` in program order: per physical slot, the last writer and the readers
+    since; a read waits for the last write, a write for the reads since and the last write."""
+    last_writer: dict[tuple, tuple[int, Side]] = {}
+    readers: dict[tuple, list[tuple[int, Side]]] = {}
+    deps: dict[tuple[int, int, Side, Side], DepKind] = {}
+
+    def add(pred: tuple[int, Side], succ: tuple[int, Side], kind: DepKind) -> None:
+        if pred[0] != succ[0]:
+            deps.setdefault((pred[0], succ[0], pred[1], succ[1]), kind)
+
+    for i, op in enumerate(ops):
+        reads = [(s, Side.SRC) for s in _slots(info, op.src, op.count)]
+        if op.kind == "reduce":
+            reads += [(s, Side.DST) for s in _slots(info, op.local_operand, op.count)]
+        for slot, side in reads:
+            if slot in last_writer:
+                add(last_writer[slot], (i, side), DepKind.RAW)
+            readers.setdefault(slot, []).append((i, side))
+        for slot in _slots(info, op.dst, op.count):
+            for reader in readers.get(slot, ()):
+                add(reader, (i, Side.DST), DepKind.WAR)
+            if slot in last_writer:
+                add(last_writer[slot], (i, Side.DST), DepKind.WAW)
+            last_writer[slot] = (i, Side.DST)
+            readers[slot] = []
+    edges = tuple(sorted(ChunkDep(p, s, ps, ss, kind) for (p, s, ps, ss), kind in deps.items()))
+    return ChunkDAG(info, tuple(ops), edges)

@@ -1,0 +1,97 @@
+"""Compile DSL programs and synthesized algorithms into the IR.
+
+``compile_program(program)`` checks the program symbolically, traces it into the chunk DAG, runs
+the pass pipeline (:data:`codegen.passes.DEFAULT_PIPELINE`) and statically checks the IR for the
+target dialect. ``compile_algorithm(algo)`` lowers an :class:`~synth.algorithm.Algorithm` into a
+program first, so both go through the same passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from codegen.check import check_ir
+from codegen.dialects import Dialect, get_dialect
+from codegen.dsl import PROTOCOLS, Program
+from codegen.errors import DslError
+from codegen.ir import IR
+from codegen.lower import lower_algorithm
+from codegen.passes import DEFAULT_PIPELINE
+from codegen.passes.assign_channels import MAX_CHANNELS
+from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
+from synth.algorithm import Algorithm
+from topologies import Topology
+
+__all__ = ["compile_algorithm", "compile_program", "run_compiler"]
+
+
+def run_compiler(
+    program: Program,
+    *,
+    channels: int | None = None,
+    instances: int | None = None,
+    protocol: str | None = None,
+    dialect: str | Dialect | None = "azure",
+    pipeline: tuple[str, ...] = DEFAULT_PIPELINE,
+    verify_each: bool = False,
+    print_after: tuple[str, ...] = (),
+) -> PipelineResult:
+    """Compile with the pipeline's records (timings, dumps). ``instances``/``protocol`` override the
+    program's. The result is statically checked for ``dialect`` (``None``: universal rules only).
+
+    ``channels=None`` (auto) starts with one channel per instance and spreads flows over more while a
+    threadblock has more steps than the dialect allows; an integer fixes the count.
+    """
+    program.verify()
+    dag = program.chunk_dag()
+    if protocol is not None:
+        if protocol not in PROTOCOLS:
+            raise DslError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        dag = replace(dag, info=replace(dag.info, protocol=protocol))
+    instances = program.instances if instances is None else instances
+    limit = get_dialect(dialect).max_steps if dialect is not None else None
+    width = channels or 1
+    while True:
+        options = CompileOptions(instances=instances, channels=width)
+        result = run_pipeline(dag, pipeline, options, verify_each, print_after)
+        ir = result.result
+        if not isinstance(ir, IR):
+            return result
+        steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
+        if channels is not None or limit is None or steps <= limit or width * instances >= MAX_CHANNELS:
+            break
+        width = min(MAX_CHANNELS // instances, max(width + 1, width * -(-steps // limit)))
+    check_ir(ir, dialect)
+    return result
+
+
+def compile_program(program: Program, **options) -> IR:
+    """The checked IR of a DSL program (options as :func:`run_compiler`)."""
+    result = run_compiler(program, **options).result
+    if not isinstance(result, IR):
+        raise DslError(f"{program.name}: the pipeline stops before the IR (at {type(result).__name__})")
+    return result
+
+
+def compile_algorithm(
+    algo: Algorithm,
+    topology: Topology | str | None = None,
+    *,
+    inplace: bool = False,
+    instances: int = 1,
+    protocol: str = "Simple",
+    channels: int | None = None,
+    dialect: str | Dialect | None = "azure",
+) -> IR:
+    """The checked IR of a synthesized algorithm: lowered into DSL operations, then compiled.
+
+    >>> from synth.baselines import make_baseline
+    >>> from synth.collectives import make_collective
+    >>> from topologies import load
+    >>> topo = load("ring:4")
+    >>> ir = compile_algorithm(make_baseline("ring", topo, make_collective("allgather", 4)), topo)
+    >>> [len(g.threadblocks) for g in ir.gpus]
+    [1, 1, 1, 1]
+    """
+    prog = lower_algorithm(algo, topology, inplace=inplace, instances=instances, protocol=protocol)
+    return compile_program(prog, channels=channels, dialect=dialect)

@@ -1,0 +1,73 @@
+"""The IR's file formats: MSCCL XML in two dialects and our JSON, behind one registry.
+
+``write_ir(ir, "azure" | "msccl" | "json")`` prints, ``read_ir(text)`` parses either kind (JSON
+starts with ``{``), ``load_ir(path)`` and ``save_ir(ir, path, fmt, force)`` do the file handling
+(an existing file is kept unless ``force``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from codegen.dialects import DIALECTS
+from codegen.errors import CodegenError, XmlFormatError
+from codegen.formats.json_ir import read_ir_json, write_ir_json
+from codegen.formats.xml_reader import read_xml
+from codegen.formats.xml_writer import write_xml
+from codegen.ir import IR
+from topologies.io import save_text
+
+__all__ = ["FORMATS", "Format", "load_ir", "read_ir", "save_ir", "write_ir"]
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    suffix: str
+    description: str
+    write: Callable[[IR], str]
+
+
+def _xml(dialect: str) -> Callable[[IR], str]:
+    return lambda ir: write_xml(ir, dialect)
+
+
+FORMATS: dict[str, Format] = {
+    **{
+        name: Format(name, ".xml", f"MSCCL XML for the {d.description}", _xml(name))
+        for name, d in DIALECTS.items()
+    },
+    "json": Format("json", ".json", "xccl's JSON IR (several dependencies per step allowed)", write_ir_json),
+}
+
+
+def _format(fmt: str) -> Format:
+    if fmt not in FORMATS:
+        raise CodegenError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    return FORMATS[fmt]
+
+
+def write_ir(ir: IR, fmt: str = "azure") -> str:
+    return _format(fmt).write(ir)
+
+
+def read_ir(text: str, where: str = "<ir>") -> IR:
+    """Parse our JSON IR or MSCCL XML (either dialect)."""
+    if text.lstrip(" \n\r").startswith("{"):
+        return read_ir_json(text, where)
+    return read_xml(text, where)
+
+
+def load_ir(path: str | Path) -> IR:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise XmlFormatError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    return read_ir(text, str(path))
+
+
+def save_ir(ir: IR, path: str | Path, fmt: str = "azure", force: bool = False) -> Path:
+    return save_text(path, write_ir(ir, fmt), force=force, error=CodegenError)

@@ -1,0 +1,181 @@
+"""Our JSON form of the IR: everything the IR holds, several dependencies per op included.
+
+One op per line, keys in a fixed order: the same IR always gives the same bytes, and diffs read
+well. ``read_ir_json(write_ir_json(ir)) == ir`` for every IR.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from codegen.errors import IRFormatError
+from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
+
+__all__ = ["FORMAT", "read_ir_json", "write_ir_json"]
+
+FORMAT = "xccl-ir/1"
+_HEAD = (
+    "name",
+    "collective",
+    "num_ranks",
+    "nchunksperloop",
+    "protocol",
+    "inplace",
+    "outofplace",
+    "root",
+    "min_bytes",
+    "max_bytes",
+)
+
+
+def _ref(ref: Ref | None) -> list | None:
+    return None if ref is None else [ref.buffer.value, ref.index]
+
+
+def _op(op: Op) -> str:
+    doc = {
+        "type": op.type.value,
+        "src": _ref(op.src),
+        "dst": _ref(op.dst),
+        "count": op.count,
+        "deps": [[d.tb, d.op] for d in op.deps],
+        "has_dep": op.has_dep,
+    }
+    return json.dumps(doc)
+
+
+def write_ir_json(ir: IR) -> str:
+    """Deterministic JSON text of ``ir``."""
+    lines = ["{", f'  "format": {json.dumps(FORMAT)},']
+    lines += [f"  {json.dumps(k)}: {json.dumps(getattr(ir, k))}," for k in _HEAD]
+    lines.append('  "gpus": [')
+    for g, gpu in enumerate(ir.gpus):
+        head = {k: getattr(gpu, k) for k in ("rank", "input_chunks", "output_chunks", "scratch_chunks")}
+        lines.append(f'    {json.dumps(head)[:-1]}, "threadblocks": [')
+        for t, tb in enumerate(gpu.threadblocks):
+            peers = {"id": tb.id, "send": tb.send, "recv": tb.recv, "channel": tb.channel}
+            lines.append(f'      {json.dumps(peers)[:-1]}, "ops": [')
+            lines.extend(
+                f"        {_op(op)}{',' if k < len(tb.ops) - 1 else ''}" for k, op in enumerate(tb.ops)
+            )
+            lines.append("      ]}" + ("," if t < len(gpu.threadblocks) - 1 else ""))
+        lines.append("    ]}" + ("," if g < len(ir.gpus) - 1 else ""))
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+class _Reader:
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, field: str, expected: str) -> IRFormatError:
+        return IRFormatError(f"{self.where}: {field}: expected {expected}")
+
+    def obj(self, value: Any, field: str, keys: tuple[str, ...]) -> dict:
+        if not isinstance(value, dict) or set(value) != set(keys):
+            raise self.fail(field, f"an object with keys {', '.join(keys)}")
+        return value
+
+    def int(self, value: Any, field: str, lo: int | None = None, none: bool = False) -> Any:
+        if value is None and none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or (lo is not None and value < lo):
+            raise self.fail(
+                field, "an integer" + (f" >= {lo}" if lo is not None else "") + (" or null" if none else "")
+            )
+        return value
+
+    def bool(self, value: Any, field: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(field, "true or false")
+        return value
+
+    def ref(self, value: Any, field: str) -> Ref | None:
+        if value is None:
+            return None
+        if not (isinstance(value, list) and len(value) == 2 and value[0] in ("i", "o", "s")):
+            raise self.fail(field, '["i"|"o"|"s", index] or null')
+        return Ref(Buffer(value[0]), self.int(value[1], f"{field}[1]"))
+
+    def op(self, value: Any, field: str) -> Op:
+        doc = self.obj(value, field, ("type", "src", "dst", "count", "deps", "has_dep"))
+        try:
+            kind = OpType(doc["type"])
+        except ValueError:
+            raise self.fail(f"{field}.type", f"one of {', '.join(t.value for t in OpType)}") from None
+        deps = doc["deps"]
+        if not isinstance(deps, list) or not all(isinstance(d, list) and len(d) == 2 for d in deps):
+            raise self.fail(f"{field}.deps", "a list of [threadblock, step]")
+        return Op(
+            kind,
+            self.ref(doc["src"], f"{field}.src"),
+            self.ref(doc["dst"], f"{field}.dst"),
+            self.int(doc["count"], f"{field}.count", 0),
+            tuple(Dep(self.int(t, f"{field}.deps"), self.int(s, f"{field}.deps")) for t, s in deps),
+            self.bool(doc["has_dep"], f"{field}.has_dep"),
+        )
+
+
+def read_ir_json(text: str, where: str = "<ir>") -> IR:
+    """Parse our JSON IR; malformed input raises :class:`IRFormatError` naming the field."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise IRFormatError(f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    r = _Reader(where)
+    doc = r.obj(doc, "(top level)", ("format", *_HEAD, "gpus"))
+    if doc["format"] != FORMAT:
+        raise r.fail("format", f'"{FORMAT}"')
+    if (
+        not isinstance(doc["name"], str)
+        or not isinstance(doc["collective"], str)
+        or not isinstance(doc["protocol"], str)
+    ):
+        raise r.fail("name/collective/protocol", "strings")
+    if not isinstance(doc["gpus"], list):
+        raise r.fail("gpus", "a list")
+    gpus = []
+    for g, gdoc in enumerate(doc["gpus"]):
+        gd = r.obj(
+            gdoc, f"gpus[{g}]", ("rank", "input_chunks", "output_chunks", "scratch_chunks", "threadblocks")
+        )
+        if not isinstance(gd["threadblocks"], list):
+            raise r.fail(f"gpus[{g}].threadblocks", "a list")
+        tbs = []
+        for t, tdoc in enumerate(gd["threadblocks"]):
+            where = f"gpus[{g}].threadblocks[{t}]"
+            td = r.obj(tdoc, where, ("id", "send", "recv", "channel", "ops"))
+            if not isinstance(td["ops"], list):
+                raise r.fail(f"{where}.ops", "a list")
+            tbs.append(
+                Threadblock(
+                    r.int(td["id"], f"{where}.id", 0),
+                    r.int(td["send"], f"{where}.send", 0, none=True),
+                    r.int(td["recv"], f"{where}.recv", 0, none=True),
+                    r.int(td["channel"], f"{where}.channel", 0),
+                    tuple(r.op(o, f"{where}.ops[{k}]") for k, o in enumerate(td["ops"])),
+                )
+            )
+        gpus.append(
+            Gpu(
+                r.int(gd["rank"], f"gpus[{g}].rank", 0),
+                r.int(gd["input_chunks"], f"gpus[{g}].input_chunks", 0),
+                r.int(gd["output_chunks"], f"gpus[{g}].output_chunks", 0),
+                r.int(gd["scratch_chunks"], f"gpus[{g}].scratch_chunks", 0),
+                tuple(tbs),
+            )
+        )
+    return IR(
+        name=doc["name"],
+        collective=doc["collective"],
+        num_ranks=r.int(doc["num_ranks"], "num_ranks", 1),
+        nchunksperloop=r.int(doc["nchunksperloop"], "nchunksperloop", 1),
+        gpus=tuple(gpus),
+        protocol=doc["protocol"],
+        inplace=r.bool(doc["inplace"], "inplace"),
+        outofplace=r.bool(doc["outofplace"], "outofplace"),
+        root=r.int(doc["root"], "root", 0, none=True),
+        min_bytes=r.int(doc["min_bytes"], "min_bytes", 0),
+        max_bytes=r.int(doc["max_bytes"], "max_bytes", 0),
+    )

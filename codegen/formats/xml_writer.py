@@ -1,0 +1,93 @@
+"""Print an IR as MSCCL algorithm XML, in one of two dialects (:mod:`codegen.dialects`).
+
+The writer only prints: dependency folding, ``hasdep`` marks, buffer sizes and threadblock ids are
+settled by passes before it runs, and an IR the runtime would reject is refused, not repaired.
+Layout follows what the runtimes' tiny XML reader accepts (reference/msccl-xml.md, section 3):
+no XML declaration, ``<algo>`` first, one element per line with all its attributes on that line,
+single spaces, double quotes, two-space indentation, self-closing ``<step/>``, step numbers by
+position (nops included). Operands the step type does not use repeat the used one (a ``nop``
+writes ``i``/-1 and ``o``/-1, as the reference compiler does); for ``rrc``, ``rrs`` and ``rrcs``
+``srcbuf``/``srcoff`` hold the LOCAL operand, which is how the runtimes read them.
+"""
+
+from __future__ import annotations
+
+from codegen.check import check_ir
+from codegen.dialects import Dialect, get_dialect
+from codegen.ir import IR, Op, OpType, Ref
+
+__all__ = ["write_xml"]
+
+_ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
+
+
+def _attrs(pairs: list[tuple[str, object]]) -> str:
+    return " ".join(f'{k}="{v}"' for k, v in pairs)
+
+
+def _operands(op: Op) -> tuple[Ref | None, Ref | None]:
+    if op.type is OpType.NOP:
+        return None, None
+    src = op.src if op.type.reads_src else None
+    dst = op.dst if op.type.writes_dst else None
+    return src or dst, dst or src
+
+
+def _step(k: int, op: Op) -> str:
+    src, dst = _operands(op)
+    dep = op.deps[0] if op.deps else None
+    return (
+        "<step "
+        + _attrs(
+            [
+                ("s", k),
+                ("type", op.type.value),
+                ("srcbuf", src.buffer.value if src else "i"),
+                ("srcoff", src.index if src else -1),
+                ("dstbuf", dst.buffer.value if dst else "o"),
+                ("dstoff", dst.index if dst else -1),
+                ("cnt", 0 if op.type is OpType.NOP else op.count),
+                ("depid", dep.tb if dep else -1),
+                ("deps", dep.op if dep else -1),
+                ("hasdep", int(op.has_dep)),
+            ]
+        )
+        + "/>"
+    )
+
+
+def write_xml(ir: IR, dialect: str | Dialect = "azure") -> str:
+    """The XML text of ``ir`` for ``dialect``; an IR that fails the dialect's static checks raises
+    :class:`~codegen.errors.IRCheckError` (naming rank, threadblock and step) instead."""
+    d = get_dialect(dialect)
+    check_ir(ir, d)
+    head: list[tuple[str, object]] = [
+        ("name", ir.name),
+        ("proto", ir.protocol),
+        ("nchannels", ir.nchannels),
+        ("nchunksperloop", ir.nchunksperloop),
+        ("ngpus", ir.num_ranks),
+        ("coll", d.xml_collective(ir.collective)),
+        ("inplace", int(ir.inplace)),
+    ]
+    if d.writes_outofplace:
+        head.append(("outofplace", int(ir.outofplace)))
+    head += [("minBytes", ir.min_bytes), ("maxBytes", ir.max_bytes or d.unlimited_max_bytes)]
+    if ir.collective in _ROOTED and ir.root is not None:
+        head.append(("root", ir.root))
+    lines = [f"<algo {_attrs(head)}>"]
+    for gpu in ir.gpus:
+        sizes = [("id", gpu.rank), ("i_chunks", gpu.input_chunks), ("o_chunks", gpu.output_chunks)]
+        lines.append(f"  <gpu {_attrs([*sizes, ('s_chunks', gpu.scratch_chunks)])}>")
+        for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
+            peers = [("id", tb.id), ("send", _peer(tb.send)), ("recv", _peer(tb.recv)), ("chan", tb.channel)]
+            lines.append(f"    <tb {_attrs(peers)}>")
+            lines.extend(f"      {_step(k, op)}" for k, op in enumerate(tb.ops))
+            lines.append("    </tb>")
+        lines.append("  </gpu>")
+    lines.append("</algo>")
+    return "\n".join(lines) + "\n"
+
+
+def _peer(peer: int | None) -> int:
+    return -1 if peer is None else peer

@@ -1,0 +1,177 @@
+"""Lowering ``Algorithm -> Program``: every send of a synthesized step becomes a DSL operation,
+so synthesized and hand-written schedules go through one compiler.
+
+Non-combining collectives: a chunk arrives in its output slot where the receiver has one, else in
+a scratch slot (a relay); ranks' own chunks are copied from input to output (not in place).
+Combining collectives (``Send.chunk`` is an address): each rank keeps one partial sum per address,
+first in its input slot (its own contribution, never written out of place), then in its *home*
+slot: its output slot for that address (in place: the input slot, which is that output slot),
+else scratch, so no input slot but an output is ever written. A reduce
+into a rank whose partial still sits in the input writes the home slot directly (``rrc`` with the
+input as local operand). All sends of a step read the state the previous step left: within a
+step, an op that reads a slot is traced before one that writes it; where two ops each write what
+the other reads (an exchange), one of them receives into scratch and is applied after the step.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from codegen.dsl import Program
+from synth.algorithm import Algorithm, Send
+from topologies import Topology, TopologyError, load
+
+__all__ = ["lower_algorithm"]
+
+Where = tuple[str, int]
+
+
+def lower_algorithm(
+    algo: Algorithm,
+    topology: Topology | str | None = None,
+    *,
+    inplace: bool = False,
+    instances: int = 1,
+    protocol: str = "Simple",
+    name: str | None = None,
+) -> Program:
+    """A DSL program doing what ``algo`` does (checked symbolically before it is returned)."""
+    if topology is None:
+        try:
+            topology = load(algo.topology)
+        except TopologyError:
+            topology = None  # a topology file we cannot find: links were checked by verify()
+    prog = Program(name or algo.name, topology, algo.collective, instances, protocol, inplace)
+    if algo.collective.combining:
+        _Combining(prog, algo).run()
+    else:
+        _lower_copies(prog, algo)
+    prog.verify()
+    return prog
+
+
+class _Scratch:
+    def __init__(self, n: int) -> None:
+        self.next = [0] * n
+
+    def take(self, rank: int) -> Where:
+        self.next[rank] += 1
+        return ("scratch", self.next[rank] - 1)
+
+
+def _lower_copies(prog: Program, algo: Algorithm) -> None:
+    coll = algo.collective
+    n = coll.num_ranks
+    scratch = _Scratch(n)
+    where: dict[tuple[int, int], Where] = {}
+    out_slot: dict[tuple[int, int], int] = {}
+    for r in range(n):
+        for j, cid in enumerate(coll.outputs[r]):
+            if cid is not None:
+                out_slot.setdefault((r, cid), j)
+    for r in range(n):
+        for j, cid in enumerate(coll.inputs[r]):
+            if cid is not None:
+                where[(r, cid)] = ("input", j)
+                if (r, cid) in out_slot:
+                    prog.chunk(r, "input", j).copy(r, "output", out_slot[(r, cid)])
+    for step in algo.steps:
+        arrived = []
+        for s in step.sends:
+            if (s.dst, s.chunk) in where:
+                continue  # the receiver holds it already: nothing to move
+            target = (
+                ("output", out_slot[(s.dst, s.chunk)])
+                if (s.dst, s.chunk) in out_slot
+                else scratch.take(s.dst)
+            )
+            prog.chunk(s.src, *where[(s.src, s.chunk)]).copy(s.dst, *target)
+            arrived.append(((s.dst, s.chunk), target))
+        where.update(arrived)
+
+
+class _Combining:
+    def __init__(self, prog: Program, algo: Algorithm) -> None:
+        self.prog = prog
+        self.algo = algo
+        coll = algo.collective
+        n = coll.num_ranks
+        self.scratch = _Scratch(n)
+        self.partial: dict[tuple[int, int], Where] = {}
+        self.out_slot: dict[tuple[int, int], int] = {}
+        self.homes: dict[tuple[int, int], Where] = {}
+        for r in range(n):
+            for j, cid in enumerate(coll.inputs[r]):
+                if cid is not None:
+                    self.partial[(r, coll.chunks[cid].address)] = ("input", j)
+            for j, addr in enumerate(coll.outputs[r]):
+                if addr is not None:
+                    self.out_slot.setdefault((r, addr), j)
+
+    def home(self, rank: int, addr: int) -> Where:
+        key = (rank, addr)
+        if key not in self.homes:
+            if key in self.out_slot:
+                # in place the input slot is the output slot: reduce where the contribution lies
+                self.homes[key] = self.partial[key] if self.prog.inplace else ("output", self.out_slot[key])
+            else:
+                self.homes[key] = self.scratch.take(rank)
+        return self.homes[key]
+
+    def run(self) -> None:
+        for step in self.algo.steps:
+            order, diverted = _step_order(step.sends)
+            later = []
+            for s in order:
+                src = self.prog.chunk(s.src, *self.partial[(s.src, s.chunk)])
+                if s in diverted:
+                    temp = self.scratch.take(s.dst)
+                    later.append((s, src.copy(s.dst, *temp)))
+                else:
+                    self.apply(s, src)
+            for s, temp in later:
+                self.apply(s, temp)
+        for (r, addr), j in sorted(self.out_slot.items()):
+            if self.partial[(r, addr)] != self.home(r, addr):
+                self.prog.chunk(r, *self.partial[(r, addr)]).copy(r, "output", j)
+
+    def apply(self, s: Send, data) -> None:
+        """``s.dst``'s partial of ``s.chunk`` := itself (op) ``data`` (reduce) or ``data`` (copy)."""
+        key = (s.dst, s.chunk)
+        target = self.home(*key)
+        if s.op == "copy":
+            data.copy(s.dst, *target)
+        else:
+            mine = self.prog.chunk(s.dst, *self.partial[key])
+            mine.reduce(data, dst=None if self.partial[key] == target else self.prog.chunk(s.dst, *target))
+        self.partial[key] = target
+
+
+def _step_order(sends: tuple[Send, ...]) -> tuple[list[Send], set[Send]]:
+    """Readers of a slot before its writer; sends on a cycle are diverted through scratch."""
+    sends = list(sends)
+    writers: dict[tuple[int, int], list[int]] = {}
+    for j, y in enumerate(sends):
+        writers.setdefault((y.dst, y.chunk), []).append(j)
+    diverted: set[int] = set()
+    while True:
+        after: list[list[int]] = [[] for _ in sends]  # i -> sends that must come after i
+        indegree = [0] * len(sends)
+        for i, x in enumerate(sends):
+            for j in writers.get((x.src, x.chunk), ()):
+                if j != i and j not in diverted:  # x reads what sends[j] writes: x first
+                    after[i].append(j)
+                    indegree[j] += 1
+        ready = [j for j in range(len(sends)) if indegree[j] == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(i)
+            for j in after[i]:
+                indegree[j] -= 1
+                if indegree[j] == 0:
+                    heapq.heappush(ready, j)
+        if len(order) == len(sends):
+            return [sends[j] for j in order], {sends[j] for j in diverted}
+        diverted.add(min(j for j in range(len(sends)) if indegree[j] > 0))

@@ -1,0 +1,134 @@
+"""Aggregate transfers of contiguous chunks into one op with ``cnt > 1`` (instruction DAG -> itself).
+
+Candidates are sends with their receives (``s`` + ``r`` or ``s`` + ``rrc``) between the same two
+ranks, and local ``cpy``/``re``, whose chunks are contiguous on both sides and whose hints agree.
+Only instructions with the same critical-path height are merged: every edge strictly lowers the
+height, so merging instructions of equal height can never close a cycle, and instructions that
+could run at the same time are the ones merged. Runs before fusion, on ``s r rrc cpy re`` only.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from codegen.instr_dag import Instr, InstrDAG, InstrEdge
+from codegen.ir import OpType, Ref
+
+__all__ = ["aggregate_chunks"]
+
+MAX_COUNT = 71
+"""The runtimes' largest ``cnt`` (their limit is ``cnt < 72``)."""
+
+
+def _contiguous(a: Ref | None, count: int, b: Ref | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.buffer is b.buffer and a.index + count == b.index
+
+
+def _offset(ref: Ref | None, base: Ref | None) -> tuple | None:
+    """How ``ref`` sits relative to ``base`` (its lockstep partner), for grouping."""
+    if ref is None or base is None:
+        return None
+    return (ref.buffer, ref.index - base.index)
+
+
+def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT) -> InstrDAG:
+    """Merge same-height transfers (and local copies/reductions) of contiguous chunks."""
+    instrs = dag.instrs
+    height = dag.height
+    groups: dict[tuple, list[tuple[int, ...]]] = defaultdict(list)
+    for i, ins in enumerate(instrs):
+        if ins.type is OpType.SEND:
+            r = instrs[ins.send_match]
+            if r.type not in (OpType.RECV, OpType.RECV_REDUCE_COPY):
+                continue
+            key = (
+                "transfer",
+                ins.rank,
+                r.rank,
+                r.type,
+                ins.src.buffer,
+                r.dst.buffer,
+                _offset(r.src, r.dst),
+                ins.tb_hint,
+                r.tb_hint,
+                ins.channel_hint,
+                ins.instance,
+                height[i],
+                height[ins.send_match],
+            )
+            groups[key].append((i, ins.send_match))
+        elif ins.type in (OpType.COPY, OpType.REDUCE):
+            key = (
+                "local",
+                ins.rank,
+                ins.type,
+                ins.src.buffer,
+                ins.dst.buffer,
+                ins.tb_hint,
+                ins.channel_hint,
+                ins.instance,
+                height[i],
+            )
+            groups[key].append((i,))
+    merged_into: dict[int, int] = {}  # member -> the run's first member (same position in the tuple)
+    counts: dict[int, int] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        members.sort(key=lambda m: (instrs[m[0]].src.index, m))
+        run = [members[0]]
+        for m in members[1:]:
+            last = run[-1]
+            total = sum(instrs[x[0]].count for x in run)
+            fits = total + instrs[m[0]].count <= max_count and all(
+                _contiguous(instrs[a].src, instrs[a].count, instrs[b].src)
+                and _contiguous(instrs[a].dst, instrs[a].count, instrs[b].dst)
+                for a, b in zip(last, m, strict=True)
+            )
+            if fits:
+                run.append(m)
+                continue
+            _close(run, instrs, merged_into, counts)
+            run = [m]
+        _close(run, instrs, merged_into, counts)
+    if not merged_into:
+        return dag
+    new_index: dict[int, int] = {}
+    kept: list[int] = []
+    for i in range(len(instrs)):
+        if merged_into.get(i, i) == i:
+            new_index[i] = len(kept)
+            kept.append(i)
+    for i, head in merged_into.items():
+        new_index[i] = new_index[head]
+
+    def remap(x: int | None) -> int | None:
+        return None if x is None else new_index[x]
+
+    new_instrs = [
+        replace(
+            instrs[i],
+            count=counts.get(i, instrs[i].count),
+            send_match=remap(instrs[i].send_match),
+            recv_match=remap(instrs[i].recv_match),
+        )
+        for i in kept
+    ]
+    edges = [InstrEdge(new_index[e.pred], new_index[e.succ], e.kind) for e in dag.edges]
+    first = [len(instrs)] * len(kept)
+    for i, p in enumerate(dag.position):
+        first[new_index[i]] = min(first[new_index[i]], p)
+    return InstrDAG.build(dag.info, new_instrs, edges, first)
+
+
+def _close(run: list[tuple[int, ...]], instrs: tuple[Instr, ...], merged_into: dict, counts: dict) -> None:
+    if len(run) < 2:
+        return
+    for column in zip(*run, strict=True):
+        head = column[0]
+        counts[head] = sum(instrs[x].count for x in column)
+        for x in column[1:]:
+            merged_into[x] = head

@@ -1,0 +1,193 @@
+"""Give every send and receive a channel (instruction DAG -> channel DAG).
+
+Instructions that must share a channel form a *flow*: a send and its receive (one connection),
+the two transfers of a fused op (one threadblock), and everything the user put in one threadblock.
+Flows take the user's channel if given, else channels ``0 .. channels-1`` round robin. A flow
+moves to the next channel when the one it would take cannot hold it: on some connection its
+transfers would be received in another order than sent (the global order decides both), a
+threadblock would need two send peers or two receive peers, or a rank would talk to more than
+32 peers in one direction on the channel (the runtimes' threadblocks per channel). Instance ``i`` of a replicated
+program uses channels ``i * K .. i * K + K - 1`` where ``K`` is the channels one instance needs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import defaultdict
+
+from codegen.errors import CodegenError, DslError
+from codegen.instr_dag import InstrDAG
+from codegen.schedule import ChannelDAG
+
+__all__ = ["MAX_CHANNELS", "assign_channels"]
+
+MAX_CHANNELS = 32
+"""NCCL's MAXCHANNELS: no runtime accepts more."""
+
+MAX_PEERS_PER_CHANNEL = 32
+"""Sending (and receiving) threadblocks per channel the runtimes allow: one per peer."""
+
+
+class _Flows:
+    """Union-find over instruction indices."""
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, x: int) -> int:
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def _groups(dag: InstrDAG) -> dict[int, tuple]:
+    """Instructions that pin a threadblock's peers: ``i -> (rank, key, send peer, recv peer)``."""
+    out = {}
+    for i, ins in enumerate(dag.instrs):
+        if ins.tb_hint is not None:
+            out[i] = (ins.rank, ("tb", ins.tb_hint, ins.instance), ins.send_to, ins.recv_from)
+        elif ins.send_to is not None and ins.recv_from is not None:
+            out[i] = (
+                ins.rank,
+                ("pair", ins.send_to, ins.recv_from, ins.instance),
+                ins.send_to,
+                ins.recv_from,
+            )
+    return out
+
+
+def assign_channels(dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS) -> ChannelDAG:
+    """Channels for flows: the user's, else round robin over ``channels``, moving on conflicts."""
+    if channels < 1:
+        raise CodegenError(f"{dag.info.name}: channels: expected at least 1, got {channels}")
+    instrs = dag.instrs
+    pos = dag.position
+    flows = _Flows(len(instrs))
+    by_hint: dict[tuple, int] = {}
+    for i, ins in enumerate(instrs):
+        if ins.send_match is not None:
+            flows.union(i, ins.send_match)
+        if ins.tb_hint is not None:
+            key = (ins.rank, ins.tb_hint, ins.instance)
+            flows.union(i, by_hint.setdefault(key, i))
+    members: dict[int, list[int]] = defaultdict(list)
+    for i in sorted(range(len(instrs)), key=lambda i: pos[i]):
+        members[flows.find(i)].append(i)
+    groups = _groups(dag)
+    _check_hinted_threadblocks(dag, groups)
+
+    # state per (instance, local channel)
+    fifo: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # (src, dst, inst, ch) -> sorted pairs
+    owner: dict[tuple, str] = {}  # (rank, inst, ch, "send"|"recv", peer) -> group key
+    peers: dict[tuple, set] = defaultdict(set)  # (rank, inst, ch, "send"|"recv") -> peers
+    local: dict[int, int] = {}
+    auto = 0
+    for flow in sorted(members.values(), key=lambda m: pos[m[0]]):
+        first = instrs[flow[0]]
+        hints = {instrs[i].channel_hint for i in flow} - {None}
+        if len(hints) > 1:
+            raise DslError(
+                f"{dag.info.name}: rank {first.rank}: ops that must share a channel (one connection or one "
+                f"threadblock) were given channels {sorted(hints)}"
+            )
+        transfers = [(i, instrs[i].send_match) for i in flow if instrs[i].send_match is not None]
+        pinned = [groups[i] for i in flow if i in groups]
+        if not transfers and not pinned:
+            continue
+        if hints:
+            candidates = [hints.pop()]
+        else:
+            start = auto % channels
+            candidates = [*range(start, channels), *range(start), *range(channels, max_channels)]
+            auto += 1
+        inst = first.instance
+        for ch in candidates:
+            if _fits(dag, transfers, pinned, inst, ch, fifo, owner, peers):
+                _commit(dag, transfers, pinned, inst, ch, fifo, owner, peers)
+                for i in flow:
+                    local[i] = ch
+                break
+        else:
+            raise CodegenError(
+                f"{dag.info.name}: rank {first.rank}: no channel below {max_channels} can carry the flow of "
+                f"instruction {first} in order"
+            )
+    per_instance = 1 + max(local.values(), default=0)
+    channel = tuple(
+        None if i not in local else instrs[i].instance * per_instance + local[i] for i in range(len(instrs))
+    )
+    if any(c is not None and c >= max_channels for c in channel):
+        raise CodegenError(
+            f"{dag.info.name}: {dag.info.instances} instance(s) x {per_instance} channel(s) exceed the "
+            f"{max_channels} channels of the runtime"
+        )
+    return ChannelDAG(dag, channel)
+
+
+def _check_hinted_threadblocks(dag: InstrDAG, groups: dict[int, tuple]) -> None:
+    peers: dict[tuple, tuple[set, set]] = defaultdict(lambda: (set(), set()))
+    for rank, key, send, recv in groups.values():
+        if key[0] == "tb":
+            sends, recvs = peers[(rank, key)]
+            if send is not None:
+                sends.add(send)
+            if recv is not None:
+                recvs.add(recv)
+    for (rank, key), (sends, recvs) in sorted(peers.items(), key=lambda kv: (kv[0][0], kv[0][1][1:])):
+        if len(sends) > 1 or len(recvs) > 1:
+            raise DslError(
+                f"{dag.info.name}: rank {rank} threadblock {key[1]}: a threadblock has one send peer and one "
+                f"receive peer, the ops given to it send to {sorted(sends)} and receive from {sorted(recvs)}"
+            )
+
+
+def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owner: dict, peers: dict) -> bool:
+    pos = dag.position
+    added: dict[tuple, set] = defaultdict(set)
+    for s, r in transfers:
+        a, b = dag.instrs[s].rank, dag.instrs[r].rank
+        added[(a, inst, ch, "send")].add(b)
+        added[(b, inst, ch, "recv")].add(a)
+    if any(len(peers[key] | new) > MAX_PEERS_PER_CHANNEL for key, new in added.items()):
+        return False
+    trial: dict[tuple, list[tuple[int, int]]] = {}
+    for s, r in transfers:
+        key = (dag.instrs[s].rank, dag.instrs[r].rank, inst, ch)
+        pairs = trial.setdefault(key, list(fifo.get(key, ())))
+        bisect.insort(pairs, (pos[s], pos[r]))
+    for pairs in trial.values():
+        if any(a[1] > b[1] for a, b in itertools.pairwise(pairs)):
+            return False
+    claims: dict[tuple, tuple] = {}
+    for rank, key, send, recv in pinned:
+        for side, peer in (("send", send), ("recv", recv)):
+            if peer is None:
+                continue
+            slot = (rank, inst, ch, side, peer)
+            holder = claims.get(slot, owner.get(slot, key))
+            if holder != key:
+                return False
+            claims[slot] = key
+    return True
+
+
+def _commit(
+    dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owner: dict, peers: dict
+) -> None:
+    pos = dag.position
+    for s, r in transfers:
+        a, b = dag.instrs[s].rank, dag.instrs[r].rank
+        bisect.insort(fifo[(a, b, inst, ch)], (pos[s], pos[r]))
+        peers[(a, inst, ch, "send")].add(b)
+        peers[(b, inst, ch, "recv")].add(a)
+    for rank, key, send, recv in pinned:
+        for side, peer in (("send", send), ("recv", recv)):
+            if peer is not None:
+                owner[(rank, inst, ch, side, peer)] = key

@@ -1,0 +1,126 @@
+"""Put every instruction in a threadblock (channel DAG -> scheduled DAG).
+
+A threadblock has at most one send peer and one receive peer on one channel, and each (channel,
+peer) has at most one threadblock per direction on a rank: that threadblock owns the connection.
+Threadblocks the user named, and fused ops (which need both peers), come first. Then, in the global
+order, a send or receive goes to the threadblock owning its connection, else joins a compatible
+threadblock that became free earliest (as the reference compiler balances load), else opens one.
+A local ``cpy``/``re`` joins the threadblock of its latest predecessor on the rank (it waits for
+it anyway). Ids are numbered by (channel, send peer, receive peer); a rank with no work gets one
+empty threadblock, since the runtime launches one CUDA block per threadblock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from codegen.instr_dag import Instr
+from codegen.schedule import ChannelDAG, ScheduledDAG, TbPlan
+
+__all__ = ["assign_threadblocks"]
+
+
+@dataclass
+class _Tb:
+    channel: int
+    send: int | None = None
+    recv: int | None = None
+    key: tuple | None = None  # user threadblock (rank, hint, instance), or None
+    instrs: list[int] = field(default_factory=list)
+    order: int = 0  # creation order, for ties
+
+
+class _Rank:
+    def __init__(self) -> None:
+        self.tbs: list[_Tb] = []
+        self.owner: dict[tuple[int, str, int], _Tb] = {}  # (channel, "send"|"recv", peer) -> tb
+        self.hinted: dict[tuple, _Tb] = {}
+
+    def new(self, channel: int, key: tuple | None = None) -> _Tb:
+        tb = _Tb(channel, key=key, order=len(self.tbs))
+        self.tbs.append(tb)
+        return tb
+
+    def claim(self, tb: _Tb, send: int | None, recv: int | None) -> None:
+        if send is not None:
+            tb.send = send
+            self.owner[(tb.channel, "send", send)] = tb
+        if recv is not None:
+            tb.recv = recv
+            self.owner[(tb.channel, "recv", recv)] = tb
+
+
+def assign_threadblocks(cdag: ChannelDAG) -> ScheduledDAG:
+    """Threadblocks honouring hints and connection ownership; ids by (channel, send, recv)."""
+    dag = cdag.dag
+    pos = dag.position
+    ranks = [_Rank() for _ in range(dag.info.num_ranks)]
+    for i in dag.order:  # threadblocks whose peers are pinned: the user's, and fused ops'
+        ins = dag.instrs[i]
+        if ins.tb_hint is not None or (ins.send_to is not None and ins.recv_from is not None):
+            _pinned(ranks[ins.rank], ins, cdag.channel[i])
+    where: dict[int, _Tb] = {}
+    for i in dag.order:
+        ins = dag.instrs[i]
+        preds = [
+            where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank
+        ]
+        tb = _place(ranks[ins.rank], ins, cdag.channel[i], preds, pos)
+        tb.instrs.append(i)
+        where[i] = tb
+    plans = []
+    for state in ranks:
+        if not state.tbs:
+            state.new(0)
+        tbs = sorted(
+            state.tbs,
+            key=lambda t: (
+                t.channel,
+                -1 if t.send is None else t.send,
+                -1 if t.recv is None else t.recv,
+                t.order,
+            ),
+        )
+        plans.append(tuple(TbPlan(t.send, t.recv, t.channel, tuple(t.instrs)) for t in tbs))
+    return ScheduledDAG(dag, tuple(plans))
+
+
+def _pinned(state: _Rank, ins: Instr, channel: int | None) -> _Tb:
+    if ins.tb_hint is not None:
+        key = (ins.tb_hint, ins.instance)
+        tb = state.hinted.get(key)
+        if tb is None:
+            tb = state.hinted[key] = state.new(0 if channel is None else channel, key)
+    else:
+        tb = state.owner.get((channel, "send", ins.send_to)) or state.owner.get(
+            (channel, "recv", ins.recv_from)
+        )
+        if tb is None:
+            tb = state.new(channel)
+    state.claim(tb, ins.send_to, ins.recv_from)
+    return tb
+
+
+def _place(state: _Rank, ins: Instr, channel: int | None, preds: list[_Tb], pos) -> _Tb:
+    if ins.tb_hint is not None or (ins.send_to is not None and ins.recv_from is not None):
+        return _pinned(state, ins, channel)
+    if channel is None:  # a local op: follow its latest predecessor on this rank
+        if preds:
+            return max(preds, key=lambda t: pos[t.instrs[-1]])
+        free = [t for t in state.tbs if t.key is None]
+        return min(free, key=lambda t: (len(t.instrs), t.order)) if free else state.new(0)
+    side, peer = ("send", ins.send_to) if ins.send_to is not None else ("recv", ins.recv_from)
+    tb = state.owner.get((channel, side, peer))
+    if tb is None:
+        free = [
+            t
+            for t in state.tbs
+            if t.key is None and t.channel == channel and (t.send if side == "send" else t.recv) is None
+        ]
+        tb = min(
+            free, key=lambda t: (pos[t.instrs[-1]] if t.instrs else -1, len(t.instrs), t.order), default=None
+        )
+        if tb is None:
+            tb = state.new(channel)
+        state.claim(tb, ins.send_to, ins.recv_from)
+    return tb

@@ -1,0 +1,27 @@
+"""Mark every op some dependency names (IR -> IR).
+
+The runtimes publish a threadblock's progress only after steps with ``hasdep=1``; a step another
+threadblock waits for without the mark would never be seen, and the waiter would spin forever.
+Marks on steps nobody waits for are removed (each costs a memory fence and a flag store).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from codegen.ir import IR
+
+__all__ = ["mark_has_dep"]
+
+
+def mark_has_dep(ir: IR) -> IR:
+    """``has_dep`` exactly on the ops named by some dependency."""
+    gpus = []
+    for gpu in ir.gpus:
+        awaited = {(d.tb, d.op) for tb in gpu.threadblocks for op in tb.ops for d in op.deps}
+        tbs = tuple(
+            replace(tb, ops=tuple(replace(op, has_dep=(tb.id, k) in awaited) for k, op in enumerate(tb.ops)))
+            for tb in gpu.threadblocks
+        )
+        gpus.append(replace(gpu, threadblocks=tbs))
+    return replace(ir, gpus=tuple(gpus))

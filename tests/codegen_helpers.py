@@ -1,0 +1,46 @@
+"""Shared helpers of the codegen tests: run the pipeline up to a pass, compile and execute."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ir_interpreter import execute
+
+from codegen.compiler import compile_program
+from codegen.dsl import Program
+from codegen.ir import IR
+from codegen.passes import DEFAULT_PIPELINE
+from codegen.pipeline import CompileOptions, run_pipeline
+
+__all__ = ["compile_and_run", "map_ops", "stage_after", "steps_of"]
+
+
+def stage_after(program: Program, last: str, **options) -> object:
+    """The stage the default pipeline produces after pass ``last`` (inclusive)."""
+    pipeline = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index(last) + 1]
+    opts = CompileOptions(**{"instances": program.instances, **options})
+    return run_pipeline(program.chunk_dag(), pipeline, opts, verify_each=True).result
+
+
+def compile_and_run(program: Program, seeds=(None, 1, 2), **options) -> IR:
+    """Compile (checked for the azure dialect unless told otherwise) and execute symbolically."""
+    ir = compile_program(program, verify_each=True, **options)
+    for seed in seeds:
+        execute(ir, seed=seed)
+    return ir
+
+
+def steps_of(ir: IR) -> list:
+    return [op for g in ir.gpus for tb in g.threadblocks for op in tb.ops]
+
+
+def map_ops(ir: IR, change) -> IR:
+    """``ir`` with ``change(op)`` applied to every op."""
+    gpus = tuple(
+        replace(
+            g,
+            threadblocks=tuple(replace(tb, ops=tuple(change(op) for op in tb.ops)) for tb in g.threadblocks),
+        )
+        for g in ir.gpus
+    )
+    return replace(ir, gpus=gpus)

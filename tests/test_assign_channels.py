@@ -1,0 +1,77 @@
+"""assign_channels: flows on channels so every connection receives in send order."""
+
+from __future__ import annotations
+
+import pytest
+from codegen_helpers import compile_and_run, stage_after
+
+from codegen.chunk_dag import DepKind, ProgramInfo
+from codegen.dsl import Program
+from codegen.errors import DslError
+from codegen.examples import ring_allreduce, two_step_alltoall
+from codegen.instr_dag import Instr, InstrDAG, InstrEdge
+from codegen.ir import Buffer, OpType, Ref
+from codegen.passes.assign_channels import assign_channels
+
+
+def _info() -> ProgramInfo:
+    return ProgramInfo("t", "alltoall", 2, None, 2, 2, (0, 0), 4)
+
+
+def test_a_receive_order_the_sends_cannot_keep_gets_a_second_channel():
+    """Rank 0 sends A then B to rank 1, but rank 1 must take B first: one FIFO cannot do it."""
+    instrs = [
+        Instr(0, OpType.SEND, src=Ref(Buffer.INPUT, 0), send_to=1, send_match=2),  # A
+        Instr(0, OpType.SEND, src=Ref(Buffer.INPUT, 1), send_to=1, send_match=3),  # B
+        Instr(1, OpType.RECV, dst=Ref(Buffer.OUTPUT, 0), recv_from=0, recv_match=0),
+        Instr(1, OpType.RECV, dst=Ref(Buffer.OUTPUT, 1), recv_from=0, recv_match=1),
+    ]
+    edges = [
+        InstrEdge(0, 2, DepKind.MATCH),
+        InstrEdge(1, 3, DepKind.MATCH),
+        InstrEdge(0, 1, DepKind.WAR),
+        InstrEdge(3, 2, DepKind.WAW),
+    ]
+    dag = InstrDAG.build(_info(), instrs, edges, [0, 1, 2, 3])
+    assert [dag.position[i] for i in range(4)] == [0, 1, 3, 2]
+    cdag = assign_channels(dag)
+    cdag.verify()
+    assert cdag.channel[0] == cdag.channel[2] != cdag.channel[1] == cdag.channel[3]
+
+
+def test_one_channel_when_the_order_allows_it():
+    cdag = assign_channels(stage_after(ring_allreduce.program(8), "order_by_critical_path"))
+    cdag.verify()
+    assert set(cdag.channel) == {0}
+
+
+def test_channels_spread_flows_round_robin():
+    prog = ring_allreduce.program(4)
+    cdag = assign_channels(stage_after(prog, "order_by_critical_path"), channels=2)
+    cdag.verify()
+    assert set(cdag.channel) == {0, 1}
+    ir = compile_and_run(prog, channels=2)
+    assert ir.nchannels == 2
+
+
+def test_instances_get_their_own_channels():
+    cdag = stage_after(two_step_alltoall.program("dgx-a100x2", instances=2), "assign_channels")
+    per_instance = {}
+    for i, ins in enumerate(cdag.dag.instrs):
+        if cdag.channel[i] is not None:
+            per_instance.setdefault(ins.instance, set()).add(cdag.channel[i])
+    assert per_instance[0].isdisjoint(per_instance[1])
+
+
+def test_user_channels_are_kept_and_must_agree_within_a_flow():
+    prog = Program("ch", "ring:3", "allgather", inplace=True)
+    for r in range(3):
+        prog.chunk(r, "output", r).copy((r + 1) % 3, channel=2).copy((r + 2) % 3, channel=2)
+    ir = compile_and_run(prog)
+    assert {tb.channel for g in ir.gpus for tb in g.threadblocks} == {2}
+    # one user threadblock, two channels: impossible
+    bad = Program("ch", "ring:3", "allgather", inplace=True, chunks_per_rank=2)
+    bad.chunk(0, "output", 0).copy(1, sendtb=0, channel=0)
+    bad.chunk(0, "output", 1).copy(1, sendtb=0, channel=1)
+    with pytest.raises(DslError, match="were given channels"):
+        stage_after(bad, "assign_channels")

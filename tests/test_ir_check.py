@@ -1,0 +1,170 @@
+"""The static checker rejects every broken case with a message naming rank, threadblock and step."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from codegen.check import check_ir, find_problems
+from codegen.compiler import compile_program
+from codegen.errors import IRCheckError
+from codegen.examples import allpairs_allreduce, ring_allreduce
+from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
+
+WHERE = re.compile(r"rank \d+, threadblock \d+, step \d+: ")
+
+
+def _edit(ir: IR, rank: int, tb: int, **changes) -> IR:
+    gpu = ir.gpu(rank)
+    tbs = tuple(replace(t, **changes) if t.id == tb else t for t in gpu.threadblocks)
+    return replace(ir, gpus=tuple(replace(g, threadblocks=tbs) if g.rank == rank else g for g in ir.gpus))
+
+
+def _edit_op(ir: IR, rank: int, tb: int, step: int, **changes) -> IR:
+    ops = list(ir.gpu(rank).threadblock(tb).ops)
+    ops[step] = replace(ops[step], **changes)
+    return _edit(ir, rank, tb, ops=tuple(ops))
+
+
+@pytest.fixture(scope="module")
+def ring() -> IR:
+    return compile_program(ring_allreduce.program(4))
+
+
+@pytest.fixture(scope="module")
+def allpairs() -> IR:
+    return compile_program(allpairs_allreduce.program(4))
+
+
+def test_compiled_programs_pass(ring, allpairs):
+    for ir in (ring, allpairs):
+        for dialect in (None, "azure", "msccl"):
+            assert find_problems(ir, dialect) == []
+
+
+def _only(ir: IR, dialect=None) -> str:
+    with pytest.raises(IRCheckError) as info:
+        check_ir(ir, dialect)
+    message = str(info.value)
+    assert WHERE.search(message), message
+    return message
+
+
+def test_mismatched_counts_on_a_connection(ring):
+    broken = _edit_op(ring, 0, 0, 0, count=2)  # rank 0 sends 2 chunks where rank 1 takes 1
+    message = _only(broken)
+    assert "rank 0, threadblock 0, step 0: transfer 0 to rank 1 on channel 0 sends cnt=2" in message
+    assert "rank 1 threadblock 0 step 1 receives cnt=1" in message
+
+
+def test_a_transfer_nobody_receives(ring):
+    ops = ring.gpu(0).threadblock(0).ops
+    broken = _edit(ring, 0, 0, ops=(*ops, Op(OpType.SEND, Ref(Buffer.INPUT, 0))))
+    assert (
+        "rank 0, threadblock 0, step 7: sends 7 transfers to rank 1 on channel 0, rank 1 threadblock 0 receives 6"
+        in _only(broken)
+    )
+
+
+def test_a_dependency_cycle(allpairs):
+    gpu = allpairs.gpu(0)
+    a, b = gpu.threadblocks[0], gpu.threadblocks[1]
+    broken = _edit_op(allpairs, 0, a.id, 0, deps=(Dep(b.id, len(b.ops) - 1),), has_dep=True)
+    broken = _edit_op(broken, 0, b.id, len(b.ops) - 1, deps=(Dep(a.id, 0),), has_dep=True)
+    message = _only(broken)
+    assert "deadlock: a cycle of" in message and "dependencies and connection order" in message
+
+
+def test_a_cycle_through_connection_order_alone(ring):
+    """Rank 1 receives before it sends, and so does everyone: the ring waits forever."""
+    broken = ring
+    for rank in range(4):
+        ops = ring.gpu(rank).threadblock(0).ops
+        broken = _edit(broken, rank, 0, ops=(*ops[1:2], ops[0], *ops[2:]))
+    assert "deadlock" in _only(broken)
+
+
+def test_two_threadblocks_on_one_channel_and_peer(allpairs):
+    gpu = allpairs.gpu(0)
+    first, second = [tb for tb in gpu.threadblocks if tb.send is not None][:2]
+    broken = _edit(allpairs, 0, second.id, send=first.send)
+    message = _only(broken)
+    assert f"rank 0, threadblock {second.id}, step" in message
+    assert f"sends to rank {first.send} on channel 0, as threadblock {first.id} does" in message
+
+
+def test_an_offset_out_of_range(ring):
+    broken = _edit_op(ring, 2, 0, 3, src=Ref(Buffer.INPUT, 4))
+    assert "rank 2, threadblock 0, step 3: src i[4..4] is outside the buffer of 4 chunk(s)" in _only(broken)
+    broken = _edit_op(ring, 2, 0, 3, src=Ref(Buffer.SCRATCH, 0))
+    assert "src s[0..0] is outside the buffer of 0 chunk(s)" in _only(broken)
+
+
+def test_a_step_waited_for_without_hasdep(allpairs):
+    rank, tb, step = next(
+        (g.rank, t.id, k)
+        for g in allpairs.gpus
+        for t in g.threadblocks
+        for k, op in enumerate(t.ops)
+        if op.has_dep
+    )
+    broken = _edit_op(allpairs, rank, tb, step, has_dep=False)
+    assert f"rank {rank}, threadblock {tb}, step {step}: threadblock" in _only(broken)
+    assert find_problems(broken, final=False) == []
+
+
+# -- dialect limits ------------------------------------------------------------------------------
+
+
+def test_steps_per_threadblock(ring):
+    ops = ring.gpu(1).threadblock(0).ops
+    long = _edit(ring, 1, 0, ops=ops + (Op(OpType.NOP, count=0),) * 60)
+    assert find_problems(long, "msccl") == []
+    assert "67 steps: the azure runtime allows 64 per threadblock" in str(find_problems(long, "azure")[0])
+
+
+def test_one_dependency_per_step_and_nops_followed_by_a_waiting_step(allpairs):
+    rank, tb, step, dep = next(
+        (g.rank, t.id, k, op.deps[0])
+        for g in allpairs.gpus
+        for t in g.threadblocks
+        for k, op in enumerate(t.ops)
+        if op.deps
+    )
+    other = next(t for t in allpairs.gpu(rank).threadblocks if t.id not in (tb, dep.tb))
+    doubled = _edit_op(allpairs, rank, tb, step, deps=(dep, Dep(other.id, 0)))
+    doubled = _edit_op(doubled, rank, other.id, 0, has_dep=True)
+    assert find_problems(doubled) == []  # our IR allows it...
+    assert any("2 dependencies" in str(p) for p in find_problems(doubled, "azure"))  # ...the runtimes do not
+    ops = list(allpairs.gpu(rank).threadblock(tb).ops)
+    nop = Op(OpType.NOP, count=0, deps=(dep,))
+    shifted = _edit(allpairs, rank, tb, ops=(*ops[:step], nop, replace(ops[step], deps=()), *ops[step + 1 :]))
+    problems = [str(p) for p in find_problems(shifted, "msccl")]
+    assert any(f"step {step + 1}: follows nops with dependencies but has none" in p for p in problems), (
+        problems
+    )
+
+
+def test_dependency_targets_fit_int8_and_collective_names():
+    cpy = Op(OpType.COPY, Ref(Buffer.INPUT, 0), Ref(Buffer.OUTPUT, 0))
+    tbs = [Threadblock(t, None, None, 0, (replace(cpy, has_dep=(t == 130)),)) for t in range(131)]
+    tbs[0] = Threadblock(0, None, None, 0, (replace(cpy, deps=(Dep(130, 0),)),))
+    ir = IR("big", "gather", 1, 1, (Gpu(0, 1, 1, 0, tuple(tbs)),), root=0)
+    problems = [str(p) for p in find_problems(ir, "msccl")]
+    assert any(
+        "rank 0, threadblock 130: other threadblocks wait for it, but its id exceeds 127" in p
+        for p in problems
+    )
+    assert any("does not run gather" in p for p in problems)
+    assert any("131 threadblocks" not in p for p in problems)
+    assert not any("gather" in p for p in map(str, find_problems(ir, "azure")))
+
+
+def test_count_limit(ring):
+    big = replace(
+        ring, nchunksperloop=80, gpus=tuple(replace(g, input_chunks=80, output_chunks=80) for g in ring.gpus)
+    )
+    broken = _edit_op(_edit_op(big, 0, 0, 0, count=72), 1, 0, 1, count=72)
+    assert any("count 72: the runtime allows at most 71" in str(p) for p in find_problems(broken, "azure"))

@@ -1,0 +1,82 @@
+"""Lowering Algorithm -> Program: each send becomes a DSL copy or reduce; relays use scratch;
+combining collectives reduce into the right buffer; a step's sends all read the previous state."""
+
+from __future__ import annotations
+
+from codegen_helpers import compile_and_run, steps_of
+
+from codegen.ir import Buffer, OpType
+from codegen.lower import lower_algorithm
+from synth.algorithm import Algorithm, Send, Step
+from synth.baselines import make_baseline
+from synth.collectives import make_collective
+from topologies import load
+
+
+def _butterfly_allreduce(n: int) -> Algorithm:
+    """Recursive doubling on the whole buffer: in step k, r and r^k both add the other's partial.
+    Each pair's two sends read and write the same address on each other: an exchange."""
+    steps = []
+    k = 1
+    while k < n:
+        steps.append(Step(1, tuple(Send(0, r, r ^ k, "reduce") for r in range(n))))
+        k <<= 1
+    return Algorithm(make_collective("allreduce", n, 1), f"hypercube:{n.bit_length() - 1}", tuple(steps))
+
+
+def test_an_exchange_of_partial_sums_goes_through_scratch():
+    algo = _butterfly_allreduce(4)
+    topo = load("hypercube:2")
+    algo.verify(topo)
+    prog = lower_algorithm(algo, topo)
+    assert prog.check() == ()
+    ir = compile_and_run(prog)
+    assert any(g.scratch_chunks > 0 for g in ir.gpus)  # one send of each exchanging pair waits in scratch
+    assert any(op.type is OpType.REDUCE for op in steps_of(ir))  # the deferred local reduction
+    compile_and_run(lower_algorithm(algo, topo, inplace=True))
+
+
+def test_relays_without_an_output_slot_use_scratch():
+    topo = load("ring:4")
+    algo = make_baseline("ring", topo, make_collective("alltoall", 4))
+    ir = compile_and_run(lower_algorithm(algo, topo))
+    assert max(g.scratch_chunks for g in ir.gpus) > 0
+    gather = make_baseline("ring", topo, make_collective("gather", 4, root=2))
+    compile_and_run(lower_algorithm(gather, topo))
+
+
+def test_sends_to_a_rank_that_holds_the_chunk_are_dropped():
+    topo = load("fully-connected:3")
+    coll = make_collective("broadcast", 3, 1, root=0)
+    algo = Algorithm(coll, topo.name, (Step(1, (Send(0, 0, 1),)), Step(1, (Send(0, 1, 2), Send(0, 0, 1)))))
+    algo.verify(topo)
+    prog = lower_algorithm(algo, topo)
+    assert prog.num_ops == 3  # root's local copy, 0 -> 1, 1 -> 2
+    compile_and_run(prog)
+
+
+def test_out_of_place_reductions_never_write_the_input():
+    topo = load("dgx1")
+    for kind in ("ring", "recursive-doubling"):
+        algo = make_baseline(kind, topo, make_collective("allreduce", 8, 8))
+        ir = compile_and_run(lower_algorithm(algo, topo))
+        written = [op.dst for op in steps_of(ir) if op.type.writes_dst]
+        assert written and all(ref.buffer is not Buffer.INPUT for ref in written)
+
+
+def test_in_place_reductions_stay_in_the_input():
+    topo = load("ring:4")
+    algo = make_baseline("ring", topo, make_collective("reducescatter", 4, 2))
+    ir = compile_and_run(lower_algorithm(algo, topo, inplace=True))
+    assert ir.inplace and all(g.scratch_chunks == 0 for g in ir.gpus)
+    assert {ref.buffer for op in steps_of(ir) for ref in (op.src, op.dst) if ref is not None} == {
+        Buffer.INPUT
+    }
+
+
+def test_an_algorithm_for_an_unknown_topology_file_lowers_without_link_checks():
+    topo = load("ring:4")
+    algo = make_baseline("ring", topo, make_collective("allgather", 4))
+    moved = Algorithm(algo.collective, "my-cluster.json", algo.steps, algo.provenance)
+    prog = lower_algorithm(moved)
+    assert prog.topology is None and prog.check() == ()

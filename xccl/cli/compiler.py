@@ -1,0 +1,222 @@
+"""``xccl compile`` (algorithm, DSL program or IR -> MSCCL XML / JSON IR) and ``xccl check``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from codegen.check import find_problems
+from codegen.compiler import run_compiler
+from codegen.dialects import DIALECTS
+from codegen.dsl import PROTOCOLS
+from codegen.errors import CodegenError, DslError
+from codegen.formats import FORMATS, load_ir, read_ir, save_ir, write_ir
+from codegen.formats.xml_reader import xml_dialect
+from codegen.ir import IR
+from codegen.loader import EXAMPLES_PREFIX, example_names, load_program, parse_params
+from codegen.lower import lower_algorithm
+from codegen.passes import PASSES
+from codegen.pipeline import run_pipeline
+from synth.algorithm import Algorithm
+from synth.units import parse_size
+from topologies.errors import XcclError
+from xccl.cli.algorithms import algorithm_topology
+from xccl.cli.output import format_table
+
+__all__ = ["register"]
+
+IR_PASSES = ("fold_deps_into_nops", "mark_has_dep", "size_buffers")
+"""What an IR read from a file goes through before it is written again (normalization)."""
+
+
+def _kind(source: str) -> str:
+    """``program``, ``algorithm`` or ``ir``, from the name and (for JSON) the format field."""
+    if source.startswith(EXAMPLES_PREFIX) or source.endswith(".py"):
+        return "program"
+    path = Path(source)
+    if source.endswith(".xml"):
+        return "ir"
+    if source.endswith(".json"):  # an IR says so in its format field; a missing file is reported later
+        try:
+            fmt = json.loads(path.read_text()).get("format")
+        except (json.JSONDecodeError, AttributeError, OSError, UnicodeDecodeError):
+            fmt = None
+        return "ir" if fmt == "xccl-ir/1" else "algorithm"
+    raise DslError(
+        f"{source}: expected an algorithm (.json), a DSL program (.py or example:NAME) or an IR (.xml, IR .json)"
+    )
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except XcclError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    kind = _kind(args.input)
+    if kind == "ir":
+        for flag, value in (
+            ("--instances", args.instances),
+            ("--channels", args.channels),
+            ("--inplace", args.inplace),
+        ):
+            if value:
+                raise DslError(f"{args.input}: {flag} applies to programs and algorithms, not to an IR")
+        ir = load_ir(args.input)
+        if args.protocol:
+            ir = replace(ir, protocol=args.protocol)
+        result = run_pipeline(
+            ir, IR_PASSES, verify_each=args.verify_each, print_after=tuple(args.print_after)
+        )
+    else:
+        if kind == "program":
+            prog = load_program(args.input, parse_params(args.define))
+            if args.inplace:
+                raise DslError(
+                    f"{args.input}: --inplace applies to algorithms; a program declares inplace itself"
+                )
+        else:
+            algo = Algorithm.load(args.input)
+            topo = algorithm_topology(algo, args.topology, args.input)
+            algo.verify(topo)
+            prog = lower_algorithm(algo, topo, inplace=args.inplace)
+        result = run_compiler(
+            prog,
+            channels=args.channels,
+            instances=args.instances,
+            protocol=args.protocol,
+            dialect=None if args.dialect == "json" else args.dialect,
+            verify_each=args.verify_each,
+            print_after=tuple(args.print_after),
+        )
+    ir = result.result
+    if not isinstance(ir, IR):
+        raise CodegenError("the pipeline did not produce an IR")
+    if args.min_bytes is not None:
+        ir = replace(ir, min_bytes=args.min_bytes)
+    if args.max_bytes is not None:
+        ir = replace(ir, max_bytes=args.max_bytes)
+    for record in result.records:
+        if record.dump is not None:
+            _stderr(f"--- after {record.name} ---\n{record.dump}")
+    if args.time_passes:
+        rows = [[r.name, f"{1000 * r.seconds:.2f}"] for r in result.records]
+        rows.append(["total", f"{1000 * sum(r.seconds for r in result.records):.2f}"])
+        _stderr(format_table(["pass", "ms"], rows))
+    if args.output:
+        save_ir(ir, args.output, args.dialect, force=args.force)
+        print(f"wrote {args.output}: {_summary(ir)}, checked for {_target(args.dialect)}")
+    else:
+        sys.stdout.write(write_ir(ir, args.dialect))
+    return 0
+
+
+def _target(fmt: str) -> str:
+    return f"the {fmt} runtime" if fmt in DIALECTS else "every runtime's universal rules"
+
+
+def _summary(ir: IR) -> str:
+    tbs = [len(g.threadblocks) for g in ir.gpus]
+    steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
+    return (
+        f"{ir.name}: {ir.collective} on {ir.num_ranks} ranks, {ir.nchannels} channel(s), "
+        f"{min(tbs)}-{max(tbs)} threadblocks per rank, at most {steps} steps per threadblock"
+    )
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    text = load_ir_text(path)
+    ir = read_ir(text, str(path))
+    if args.dialect == "auto":
+        dialect = None if text.lstrip(" \n\r").startswith("{") else xml_dialect(text, str(path))
+    else:
+        dialect = None if args.dialect == "none" else args.dialect
+    problems = find_problems(ir, dialect)
+    target = f"the {dialect} runtime" if dialect else "the universal rules"
+    print(f"{path}: {_summary(ir)}")
+    deps = sum(len(op.deps) for g in ir.gpus for tb in g.threadblocks for op in tb.ops)
+    print(
+        f"  protocol {ir.protocol}, {ir.nchunksperloop} chunks per loop, {deps} cross-threadblock dependencies"
+    )
+    if not problems:
+        print(f"  ok: passes the static checks of {target}")
+        return 0
+    print(f"  {len(problems)} problem(s) for {target}:")
+    for p in problems[: args.limit]:
+        print(f"  - {p}")
+    if len(problems) > args.limit:
+        print(f"  ... and {len(problems) - args.limit} more")
+    return 1
+
+
+def load_ir_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CodegenError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compile",
+        help="compile an algorithm, a DSL program or an IR into MSCCL XML or JSON IR",
+        description=(
+            "INPUT is an algorithm file (.json, from xccl baseline or xccl synth), a DSL program "
+            "(.py defining program() or building one Program, or example:NAME for "
+            f"{', '.join(example_names())}), or an IR (.xml or IR .json) to check and re-emit."
+        ),
+    )
+    p.add_argument("input", help="algorithm .json, program .py / example:NAME, or IR .xml/.json")
+    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
+    p.add_argument("--dialect", choices=list(FORMATS), default="azure", help="output format (default azure)")
+    p.add_argument("--protocol", choices=PROTOCOLS, help="NCCL protocol (default: the program's, Simple)")
+    p.add_argument(
+        "--instances", type=int, help="replicate over N interleaved chunk slices (default: the program's)"
+    )
+    p.add_argument(
+        "--channels", type=int, help="spread flows over N channels (default: as few as the dialect allows)"
+    )
+    p.add_argument("--inplace", action="store_true", help="algorithms: compile for in-place calls")
+    p.add_argument("--topology", "-t", help="algorithms: topology file, when the algorithm's is not shipped")
+    p.add_argument(
+        "-D", "--define", action="append", default=[], metavar="NAME=VALUE", help="program() parameter"
+    )
+    p.add_argument("--min-bytes", type=_size, help="smallest call size the XML is selected for (default 0)")
+    p.add_argument(
+        "--max-bytes", type=_size, help="largest call size the XML is selected for (default: no limit)"
+    )
+    p.add_argument(
+        "--verify-each", action="store_true", help="check every stage's invariants after each pass"
+    )
+    p.add_argument(
+        "--print-after",
+        action="append",
+        default=[],
+        choices=list(PASSES),
+        metavar="PASS",
+        help=f"print the stage after PASS (repeatable): {', '.join(PASSES)}",
+    )
+    p.add_argument("--time-passes", action="store_true", help="print how long each pass took")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("check", help="static checks of an MSCCL XML or JSON IR file, as a report")
+    p.add_argument("file")
+    p.add_argument(
+        "--dialect",
+        choices=["auto", *DIALECTS, "none"],
+        default="auto",
+        help="runtime whose limits apply (auto: from the XML; none: universal rules only)",
+    )
+    p.add_argument("--limit", type=int, default=20, help="problems to list (default 20)")
+    p.set_defaults(func=cmd_check)
