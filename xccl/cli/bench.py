@@ -42,7 +42,6 @@ class Runnable:
 
     ir: IR
     topology: Topology | None
-    kind: str
 
 
 def load_runnable(
@@ -66,7 +65,7 @@ def load_runnable(
         topo = algorithm_topology(algo, topology, source)
         algo.verify(topo)
         ir = compile_algorithm(algo, topo, inplace=inplace)
-    return Runnable(ir, topo, kind)
+    return Runnable(ir, topo)
 
 
 def _placement(ir: IR, inplace: bool) -> bool:
