@@ -10,7 +10,7 @@ The functions most callers need:
 - :class:`Program` and :func:`chunk`, the DSL; :func:`load_program` loads a DSL file.
 """
 
-from codegen.check import Problem, check_ir, find_problems
+from codegen.check import Problem, check_ir, find_deadlock, find_problems
 from codegen.compiler import compile_algorithm, compile_program, run_compiler
 from codegen.dialects import DIALECTS, Dialect
 from codegen.dsl import PROTOCOLS, ChunkRef, Program, WrongSlot, chunk, current_program
@@ -54,6 +54,7 @@ __all__ = [
     "compile_program",
     "current_program",
     "example_names",
+    "find_deadlock",
     "find_problems",
     "load_ir",
     "load_program",

@@ -4,10 +4,12 @@ Universal rules: threadblock ids 0..k-1, peers that exist, at most one threadblo
 peer) and direction, ops that fit their threadblock's peers, offsets inside the buffers, dependencies
 that name existing steps; on every connection (sender, receiver, channel) the sender's counts equal
 the receiver's, in order; no cycle through dependencies, program order and connection order
-together (a cycle is a deadlock). ``final`` adds: every awaited step has ``has_dep``. A dialect adds
-its limits: steps per threadblock, threadblocks, channels, count, one dependency per step (extras
-in nops, each followed by a step with its own), dependency targets with id <= 127, collective names.
-Every problem names rank, threadblock and step.
+together (a cycle is a deadlock), also once every connection holds only as many calls as NCCL's
+FIFO does (``codegen.protocols``) and every step moves one call per chunk, as at large sizes.
+``final`` adds: every awaited step has ``has_dep``. A dialect adds its limits: steps per
+threadblock, threadblocks, channels, count, one dependency per step (extras in nops, each followed
+by a step with its own), dependency targets with id <= 127, collective names. Every problem names
+rank, threadblock and step.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from codegen.dialects import Dialect, get_dialect
-from codegen.dsl import PROTOCOLS
 from codegen.errors import IRCheckError
 from codegen.ir import IR, Buffer, Gpu, OpType
+from codegen.protocols import PROTOCOLS, fifo_calls
 
-__all__ = ["Problem", "check_ir", "find_problems"]
+__all__ = ["Problem", "check_ir", "find_deadlock", "find_problems"]
 
 
 @dataclass(frozen=True)
@@ -230,28 +232,75 @@ def _check_connections(ir: IR) -> list[Problem]:
     return out
 
 
+def find_deadlock(ir: IR) -> Problem | None:
+    """The deadlock of a structurally sound IR (see :func:`_check_deadlock`), or None."""
+    found = _check_deadlock(ir)
+    return found[0] if found else None
+
+
 def _check_deadlock(ir: IR) -> list[Problem]:
-    """Kahn's algorithm over steps; edges: program order, dependencies, k-th send -> k-th receive."""
-    index: dict[tuple[int, int, int], int] = {}
-    for gpu in ir.gpus:
-        for tb in gpu.threadblocks:
-            for k in range(len(tb.ops)):
-                index[(gpu.rank, tb.id, k)] = len(index)
-    preds: list[list[int]] = [[] for _ in index]
+    """A cycle through program order, dependencies and connection order, with unbounded FIFOs; else
+    one that NCCL's bounded FIFOs add (see :func:`_calls_graph`)."""
+    for depth in (None, fifo_calls(ir.protocol) if ir.protocol in PROTOCOLS else None):
+        name, preds = _calls_graph(ir, depth)
+        cycle = _find_cycle(preds)
+        if cycle is None:
+            continue
+        steps = [name[i] for i in cycle]
+        steps = [s for k, s in enumerate(steps) if not k or s != steps[k - 1]]
+        shown = " -> ".join("r{}.tb{}.s{}".format(*s) for s in steps[:8]) + (
+            " -> ..." if len(steps) > 8 else ""
+        )
+        if depth is None:
+            what = f"a cycle of {len(steps)} steps through dependencies and connection order"
+        else:
+            what = (
+                f"a cycle of {len(steps)} steps once connections hold {depth} calls, as NCCL's FIFOs do "
+                f"with {ir.protocol} (a step moves one call per chunk at large sizes)"
+            )
+        return [Problem(f"deadlock: {what} ({shown})", *steps[0])]
+    return []
+
+
+def _calls_graph(ir: IR, depth: int | None) -> tuple[list[tuple[int, int, int]], list[list[int]]]:
+    """Each step's primitive calls (one per chunk for steps that send or receive: how a step runs at
+    large sizes, which is also when it needs most FIFO room) and what each call waits for: the
+    previous call of its threadblock, its dependencies, the matching call on its connection and,
+    with a ``depth``, the call received ``depth`` calls earlier on the connection it sends on."""
+    name: list[tuple[int, int, int]] = []
+    first: dict[tuple[int, int, int], int] = {}
+    preds: list[list[int]] = []
     for gpu in ir.gpus:
         for tb in gpu.threadblocks:
             for k, op in enumerate(tb.ops):
-                me = index[(gpu.rank, tb.id, k)]
-                if k:
-                    preds[me].append(me - 1)
-                preds[me].extend(index[(gpu.rank, d.tb, d.op)] for d in op.deps)
+                first[(gpu.rank, tb.id, k)] = len(name)
+                calls = op.count if op.type.sends or op.type.receives else 1
+                for _ in range(max(1, calls)):
+                    preds.append([len(name) - 1] if name and name[-1][:2] == (gpu.rank, tb.id) else [])
+                    name.append((gpu.rank, tb.id, k))
+    ends = {key: i for i, key in enumerate(name)}  # the last call of each step
+    for gpu in ir.gpus:
+        for tb in gpu.threadblocks:
+            for k, op in enumerate(tb.ops):
+                preds[first[(gpu.rank, tb.id, k)]].extend(ends[(gpu.rank, d.tb, d.op)] for d in op.deps)
     for (a, b, _ch), (stb, rtb) in _connections(ir).items():
-        for (sk, _), (rk, _) in zip(
-            _transfers(ir, a, stb, True), _transfers(ir, b, rtb, False), strict=False
-        ):
-            preds[index[(b, rtb, rk)]].append(index[(a, stb, sk)])
-    succs: list[list[int]] = [[] for _ in index]
-    indegree = [0] * len(index)
+        sent = [i for k, _ in _transfers(ir, a, stb, True) for i in _span(first, ends, (a, stb, k))]
+        got = [i for k, _ in _transfers(ir, b, rtb, False) for i in _span(first, ends, (b, rtb, k))]
+        for m, (s, r) in enumerate(zip(sent, got, strict=False)):
+            preds[r].append(s)
+            if depth is not None and m + depth < len(sent):
+                preds[sent[m + depth]].append(r)
+    return name, preds
+
+
+def _span(first: dict, ends: dict, key: tuple[int, int, int]) -> range:
+    return range(first[key], ends[key] + 1)
+
+
+def _find_cycle(preds: list[list[int]]) -> list[int] | None:
+    """Kahn's algorithm; the nodes of one cycle in order, or None when there is none."""
+    succs: list[list[int]] = [[] for _ in preds]
+    indegree = [0] * len(preds)
     for me, ps in enumerate(preds):
         for p in ps:
             succs[p].append(me)
@@ -265,9 +314,8 @@ def _check_deadlock(ir: IR) -> list[Problem]:
             indegree[j] -= 1
             if indegree[j] == 0:
                 queue.append(j)
-    if done == len(index):
-        return []
-    name = {v: k for k, v in index.items()}
+    if done == len(preds):
+        return None
     node = next(i for i, d in enumerate(indegree) if d > 0)
     path: list[int] = []
     seen: dict[int, int] = {}
@@ -275,16 +323,7 @@ def _check_deadlock(ir: IR) -> list[Problem]:
         seen[node] = len(path)
         path.append(node)
         node = next(p for p in preds[node] if indegree[p] > 0)
-    cycle = list(reversed(path[seen[node] :]))
-    shown = " -> ".join("r{}.tb{}.s{}".format(*name[i]) for i in cycle[:8]) + (
-        " -> ..." if len(cycle) > 8 else ""
-    )
-    return [
-        Problem(
-            f"deadlock: a cycle of {len(cycle)} steps through dependencies and connection order ({shown})",
-            *name[cycle[0]],
-        )
-    ]
+    return list(reversed(path[seen[node] :]))
 
 
 def _check_dialect(ir: IR, d: Dialect) -> list[Problem]:

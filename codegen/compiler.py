@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from codegen.check import check_ir
+from codegen.check import check_ir, find_deadlock
 from codegen.dialects import Dialect, get_dialect
 from codegen.dsl import PROTOCOLS, Program
 from codegen.errors import DslError
@@ -40,7 +40,9 @@ def run_compiler(
     program's. The result is statically checked for ``dialect`` (``None``: universal rules only).
 
     ``channels=None`` (auto) starts with one channel per instance and spreads flows over more while a
-    threadblock has more steps than the dialect allows; an integer fixes the count.
+    threadblock has more steps than the dialect allows; an integer fixes the count. The plain
+    critical-path order is kept when it is deadlock-free with the runtime's bounded FIFOs, else
+    the order within the bound is used (``order_by_critical_path``).
     """
     program.verify()
     dag = program.chunk_dag()
@@ -50,18 +52,30 @@ def run_compiler(
         dag = replace(dag, info=replace(dag.info, protocol=protocol))
     instances = program.instances if instances is None else instances
     limit = get_dialect(dialect).max_steps if dialect is not None else None
-    width = channels or 1
-    while True:
-        options = CompileOptions(instances=instances, channels=width)
-        result = run_pipeline(dag, pipeline, options, verify_each, print_after)
-        ir = result.result
-        if not isinstance(ir, IR):
-            return result
-        steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
-        if channels is not None or limit is None or steps <= limit or width * instances >= MAX_CHANNELS:
-            break
-        width = min(MAX_CHANNELS // instances, max(width + 1, width * -(-steps // limit)))
-    check_ir(ir, dialect)
+
+    def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...]) -> PipelineResult:
+        width = channels or 1
+        while True:
+            options = CompileOptions(instances=instances, channels=width, bounded_fifos=bounded)
+            result = run_pipeline(dag, pipeline, options, verify, dumps)
+            ir = result.result
+            if not isinstance(ir, IR):
+                return result
+            steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
+            if channels is not None or limit is None or steps <= limit or width * instances >= MAX_CHANNELS:
+                return result
+            width = min(MAX_CHANNELS // instances, max(width + 1, width * -(-steps // limit)))
+
+    # the reference compiler's order, if it is deadlock-free with the runtime's FIFOs too (it uses
+    # fewer channels); else the order within the FIFO bound (order_by_critical_path)
+    result = attempt(False, False, ())
+    if isinstance(result.result, IR) and find_deadlock(result.result) is None:
+        if verify_each or print_after:
+            result = attempt(False, verify_each, print_after)
+    else:
+        result = attempt(True, verify_each, print_after)
+    if isinstance(result.result, IR):
+        check_ir(result.result, dialect)
     return result
 
 

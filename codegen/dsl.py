@@ -27,12 +27,11 @@ from dataclasses import dataclass
 from codegen.chunk_dag import ChunkDAG, ChunkOp, Loc, ProgramInfo, aliases_of, build_chunk_dag
 from codegen.errors import DslError
 from codegen.ir import Buffer
+from codegen.protocols import PROTOCOLS
 from synth.collectives import Collective, make_collective
 from topologies import Topology, load
 
 __all__ = ["PROTOCOLS", "ChunkRef", "Program", "WrongSlot", "chunk", "current_program"]
-
-PROTOCOLS = ("Simple", "LL", "LL128")
 
 _CURRENT: ContextVar[Program | None] = ContextVar("xccl_current_program", default=None)
 

@@ -27,6 +27,7 @@ class CompileOptions:
     instances: int = 1
     channels: int = 1
     max_count: int = 71
+    bounded_fifos: bool = True
 
 
 @dataclass(frozen=True)

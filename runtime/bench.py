@@ -6,7 +6,9 @@ simulator) and whether it can check results, and :meth:`Backend.prepare` returns
 for one size. The harness resets the trial before every run (untimed), runs ``warmup`` times
 untimed and ``repeats`` times timed, reports the median, and checks the last run's outputs against
 the NumPy reference. algbw is size / time and busbw is algbw times the collective's nccl-tests
-factor. A new backend (CuPy) only has to register itself in its module.
+factor. A size at which the IR deadlocks or reads memory nothing wrote gets a row without times
+(``deadlock`` / ``wrong``), and the next size runs. A new backend (CuPy) only has to register
+itself in its module.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 from codegen.ir import IR
-from runtime.errors import ExecutionMismatch
+from runtime.errors import DeadlockError, ExecutionMismatch, UninitializedRead
 from runtime.program import collective_of
 from runtime.reference import parse_dtype, parse_op
 from synth.cost import algbw_GBps
@@ -29,6 +31,7 @@ from topologies.model import Topology
 __all__ = [
     "BACKENDS",
     "BACKEND_MODULES",
+    "CHECKS",
     "TABLE_HEADERS",
     "TIMINGS",
     "Backend",
@@ -152,6 +155,9 @@ def aligned_size(ir: IR, size_bytes: int, dtype: str) -> int:
 
 TABLE_HEADERS = ("size(B)", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "check")
 
+CHECKS = ("ok", "wrong", "deadlock", "-")
+"""A row's ``check``: outputs right, wrong (or read memory nothing wrote), deadlocked, not checked."""
+
 
 @dataclass(frozen=True)
 class BenchRow:
@@ -160,25 +166,21 @@ class BenchRow:
     dtype: str
     op: str
     inplace: bool
-    time_us: float
-    algbw_GBps: float
-    busbw_GBps: float
+    time_us: float | None
+    algbw_GBps: float | None
+    busbw_GBps: float | None
     check: str
-    """``ok``, ``wrong`` (``error`` says where) or ``-`` (not checked)."""
+    """One of ``CHECKS``; ``error`` says what went wrong. Times are None when the run failed."""
     error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.check in ("wrong", "deadlock")
 
     def cells(self) -> tuple:
         """The row as nccl-tests prints it (see ``TABLE_HEADERS``)."""
-        return (
-            self.size_bytes,
-            self.count,
-            self.dtype,
-            self.op,
-            f"{self.time_us:.2f}",
-            f"{self.algbw_GBps:.2f}",
-            f"{self.busbw_GBps:.2f}",
-            self.check,
-        )
+        times = ["-" if v is None else f"{v:.2f}" for v in (self.time_us, self.algbw_GBps, self.busbw_GBps)]
+        return (self.size_bytes, self.count, self.dtype, self.op, *times, self.check)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -199,7 +201,7 @@ class BenchReport:
 
     @property
     def ok(self) -> bool:
-        return all(row.check != "wrong" for row in self.rows)
+        return not any(row.failed for row in self.rows)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -247,28 +249,36 @@ def bench(
     try:
         for size in sizes:
             case = BenchCase(aligned_size(ir, size, dtype_name), dtype_name, op, inplace)
+            count = case.size_bytes // parse_dtype(dtype_name).itemsize
             trial = be.prepare(ir, case, topology)
-            time_us = _measure(trial, warmup, repeats)
-            status, error = "-", None
-            if check and be.checks:
-                try:
-                    trial.check()
-                    status = "ok"
-                except ExecutionMismatch as exc:
-                    status, error = "wrong", str(exc)
-            algbw = algbw_GBps(case.size_bytes, time_us)
-            row = BenchRow(
-                case.size_bytes,
-                case.size_bytes // parse_dtype(dtype_name).itemsize,
-                dtype_name,
-                op,
-                inplace,
-                time_us,
-                algbw,
-                algbw * factor,
-                status,
-                error,
-            )
+            try:
+                time_us = _measure(trial, warmup, repeats)
+            except (DeadlockError, UninitializedRead) as exc:
+                status = "deadlock" if isinstance(exc, DeadlockError) else "wrong"
+                row = BenchRow(
+                    case.size_bytes, count, dtype_name, op, inplace, None, None, None, status, str(exc)
+                )
+            else:
+                status, error = "-", None
+                if check and be.checks:
+                    try:
+                        trial.check()
+                        status = "ok"
+                    except ExecutionMismatch as exc:
+                        status, error = "wrong", str(exc)
+                algbw = algbw_GBps(case.size_bytes, time_us)
+                row = BenchRow(
+                    case.size_bytes,
+                    count,
+                    dtype_name,
+                    op,
+                    inplace,
+                    time_us,
+                    algbw,
+                    algbw * factor,
+                    status,
+                    error,
+                )
             rows.append(row)
             if on_row is not None:
                 on_row(row)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from codegen.protocols import NCCL_STEPS, STEPS_PER_CALL
 from runtime.errors import ExecutionError
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
     "tile_bytes",
 ]
 
-NCCL_STEPS = 8
 MSCCL_MAX_COUNT = 72
 """``cnt`` must be below this; ``maxAllowedCount`` is capped at ``MSCCL_MAX_COUNT - 1``."""
 
@@ -45,11 +45,11 @@ class Protocol:
 
 PROTOCOLS: dict[str, Protocol] = {
     # 4 MiB buffer / 8 steps = 512 KiB per step, 4 steps (chunkSteps) per call
-    "Simple": Protocol("Simple", 4 * 512 * 1024, 4),
+    "Simple": Protocol("Simple", 4 * 512 * 1024, STEPS_PER_CALL["Simple"]),
     # 512 KiB buffer / 8 steps = 64 KiB per step, half of each 16-byte line is flags
-    "LL": Protocol("LL", 32 * 1024, 1),
+    "LL": Protocol("LL", 32 * 1024, STEPS_PER_CALL["LL"]),
     # 4,915,200-byte buffer / 8 steps = 614,400 bytes per step, 120 of every 128 bytes are data
-    "LL128": Protocol("LL128", 614400 * 120 // 128, 1),
+    "LL128": Protocol("LL128", 614400 * 120 // 128, STEPS_PER_CALL["LL128"]),
 }
 
 

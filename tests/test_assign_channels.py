@@ -6,9 +6,10 @@ import pytest
 from codegen_helpers import compile_and_run, stage_after
 
 from codegen.chunk_dag import DepKind, ProgramInfo
+from codegen.compiler import compile_program
 from codegen.dsl import Program
 from codegen.errors import DslError
-from codegen.examples import ring_allreduce, two_step_alltoall
+from codegen.examples import recursive_doubling_allgather, ring_allreduce, two_step_alltoall
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
 from codegen.ir import Buffer, OpType, Ref
 from codegen.passes.assign_channels import assign_channels
@@ -75,3 +76,16 @@ def test_user_channels_are_kept_and_must_agree_within_a_flow():
     bad.chunk(0, "output", 1).copy(1, sendtb=0, channel=1)
     with pytest.raises(DslError, match="were given channels"):
         stage_after(bad, "assign_channels")
+
+
+def test_an_exchange_longer_than_the_fifo_runs_both_ways_at_once():
+    """Recursive doubling's last step exchanges 8 chunks (8 calls at large sizes, Simple's FIFO
+    holds 2): each direction runs with its receive, so the sending and the receiving threadblock
+    of a rank must be two."""
+    ir = compile_program(recursive_doubling_allgather.program(8, chunks=2))
+    for gpu in ir.gpus:
+        peer = gpu.rank ^ 4
+        (sender,) = [tb for tb in gpu.threadblocks if tb.send == peer]
+        (receiver,) = [tb for tb in gpu.threadblocks if tb.recv == peer]
+        assert [op.count for op in sender.ops if op.type.sends] == [8]
+        assert sender.id != receiver.id

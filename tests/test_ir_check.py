@@ -86,6 +86,43 @@ def test_a_cycle_through_connection_order_alone(ring):
     assert "deadlock" in _only(broken)
 
 
+def _exchange(ops: tuple[Op, ...], protocol: str, split: bool = False) -> IR:
+    """Two ranks running the same ops against each other; ``split`` puts the receives in a
+    threadblock of their own."""
+    sends = tuple(op for op in ops if op.type.sends)
+    recvs = tuple(op for op in ops if op.type.receives)
+    gpus = []
+    for rank in (0, 1):
+        peer = 1 - rank
+        if split:
+            tbs = (Threadblock(0, peer, None, 0, sends), Threadblock(1, None, peer, 0, recvs))
+        else:
+            tbs = (Threadblock(0, peer, peer, 0, ops),)
+        gpus.append(Gpu(rank, 4, 4, 0, tbs))
+    return IR("exchange", "custom", 2, 4, tuple(gpus), protocol=protocol)
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [
+        (Op(OpType.SEND, Ref(Buffer.INPUT, 0), count=3), Op(OpType.RECV, dst=Ref(Buffer.OUTPUT, 0), count=3)),
+        (
+            *(Op(OpType.SEND, Ref(Buffer.INPUT, k)) for k in range(3)),
+            *(Op(OpType.RECV, dst=Ref(Buffer.OUTPUT, k)) for k in range(3)),
+        ),
+    ],
+    ids=["one-step-of-3-chunks", "three-steps"],
+)
+def test_a_deadlock_of_the_bounded_fifos(ops):
+    """Both ranks send 3 calls (at large sizes, one per chunk) before they receive: Simple's FIFO
+    holds 2, so both wait for room forever; LL's holds 8, and receiving in a threadblock of its
+    own drains the FIFO whatever the protocol."""
+    message = _only(_exchange(ops, "Simple"))
+    assert "deadlock: a cycle of" in message and "once connections hold 2 calls" in message
+    assert find_problems(_exchange(ops, "LL")) == []
+    assert find_problems(_exchange(ops, "Simple", split=True)) == []
+
+
 def test_two_threadblocks_on_one_channel_and_peer(allpairs):
     gpu = allpairs.gpu(0)
     first, second = [tb for tb in gpu.threadblocks if tb.send is not None][:2]

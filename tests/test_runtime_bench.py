@@ -82,6 +82,20 @@ def test_wrong_results_are_reported_in_the_row():
     assert report.rows[0].check == "wrong" and "rank 1" in report.rows[0].error and not report.ok
 
 
+def test_a_size_that_deadlocks_gets_a_row_and_the_next_size_runs():
+    """Every rank sends 3 chunks before it receives: in one call while 3 chunks fit a tile, in 3
+    calls (more than Simple's FIFO holds) once a chunk fills the tile."""
+    ir = samples.ring_allgather(4, chunks=3, aggregate=True)
+    tile = 1024
+    small, large = (ir.nchunksperloop * elems * 4 for elems in (64, 256))  # 256 B and 1 KiB chunks
+    report = bench(ir, [large, small], repeats=1, warmup=0, options={"tile_bytes": tile})
+    stuck, fine = report.rows
+    assert (stuck.check, stuck.time_us, stuck.algbw_GBps) == ("deadlock", None, None)
+    assert "waits for room to send" in stuck.error and stuck.cells()[4:] == ("-", "-", "-", "deadlock")
+    assert fine.check == "ok" and fine.time_us > 0
+    assert not report.ok and json.loads(json.dumps(report.to_json()))["rows"][0]["time_us"] is None
+
+
 def test_ctrl_c_keeps_the_finished_rows():
     seen = []
 

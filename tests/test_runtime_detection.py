@@ -9,13 +9,18 @@ import numpy as np
 import pytest
 from ir_edit import edit_op
 
+from codegen.compiler import compile_algorithm
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
+from codegen.lower import lower_algorithm
+from codegen.pipeline import CompileOptions, run_pipeline
 from runtime import samples
 from runtime.errors import DeadlockError, ExecutionError, ExecutionMismatch, UninitializedRead
 from runtime.numpy import run
 from runtime.reference import check_outputs, make_inputs, reference
 from runtime.sim import simulate
+from synth.baselines import make_baseline
 from synth.collectives import make_collective
+from topologies import load
 from topologies.builders import ring
 
 IN, OUT, SCR = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
@@ -186,3 +191,17 @@ def test_malformed_ops_name_rank_tb_and_op(op, fragment):
     with pytest.raises(ExecutionError, match=fragment) as info:
         run(ir, 64)
     assert "rank 0 tb 0 op 0" in str(info.value)
+
+
+def test_a_compiled_schedule_that_overfills_the_fifos_deadlocks_and_the_compiler_avoids_it():
+    """The ring alltoall in the plain critical-path order: every rank sends its 3 chunks to its
+    neighbour before it receives anything, and Simple's FIFO holds 2 calls. The compiler's
+    schedule (bounded order) runs."""
+    topo = load("ring:4")
+    algo = make_baseline("ring", topo, make_collective("alltoall", 4, 1))
+    plain = run_pipeline(lower_algorithm(algo, topo).chunk_dag(), options=CompileOptions(bounded_fifos=False))
+    with pytest.raises(DeadlockError) as info:
+        run(plain.result, 4 * 4 * 64)
+    assert {b.rank for b in info.value.blocked} == {0, 1, 2, 3}
+    assert all("waits for room to send" in b.reason for b in info.value.blocked if b.tb == 0)
+    assert run(compile_algorithm(algo, topo), 4 * 4 * 64).checked

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from codegen.compiler import compile_algorithm
 from runtime import samples
 from runtime.errors import DeadlockError, ExecutionError
 from runtime.sim import simulate
 from synth.baselines import make_baseline
 from synth.collectives import make_collective
 from synth.cost import simulate as simulate_algorithm
+from topologies import load
 from topologies.builders import fully_connected, line, ring, switch
 
 ALPHA, GBPS = 0.7, 25.0
@@ -83,3 +85,32 @@ def test_bounded_fifos_and_missing_links():
         simulate(samples.ring_allgather(4), line(4), 1e6)
     with pytest.raises(ExecutionError, match="has 8"):
         simulate(samples.ring_allgather(4), ring(8), 1e6)
+
+
+AGREES = [
+    ("ring", "allgather", "dgx1"),
+    ("ring", "allgather", "ring:8"),
+    ("ring", "allreduce", "dgx1"),
+    ("ring", "allreduce", "ring:8"),
+    ("ring", "reducescatter", "ring:8"),
+    ("bidir-ring", "allgather", "dgx1"),
+    ("direct", "allgather", "fully-connected:4"),
+    ("direct", "allgather", "dgx2"),
+    ("binomial-tree", "broadcast", "dgx1"),
+    ("hierarchical", "allgather", "ndv2x2"),
+]
+
+
+@pytest.mark.parametrize(("kind", "coll", "topology"), AGREES, ids=["-".join(c) for c in AGREES])
+def test_agrees_with_the_algorithm_simulator_on_compiled_baselines(kind, coll, topology):
+    """The compiled IR (out of place and in place) takes the time the Algorithm model gives the
+    schedule it came from, within 5%, from latency- to bandwidth-bound sizes."""
+    topo = load(topology)
+    n = topo.num_ranks
+    chunks = (n if coll == "allreduce" else 1) * (2 if kind == "bidir-ring" else 1)
+    algo = make_baseline(kind, topo, make_collective(coll, n, chunks))
+    for inplace in (False, True):
+        ir = compile_algorithm(algo, topo, inplace=inplace)
+        for size in (1e3, 1e6, 1e9):
+            ours = simulate(ir, topo, size).time_us
+            assert ours == pytest.approx(simulate_algorithm(algo, topo, size).time_us, rel=0.05)

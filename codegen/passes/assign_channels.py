@@ -6,7 +6,11 @@ Flows take the user's channel if given, else channels ``0 .. channels-1`` round 
 moves to the next channel when the one it would take cannot hold it: on some connection its
 transfers would be received in another order than sent (the global order decides both), a
 threadblock would need two send peers or two receive peers, or a rank would talk to more than
-32 peers in one direction on the channel (the runtimes' threadblocks per channel). Instance ``i`` of a replicated
+32 peers in one direction on the channel (the runtimes' threadblocks per channel). Unless the
+user chose the channel, a flow also moves on rather than share a channel with a transfer the other
+way between the same ranks at the same depth when either has more calls than the FIFO holds
+(``codegen.protocols``) and is ordered together with its receive: an exchange on one channel would
+run one direction after the other. Instance ``i`` of a replicated
 program uses channels ``i * K .. i * K + K - 1`` where ``K`` is the channels one instance needs.
 """
 
@@ -18,6 +22,7 @@ from collections import defaultdict
 
 from codegen.errors import CodegenError, DslError
 from codegen.instr_dag import InstrDAG
+from codegen.protocols import fifo_calls
 from codegen.schedule import ChannelDAG
 
 __all__ = ["MAX_CHANNELS", "assign_channels"]
@@ -109,7 +114,9 @@ def assign_channels(dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CH
             auto += 1
         inst = first.instance
         for ch in candidates:
-            if _fits(dag, transfers, pinned, inst, ch, fifo, owner, peers):
+            if _fits(dag, transfers, pinned, inst, ch, fifo, owner, peers) and (
+                hints or not _serializes(dag, transfers, inst, ch, fifo)
+            ):
                 _commit(dag, transfers, pinned, inst, ch, fifo, owner, peers)
                 for i in flow:
                     local[i] = ch
@@ -176,6 +183,26 @@ def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owne
                 return False
             claims[slot] = key
     return True
+
+
+def _serializes(dag: InstrDAG, transfers, inst: int, ch: int, fifo: dict) -> bool:
+    """Whether a transfer of the flow and one the other way between the same ranks, of the same
+    depth (meant to run together), would share the channel while one of them has more calls than
+    the FIFO holds and runs with its receive (next in the order, see ``order_by_critical_path``):
+    the threadblock the two share would run them one after the other."""
+    room = fifo_calls(dag.info.protocol)
+    instrs, depth, pos = dag.instrs, dag.depth, dag.position
+
+    def drained(send: int, recv_pos: int) -> bool:
+        return instrs[send].count > room and recv_pos == pos[send] + 1
+
+    for s, r in transfers:
+        a, b = instrs[s].rank, instrs[s].send_to
+        for p, q in fifo.get((b, a, inst, ch), ()):
+            other = dag.order[p]
+            if depth[other] == depth[s] and (drained(s, pos[r]) or drained(other, q)):
+                return True
+    return False
 
 
 def _commit(

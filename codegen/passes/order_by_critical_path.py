@@ -2,21 +2,114 @@
 
 A topological order taking, among the ready instructions, the one of least depth (its step in the
 dataflow), then the one with the longest path still ahead of it (the critical path), then the
-lowest index. Every threadblock later runs its instructions in this order, so sends and receives
-on each connection come in the same order and the schedule cannot deadlock.
+lowest index, subject to the bounded FIFOs of the runtime: a connection holds only
+``codegen.protocols.fifo_calls(protocol)`` primitive calls (Simple: 2) and a step of ``cnt``
+chunks is ``cnt`` calls at large sizes. Played in this order, every instruction runs as soon as
+the ones before it have, so the order is a witness that the schedule cannot deadlock:
+
+- a send is taken while the calls in flight from its rank to its peer (sent, not yet received,
+  counted per instance, a bound for each of the connections the pair will use) leave room for it;
+- otherwise it is taken together with its receive, if that receive only waits for it (and, if the
+  receive forwards, with the next receive, and so on; a chain through distinct ranks): the
+  receiver drains the calls as they come. Such a receive may overtake the pair's calls in flight;
+  channel assignment then puts it on another connection. A step of more chunks than the FIFO
+  holds always travels so;
+- else the next instruction by the key is considered.
+
+Every threadblock later runs its instructions in this order, so sends and receives on each
+connection come in the same order, and every wait (program order, dependencies, data, FIFO room)
+points backwards in it. A DAG that leaves no such choice (every ready instruction a send that
+fits nowhere) takes the best send anyway; the static checker then reports the deadlock.
+
+``bounded_fifos=False`` orders by the key alone, as the reference compiler does; the order then
+proves freedom from deadlock with unbounded FIFOs only. The compiler tries it first and keeps it
+when the static checker proves the schedule deadlock-free with the runtime's FIFOs too, since the
+bounded order may need more channels.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections import defaultdict
 from dataclasses import replace
 
 from codegen.instr_dag import InstrDAG, topological_order
+from codegen.protocols import fifo_calls
 
 __all__ = ["order_by_critical_path"]
 
 
-def order_by_critical_path(dag: InstrDAG) -> InstrDAG:
-    """Order by (depth, -critical path, index)."""
-    depth, height = dag.depth, dag.height
-    order = topological_order(len(dag.instrs), dag.edges, lambda i: (depth[i], -height[i], i))
-    return replace(dag, order=order)
+def order_by_critical_path(dag: InstrDAG, bounded_fifos: bool = True) -> InstrDAG:
+    """Order by (depth, -critical path, index), within the FIFO bound unless told otherwise."""
+    if not bounded_fifos:
+        key = [(d, -h, i) for i, (d, h) in enumerate(zip(dag.depth, dag.height, strict=True))]
+        return replace(dag, order=topological_order(len(dag.instrs), dag.edges, key.__getitem__))
+    return replace(dag, order=_Scheduler(dag).run())
+
+
+class _Scheduler:
+    def __init__(self, dag: InstrDAG) -> None:
+        self.dag = dag
+        self.room = fifo_calls(dag.info.protocol)
+        depth, height = dag.depth, dag.height
+        self.key = [(depth[i], -height[i], i) for i in range(len(dag.instrs))]
+        self.waiting = [len(dag.preds[i]) for i in range(len(dag.instrs))]
+        self.in_flight: dict[tuple[int, int, int], int] = defaultdict(int)
+        self.counted: set[int] = set()  # sends whose calls are in flight (their receive not yet taken)
+        self.order: list[int] = []
+
+    def _pair(self, i: int) -> tuple[int, int, int]:
+        ins = self.dag.instrs[i]
+        return ins.rank, ins.send_to, ins.instance
+
+    def _fits(self, i: int) -> bool:
+        ins = self.dag.instrs[i]
+        return ins.send_to is None or self.in_flight[self._pair(i)] + ins.count <= self.room
+
+    def _chain(self, i: int) -> list[int] | None:
+        """``i`` alone if it fits; else ``i`` with its receive (and so on), if each only waits for
+        the one before it; None if neither."""
+        chain = [i]
+        ranks = {self.dag.instrs[i].rank}
+        while not self._fits(chain[-1]):
+            r = self.dag.instrs[chain[-1]].send_match
+            rank = self.dag.instrs[r].rank
+            if self.waiting[r] != 1 or rank in ranks:
+                return None
+            chain.append(r)
+            ranks.add(rank)
+        return chain
+
+    def _take(self, chain: list[int], ready: list) -> None:
+        instrs = self.dag.instrs
+        for k, i in enumerate(chain):
+            ins = instrs[i]
+            if ins.recv_match in self.counted:
+                self.counted.discard(ins.recv_match)
+                self.in_flight[self._pair(ins.recv_match)] -= ins.count
+            if ins.send_to is not None and k == len(chain) - 1:
+                self.counted.add(i)
+                self.in_flight[self._pair(i)] += ins.count
+            self.order.append(i)
+            for e in self.dag.succs[i]:
+                self.waiting[e.succ] -= 1
+                if self.waiting[e.succ] == 0 and (k + 1 == len(chain) or e.succ != chain[k + 1]):
+                    heapq.heappush(ready, (self.key[e.succ], e.succ))
+
+    def run(self) -> tuple[int, ...]:
+        ready = [(self.key[i], i) for i in range(len(self.dag.instrs)) if self.waiting[i] == 0]
+        heapq.heapify(ready)
+        while ready:
+            skipped = []
+            chain = None
+            while ready and chain is None:
+                item = heapq.heappop(ready)
+                chain = self._chain(item[1])
+                if chain is None:
+                    skipped.append(item)
+            if chain is None:  # nothing fits: take the best send anyway (the checker will object)
+                chain = [skipped.pop(0)[1]]
+            for item in skipped:
+                heapq.heappush(ready, item)
+            self._take(chain, ready)
+        return tuple(self.order)

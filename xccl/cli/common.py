@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
+from codegen.errors import DslError
+from codegen.loader import EXAMPLES_PREFIX
 from synth.collectives import COLLECTIVES, Collective, make_collective
 from topologies import Topology, load
 
-__all__ = ["add_collective_args", "add_output_args", "collective_from_args", "topology_from_args"]
+__all__ = [
+    "add_collective_args",
+    "add_output_args",
+    "collective_from_args",
+    "input_kind",
+    "topology_from_args",
+]
 
 
 def add_collective_args(
@@ -47,4 +57,22 @@ def collective_from_args(
 ) -> Collective:
     return make_collective(
         args.collective, topology.num_ranks, chunks if chunks is not None else args.chunks, args.root
+    )
+
+
+def input_kind(source: str) -> str:
+    """``program``, ``algorithm`` or ``ir``, from the name and (for JSON) the format field."""
+    if source.startswith(EXAMPLES_PREFIX) or source.endswith(".py"):
+        return "program"
+    path = Path(source)
+    if source.endswith(".xml"):
+        return "ir"
+    if source.endswith(".json"):  # an IR says so in its format field; a missing file is reported later
+        try:
+            fmt = json.loads(path.read_text()).get("format")
+        except (json.JSONDecodeError, AttributeError, OSError, UnicodeDecodeError):
+            fmt = None
+        return "ir" if fmt == "xccl-ir/1" else "algorithm"
+    raise DslError(
+        f"{source}: expected an algorithm (.json), a DSL program (.py or example:NAME) or an IR (.xml, IR .json)"
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +15,7 @@ from codegen.errors import CodegenError, DslError
 from codegen.formats import FORMATS, load_ir, read_ir, save_ir, write_ir
 from codegen.formats.xml_reader import xml_dialect
 from codegen.ir import IR
-from codegen.loader import EXAMPLES_PREFIX, example_names, load_program, parse_params
+from codegen.loader import example_names, load_program, parse_params
 from codegen.lower import lower_algorithm
 from codegen.passes import PASSES
 from codegen.pipeline import run_pipeline
@@ -24,30 +23,13 @@ from synth.algorithm import Algorithm
 from synth.units import parse_size
 from topologies.errors import XcclError
 from xccl.cli.algorithms import algorithm_topology
+from xccl.cli.common import input_kind
 from xccl.cli.output import format_table
 
 __all__ = ["register"]
 
 IR_PASSES = ("fold_deps_into_nops", "mark_has_dep", "size_buffers")
 """What an IR read from a file goes through before it is written again (normalization)."""
-
-
-def _kind(source: str) -> str:
-    """``program``, ``algorithm`` or ``ir``, from the name and (for JSON) the format field."""
-    if source.startswith(EXAMPLES_PREFIX) or source.endswith(".py"):
-        return "program"
-    path = Path(source)
-    if source.endswith(".xml"):
-        return "ir"
-    if source.endswith(".json"):  # an IR says so in its format field; a missing file is reported later
-        try:
-            fmt = json.loads(path.read_text()).get("format")
-        except (json.JSONDecodeError, AttributeError, OSError, UnicodeDecodeError):
-            fmt = None
-        return "ir" if fmt == "xccl-ir/1" else "algorithm"
-    raise DslError(
-        f"{source}: expected an algorithm (.json), a DSL program (.py or example:NAME) or an IR (.xml, IR .json)"
-    )
 
 
 def _size(text: str) -> int:
@@ -62,7 +44,7 @@ def _stderr(text: str) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    kind = _kind(args.input)
+    kind = input_kind(args.input)
     if kind == "ir":
         for flag, value in (
             ("--instances", args.instances),
