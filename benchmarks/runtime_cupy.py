@@ -15,8 +15,12 @@ import argparse
 import statistics
 import sys
 
+from codegen import compile_algorithm
 from runtime import samples
+from synth.baselines import make_baseline
+from synth.collectives import make_collective
 from synth.units import format_size, parse_size_range
+from topologies import load
 from xccl.cli.output import print_table, progress
 
 
@@ -38,7 +42,14 @@ def main() -> int:
 
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     rows = []
-    for ir in (samples.ring_allgather(8), samples.ring_allreduce(8)):
+    topo = load("ring:8")
+    compiled = [
+        compile_algorithm(make_baseline("ring", topo, make_collective("allgather", 8, 1)), topo),
+        compile_algorithm(
+            make_baseline("ring", topo, make_collective("allreduce", 8, 8)), topo, inplace=True
+        ),
+    ]
+    for ir in compiled:
         inplace = not ir.outofplace
         for size in parse_size_range(f"1KiB:{args.max_size}"):
             size -= size % (ir.nchunksperloop * 4)

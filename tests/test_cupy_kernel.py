@@ -225,3 +225,39 @@ def test_emulated_kernel_equals_the_numpy_executor_on_every_sample(builder, kwar
         slots = [k for k, a in enumerate(coll.outputs[r]) if a is not None]  # the slots a collective defines
         got = buffers[r][1].reshape(-1, chunk)[slots]
         assert np.array_equal(got, expected[r].reshape(-1, chunk)[slots]), r
+
+
+def _compiled_cases():
+    from gpu_cases import eight_rank_irs
+
+    return eight_rank_irs()
+
+
+@pytest.mark.parametrize("index", range(len(_compiled_cases())), ids=[n for n, _ in _compiled_cases()])
+def test_emulated_kernel_equals_the_numpy_executor_on_compiled_programs(index):
+    """Every example and baseline the GPU tests run, through the kernel's protocol on the CPU."""
+    from runtime.cupy.pack import plan_buffers
+    from runtime.numpy import execute
+    from runtime.program import build_program, call_aliases
+    from runtime.reference import make_inputs
+
+    _, ir = _compiled_cases()[index]
+    program = build_program(ir)
+    inplace = not ir.outofplace
+    chunk, tile_bytes = 5, 12  # 3-element int32 tiles: two tiles per chunk, the last one short
+    tile = tile_bytes // 4
+    inputs = make_inputs(program.collective, chunk, np.dtype(np.int32), "sum", seed=11)
+    ins, outs, scr = plan_buffers(
+        program, chunk, call_aliases(program, inplace), lambda rank, n: np.zeros(n, np.int32)
+    )
+    for r, x in enumerate(inputs):
+        ins[r][...] = x
+    buffers = [[ins[r], outs[r], scr[r]] for r in range(ir.num_ranks)]
+    expected = execute(ir, inputs, "sum", inplace=inplace, tile_bytes=tile_bytes)
+    emulate(pack(ir), buffers, chunk, tile, -(-tile // 4), 8, np.add)
+    coll = program.collective
+    for r in range(ir.num_ranks):
+        slots = [k for k, a in enumerate(coll.outputs[r]) if a is not None]
+        assert np.array_equal(
+            buffers[r][1].reshape(-1, chunk)[slots], expected[r].reshape(-1, chunk)[slots]
+        ), r

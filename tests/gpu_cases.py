@@ -1,0 +1,54 @@
+"""The IRs the GPU executor must run with 8 ranks: every codegen example and every baseline kind on
+the collectives it applies to, compiled (shared by the GPU tests and the CPU emulation tests)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from codegen import compile_algorithm, compile_program, example_names, load_program
+from codegen.ir import IR
+from synth.baselines import BASELINES, applies, make_baseline
+from synth.collectives import COLLECTIVES, ROOTED, make_collective
+from topologies import Link, Nic, Topology, load, multi_node
+
+__all__ = ["eight_rank_irs", "two_by_four"]
+
+
+def two_by_four() -> Topology:
+    """Two machines of four GPUs on an NVSwitch, one NIC per GPU (8 ranks, for the multi-machine cases)."""
+    links = {}
+    for r in range(4):
+        links[(r, "nvswitch")] = links[("nvswitch", r)] = Link(300.0, 0.35)
+    machine = Topology.build(
+        "quad",
+        4,
+        links,
+        {"nvswitch": "nvswitch"},
+        nics=tuple(Nic(f"nic{r}", (r,), 25.0, 1.7) for r in range(4)),
+    )
+    return multi_node(machine, 2, name="quadx2")
+
+
+@cache
+def eight_rank_irs() -> tuple[tuple[str, IR], ...]:
+    cases: list[tuple[str, IR]] = []
+    quad = two_by_four()
+    for name in example_names():
+        params = (
+            {"topology": quad}
+            if name in ("hierarchical_allreduce", "two_step_alltoall")
+            else {"num_ranks": 8}
+        )
+        cases.append((f"example:{name}", compile_program(load_program(f"example:{name}", params))))
+    where = {"direct": load("switch:8"), "hierarchical": quad}
+    for kind in BASELINES:
+        topo = where.get(kind, load("dgx1"))
+        for coll in COLLECTIVES:
+            if not applies(kind, coll):
+                continue
+            chunks = 2 if kind == "bidir-ring" else 1
+            if coll == "allreduce":
+                chunks *= 8
+            algo = make_baseline(kind, topo, make_collective(coll, 8, chunks, 1 if coll in ROOTED else None))
+            cases.append((f"{kind}:{coll}", compile_algorithm(algo, topo)))
+    return tuple(cases)
