@@ -3,9 +3,10 @@
 Chunkup is size-aware. At sizes where latency dominates, pieces smaller than
 :data:`MIN_PIECE_BYTES` only add sends, so one chunk per rank is used. Where bandwidth dominates,
 more pieces pipeline through the bottleneck and shorten the fill and drain around it: candidates
-are powers of two from the largest that fits :data:`MAX_SENDS` downwards, tried until one is
-worse than the best by more than :data:`TOLERANCE`; the smallest chunkup within that tolerance
-wins (fewer sends, same speed). Every candidate is routed (stage 1) and ordered with each rule of
+are 1, then powers of two from the largest that fits :data:`MAX_SENDS` downwards, tried until one
+is worse than the best by more than :data:`TOLERANCE` (or the largest gains under
+:data:`PIPELINE_GAIN` over 1, or the best meets the lower bound); the smallest chunkup within that
+tolerance wins (fewer sends, same speed). Every candidate is routed (stage 1) and ordered with each rule of
 :data:`synth.milp.ordering.PRIORITIES` (stage 2, cheap); the winner is timed (stage 3) and emitted.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from sketches.restrict import Restriction
 from synth.algorithm import Algorithm, Provenance
+from synth.bounds import lower_bound_us
 from synth.collectives import Collective, make_collective
 from synth.milp.emit import to_algorithm
 from synth.milp.instance import Instance, build_instance
@@ -42,6 +44,8 @@ MAX_SENDS = 40_000
 MAX_CHUNKUP = 64
 TOLERANCE = 5e-4
 """A smaller chunkup within 0.05% of the best makespan is preferred; one beyond it ends the search."""
+PIPELINE_GAIN = 0.01
+"""If the largest chunkup is not 1% faster than chunkup 1, the sizes between are not tried."""
 
 Log = Callable[[str], None]
 
@@ -105,7 +109,8 @@ def _sends_per_piece(inst: Instance) -> int:
 
 
 def chunkup_candidates(base: Instance, options: Options) -> list[int]:
-    """Chunkups to try, best guess first (module docstring); ``base`` is the instance at chunkup 1."""
+    """Chunkups to try (module docstring): 1 first (cheap, and enough wherever it already meets the
+    bound), then from the largest down; ``base`` is the instance at chunkup 1."""
     fixed = options.chunkup or base.restriction.sketch.chunkup
     if fixed:
         return [fixed]
@@ -115,8 +120,8 @@ def chunkup_candidates(base: Instance, options: Options) -> list[int]:
     k = 1
     while k * 2 <= k_max:
         k *= 2
-    out = []
-    while k >= 1:
+    out = [1]
+    while k > 1:
         out.append(k)
         k //= 2
     return out
@@ -151,8 +156,8 @@ def run_stages(
     levels = tuple(sorted({size for _, size in restriction.sketch.symmetry_offsets} | {n}))
     base = build_instance(restriction, make_collective(name, n, 1, root), size_bytes)
     out = Outcome()
-    best: tuple[Instance, Schedule, str] | None = None
-    fastest = float("inf")
+    tried: list[tuple[int, Instance, Routing, Schedule, str]] = []
+    bound = lower_bound_us(topo, base.collective, size_bytes)
     began = time.perf_counter()
     try:
         for k in chunkup_candidates(base, options):
@@ -184,21 +189,26 @@ def run_stages(
             )
             out.reports.append(report)
             log(f"{label}{report.line()}")
-            fastest = min(fastest, sched.makespan_us)
-            acceptable = sched.makespan_us <= fastest * (1 + TOLERANCE)
-            if acceptable:
-                best = (inst, sched, rule)
-                out.makespan_us, out.chunkup, out.routing = sched.makespan_us, k, routing
+            tried.append((k, inst, routing, sched, rule))
+            fastest = min(t[3].makespan_us for t in tried)
             if routing.interrupted:
                 out.interrupted = True
                 break
-            if not acceptable:
-                break
+            if fastest <= bound * (1 + TOLERANCE):
+                break  # at the lower bound: no chunkup can do better
+            if k > 1 and sched.makespan_us > fastest * (1 + TOLERANCE):
+                break  # smaller chunkups from here on pipeline less
+            if len(tried) == 2 and sched.makespan_us > tried[0][3].makespan_us * (1 - PIPELINE_GAIN):
+                break  # the most pieces barely beat one: latency, not bandwidth, sets the time
     except KeyboardInterrupt:
         out.interrupted = True
-    if best is None:
+    if not tried:
         raise KeyboardInterrupt
-    inst, sched, rule = best
+    fastest = min(t[3].makespan_us for t in tried)
+    k, inst, routing, sched, rule = min(
+        (t for t in tried if t[3].makespan_us <= fastest * (1 + TOLERANCE)), key=lambda t: t[0]
+    )
+    out.makespan_us, out.chunkup, out.routing = sched.makespan_us, k, routing
     timing = None
     if not out.interrupted:
         try:
@@ -233,9 +243,6 @@ def run_stages(
         (s.chunk, s.src, s.dst, new[s.parent] if s.parent >= 0 else -1, starts[i])
         for i, s in ((i, sched.sends[i]) for i in order)
     ]
-    routing = out.routing
-    if routing is None:  # set together with best
-        raise ValueError("no routing")
     optimal = routing.status is Status.OPTIMAL and (timing is None or timing.status is Status.OPTIMAL)
     params: list[tuple[str, str | int | float | bool | None]] = [
         ("sketch", restriction.sketch.name),

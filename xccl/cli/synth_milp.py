@@ -7,7 +7,7 @@ import argparse
 from synth.cost import algbw_GBps
 from synth.milp.pipeline import Options
 from synth.milp.solvers import BACKENDS
-from synth.milp.synthesize import SUPPORTED, synthesize
+from synth.milp.synthesis import SUPPORTED, synthesize
 from synth.units import format_size, parse_size
 from topologies.errors import XcclError
 from xccl.cli.common import topology_from_args

@@ -10,6 +10,7 @@ import math
 import re
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,7 @@ class CbcBackend(Backend):
         began = time.perf_counter()
         prob = pulp.LpProblem(re.sub(r"\W", "_", model.name) or "model", pulp.LpMinimize)
         cols = [
-            pulp.LpVariable(
+            prob.add_variable(
                 f"x{i}",
                 lowBound=None if math.isinf(lo) else float(lo),
                 upBound=None if math.isinf(up) else float(up),
@@ -72,14 +73,16 @@ class CbcBackend(Backend):
                 var.setInitialValue(float(value))
         with tempfile.TemporaryDirectory(prefix="xccl-cbc-") as tmp:
             log = Path(tmp) / "cbc.log"
-            solver = pulp.PULP_CBC_CMD(
-                msg=False,
-                timeLimit=max(1, math.ceil(time_limit_s)),
-                threads=max(1, threads),
-                warmStart=warm,
-                logPath=str(log),
-                gapRel=float(model.rel_gap),
-            )
+            with warnings.catch_warnings():  # PuLP 3 bundles CBC here and announces its 4.0 move
+                warnings.simplefilter("ignore", DeprecationWarning)
+                solver = pulp.PULP_CBC_CMD(
+                    msg=False,
+                    timeLimit=max(1, math.ceil(time_limit_s)),
+                    threads=max(1, threads),
+                    warmStart=warm,
+                    logPath=str(log),
+                    gapRel=float(model.rel_gap),
+                )
             try:
                 prob.solve(solver)
             except KeyboardInterrupt:
