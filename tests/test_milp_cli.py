@@ -79,3 +79,37 @@ def test_sketch_list_show_check(cli):
     proc = cli("sketch", "check", "ndv2x2-relay")
     assert proc.returncode == 0 and "ok on ndv2x2" in proc.stdout
     assert_one_line_error(cli("sketch", "check", "ndv2x2-relay", "--topology", "dgx1"), "topology", "ndv2x2")
+
+
+def test_same_inputs_give_the_same_bytes(tmp_path):
+    """Two runs, with different string hash seeds, write identical files."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    outs = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"a{seed}.json"
+        args = [
+            "synth",
+            "milp",
+            "-t",
+            "ndv2x2",
+            "-k",
+            "ndv2x2-relay",
+            "-C",
+            "allreduce",
+            "-s",
+            "64KiB",
+            "-o",
+            str(out),
+        ]
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        proc = subprocess.run(
+            [sys.executable, "-m", "xccl.cli.main", *args], capture_output=True, text=True, cwd=ROOT, env=env
+        )
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]

@@ -83,7 +83,7 @@ def _ratio(topo, algo, size) -> float:
 def test_ndv2x2_at_1GiB_reaches_95_percent_of_the_bound(collective):
     topo = load("ndv2x2")
     result = synthesize(topo, collective, "ndv2x2-relay", 1 << 30)
-    assert result.algorithm.provenance.solve_time_s < 60
+    assert result.seconds < 60
     assert _ratio(topo, result.algorithm, 1 << 30) >= 0.95
 
 
@@ -91,7 +91,7 @@ def test_ndv2x2_at_1GiB_reaches_95_percent_of_the_bound(collective):
 def test_dgx2x2_allgather_at_1GiB_reaches_95_percent_of_the_bound():
     topo = load("dgx2x2")
     result = synthesize(topo, "allgather", "dgx2x2-relay", 1 << 30)
-    assert result.algorithm.provenance.solve_time_s < 60
+    assert result.seconds < 60
     assert _ratio(topo, result.algorithm, 1 << 30) >= 0.95
 
 
@@ -99,7 +99,7 @@ def test_dgx2x2_allgather_at_1GiB_reaches_95_percent_of_the_bound():
 def test_dgx_a100x8_allgather_scales_to_64_gpus():
     topo = load("dgx-a100x8")
     result = synthesize(topo, "allgather", "dgx-a100x8-direct", 1 << 30)
-    assert result.algorithm.provenance.solve_time_s < 300
+    assert result.seconds < 300
     assert _ratio(topo, result.algorithm, 1 << 30) >= 0.90
 
 

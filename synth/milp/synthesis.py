@@ -42,6 +42,8 @@ class MilpResult:
     chunkup: int
     reports: tuple[StageReport, ...]
     interrupted: bool
+    seconds: float
+    """Wall time of the synthesis (kept out of the algorithm file, which is deterministic)."""
 
 
 def _makespan(out: Outcome) -> float:
@@ -129,10 +131,12 @@ def synthesize(
         out = run_stages(restriction, name, size, root, backend, options, emit)
         if out.algorithm is None:
             raise InfeasibleError(f"no {name} found")
-        return MilpResult(out.algorithm, _makespan(out), out.chunkup, tuple(out.reports), out.interrupted)
+        return MilpResult(
+            out.algorithm, _makespan(out), out.chunkup, tuple(out.reports), out.interrupted, out.seconds
+        )
     if name in ("reducescatter", "reduce"):
         algo, out = _via_dual(restriction, name, size, root, backend, options, emit)
-        return MilpResult(algo, _makespan(out), out.chunkup, tuple(out.reports), out.interrupted)
+        return MilpResult(algo, _makespan(out), out.chunkup, tuple(out.reports), out.interrupted, out.seconds)
     ag = run_stages(restriction, "allgather", size, None, backend, options, emit, "allgather: ")
     if ag.algorithm is None:
         raise InfeasibleError("no allgather found")
@@ -150,4 +154,11 @@ def synthesize(
     algo = replace(algo, provenance=replace(algo.provenance, params=ag.algorithm.provenance.params))
     algo.verify(topology)
     reports = tuple(rs_out.reports) + tuple(ag.reports)
-    return MilpResult(algo, first + _makespan(ag), ag.chunkup, reports, ag.interrupted or rs_out.interrupted)
+    return MilpResult(
+        algo,
+        first + _makespan(ag),
+        ag.chunkup,
+        reports,
+        ag.interrupted or rs_out.interrupted,
+        ag.seconds + rs_out.seconds,
+    )

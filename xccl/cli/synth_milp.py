@@ -51,7 +51,7 @@ def cmd_milp(args: argparse.Namespace) -> int:
     summary = (
         f"{algo.name}: verified; {algo.num_sends} sends, chunkup {result.chunkup}, "
         f"modeled {result.makespan_us:.2f} us = {algbw_GBps(float(size), result.makespan_us):.2f} GB/s algbw "
-        f"at {format_size(int(size))}; {algo.provenance.solver} in {algo.provenance.solve_time_s:.1f} s{note}"
+        f"at {format_size(int(size))}; {algo.provenance.solver} in {result.seconds:.1f} s{note}"
     )
     if args.output:
         algo.save(args.output, force=args.force)
