@@ -23,11 +23,12 @@ SLOW = {"dgx-a100x8-direct"}
 COLLECTIVES = ("allgather", "alltoall", "allreduce")
 
 
-def _params():
-    for name in shipped_sketches():
-        marks = [pytest.mark.slow] if name in SLOW else []
-        for solver in BACKENDS:
-            yield pytest.param(name, solver, id=f"{name}-{solver}", marks=marks)
+def _params() -> list:
+    return [
+        pytest.param(name, solver, id=f"{name}-{solver}", marks=[pytest.mark.slow] if name in SLOW else [])
+        for name in shipped_sketches()
+        for solver in BACKENDS
+    ]
 
 
 def _image_invariant(algo, group, chunk_map) -> None:
