@@ -16,11 +16,15 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from sketches.restrict import Restriction
 from synth.collectives import ROOTED, Collective
 from synth.cost import BYTES_PER_US_PER_GBPS
 from synth.errors import InfeasibleError
+
+if TYPE_CHECKING:
+    from topologies.model import Topology
 
 __all__ = ["Demand", "Instance", "build_instance"]
 
@@ -56,7 +60,7 @@ class Instance:
     """Representative -> rank -> place in its DAG order (the source is 0)."""
 
     @property
-    def topology(self):
+    def topology(self) -> Topology:
         return self.restriction.topology
 
     @property
