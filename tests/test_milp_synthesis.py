@@ -206,3 +206,18 @@ def test_no_size_and_no_target_is_an_error():
 
     with pytest.raises(InfeasibleError, match="no size given"):
         synthesize(load("dgx1"), "allgather", Sketch("plain"))
+
+
+@pytest.mark.parametrize(("policy", "sign"), [("uc-min", 1.0), ("uc-max", -1.0)])
+def test_hyperedge_policy_prices_each_connection_orbit(policy, sign):
+    from sketches import sketch_from_dict, sketch_to_dict
+
+    doc = sketch_to_dict(load_sketch("dgx2-switch"))
+    doc["intranode"] = {**doc["intranode"], "hyperedge": policy}
+    r = restrict(sketch_from_dict(doc), load("dgx2"))
+    inst = build_instance(r, make_collective("allgather", 16, 1), 1 << 20)
+    model, _ = build_model(inst)
+    used = [i for i, name in enumerate(model.col_names) if name.startswith("used[")]
+    assert used and all(model.integer[i] and model.col_cost[i] * sign > 0 for i in used)
+    # a tie-break: all connections together weigh less than 0.1% of the makespan's upper bound
+    assert sum(abs(model.col_cost[i]) for i in used) < 1e-3 * model.start[0]

@@ -62,7 +62,8 @@ class Schedule:
     """Sends in start order, and on every server of every physical edge the sends it carried."""
 
     sends: tuple[TimedSend, ...]
-    servers: dict[tuple, tuple[tuple[int, ...], ...]]
+    servers: dict[tuple, tuple[int, ...]]
+    """``(edge, server index)`` -> indices of the sends it carried, in order."""
     makespan_us: float
 
 
@@ -91,6 +92,8 @@ def list_schedule(
     """Schedule every tree arc (module docstring): ``sources[chunk]`` and ``piece_index[chunk]`` say
     where each piece starts and which of its chunk's pieces it is; ``levels`` are the rotation group
     sizes the offsets are taken in (see :data:`PRIORITIES`)."""
+    if priority not in PRIORITIES:
+        raise ValueError(f"unknown ordering rule {priority!r}: expected one of {', '.join(PRIORITIES)}")
     logical = topology.logical()
     arcs, parents = _sends(trees)
     count = len(arcs)

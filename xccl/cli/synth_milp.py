@@ -25,6 +25,8 @@ def cmd_milp(args: argparse.Namespace) -> int:
         raise _ArgumentError(f"--time-limit: expected seconds > 0, got {args.time_limit:g}")
     if args.threads < 1:
         raise _ArgumentError(f"--threads: expected at least 1, got {args.threads}")
+    if args.overhead_us < 0:
+        raise _ArgumentError(f"--overhead-us: expected microseconds >= 0, got {args.overhead_us:g}")
     if args.chunkup is not None and args.chunkup < 1:
         raise _ArgumentError(f"--chunkup: expected at least 1, got {args.chunkup}")
     if args.output and not args.force:
