@@ -1,0 +1,41 @@
+"""TACCL-style MILP synthesis from communication sketches: routing, ordering and scheduling.
+
+``synthesize(topology, collective, sketch, size_bytes)`` returns a verified algorithm; the stages
+are :mod:`synth.milp.routing` (MILP), :mod:`synth.milp.ordering` (list scheduling) and
+:mod:`synth.milp.scheduling` (LP, or MILP when merging sends can pay). docs/milp.md explains why
+they are fast. Names are imported on first use, so that listing solver back ends
+(:mod:`synth.milp.solvers`) loads no solver.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "BACKENDS",
+    "SUPPORTED",
+    "MilpResult",
+    "Options",
+    "StageReport",
+    "Status",
+    "get_backend",
+    "synthesize",
+]
+
+_HOME = {
+    "BACKENDS": "synth.milp.solvers",
+    "Status": "synth.milp.solvers",
+    "get_backend": "synth.milp.solvers",
+    "Options": "synth.milp.pipeline",
+    "StageReport": "synth.milp.pipeline",
+    "SUPPORTED": "synth.milp.synthesis",
+    "MilpResult": "synth.milp.synthesis",
+    "synthesize": "synth.milp.synthesis",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(_HOME[name]), name)
+    raise AttributeError(f"module 'synth.milp' has no attribute {name!r}")

@@ -1,0 +1,273 @@
+"""The three stages on one non-combining collective: route, order, time; keep the best chunkup.
+
+Chunkup is size-aware. At sizes where latency dominates, pieces smaller than
+:data:`MIN_PIECE_BYTES` only add sends, so one chunk per rank is used. Where bandwidth dominates,
+more pieces pipeline through the bottleneck and shorten the fill and drain around it: candidates
+are 1, then powers of two from the largest that fits :data:`MAX_SENDS` downwards, tried until one
+is worse than the best by more than :data:`TOLERANCE` (or the largest gains under
+:data:`PIPELINE_GAIN` over 1, or the best meets the lower bound); the smallest chunkup within that
+tolerance wins (fewer sends, same speed). Every candidate is routed (stage 1) and ordered with each rule of
+:data:`synth.milp.ordering.PRIORITIES` (stage 2, cheap); the winner is timed (stage 3) and emitted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sketches.restrict import Restriction
+from synth.algorithm import Algorithm, Provenance
+from synth.bounds import lower_bound_us
+from synth.collectives import Collective, make_collective
+from synth.milp.emit import to_algorithm
+from synth.milp.instance import Instance, build_instance
+from synth.milp.ordering import PRIORITIES, Schedule, list_schedule
+from synth.milp.routing import Routing, route
+from synth.milp.scheduling import Timing, schedule_times
+from synth.milp.solvers import Backend, Status
+
+__all__ = [
+    "MAX_SENDS",
+    "MIN_PIECE_BYTES",
+    "Options",
+    "Outcome",
+    "StageReport",
+    "chunkup_candidates",
+    "run_stages",
+]
+
+MIN_PIECE_BYTES = 256
+"""Smaller pieces cost a send each and pipeline nothing (their transfer is far below any alpha)."""
+MAX_SENDS = 40_000
+"""Largest schedule the ordering and timing stages handle in seconds on a laptop core."""
+MAX_CHUNKUP = 64
+TOLERANCE = 5e-4
+"""A smaller chunkup within 0.05% of the best makespan is preferred; one beyond it ends the search."""
+EXPLORE_SHARE = 0.25
+"""Chunkups after the first two (1 and the largest) get this share of the routing time limit: their
+incumbents come early, and proving them optimal rarely changes the schedule."""
+PIPELINE_GAIN = 0.01
+"""If the largest chunkup is not 1% faster than chunkup 1, the sizes between are not tried."""
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Options:
+    """Knobs of MILP synthesis (the command line's flags)."""
+
+    solver: str | None = None
+    time_limit_s: float = 30.0
+    """Per stage: each MILP or LP solve stops after this long and keeps its best solution."""
+    threads: int = 1
+    chunkup: int | None = None
+    """Overrides the sketch's chunkup; ``None`` keeps the sketch's (which may be automatic)."""
+    overhead_us: float = 0.0
+    """Per-send link occupancy a runtime adds; only then can merging sends pay (stage 3)."""
+    max_sends: int = MAX_SENDS
+
+
+@dataclass(frozen=True)
+class StageReport:
+    stage: str
+    chunkup: int
+    detail: str
+    status: str
+    seconds: float
+    value_us: float | None = None
+    gap: float | None = None
+
+    def line(self) -> str:
+        gap = "" if self.gap in (None, 0.0) else f", gap {100 * self.gap:.2f}%"
+        value = "" if self.value_us is None else f": {self.value_us:.2f} us"
+        return (
+            f"{self.stage} k={self.chunkup}: {self.detail}; {self.status}{value}{gap} in {self.seconds:.2f} s"
+        )
+
+
+@dataclass
+class Outcome:
+    """The best candidate so far, what each stage did, and whether the user stopped the search."""
+
+    algorithm: Algorithm | None = None
+    makespan_us: float = float("inf")
+    chunkup: int = 0
+    routing: Routing | None = None
+    timing: Timing | None = None
+    reports: list[StageReport] = field(default_factory=list)
+    interrupted: bool = False
+    seconds: float = 0.0
+
+
+def _sends_per_piece(inst: Instance) -> int:
+    hops = inst.topology.logical().hops
+    total = 0
+    for d in inst.demands:
+        total += (
+            len(d.dests)
+            if len(d.dests) == inst.topology.num_ranks - 1
+            else sum(int(hops[d.source, x]) for x in d.dests)
+        )
+    return max(1, total)
+
+
+def chunkup_candidates(base: Instance, options: Options) -> list[int]:
+    """Chunkups to try (module docstring): 1 first (cheap, and enough wherever it already meets the
+    bound), then from the largest down; ``base`` is the instance at chunkup 1."""
+    fixed = options.chunkup or base.restriction.sketch.chunkup
+    if fixed:
+        return [fixed]
+    by_sends = options.max_sends // _sends_per_piece(base)
+    by_size = int(base.piece_bytes // MIN_PIECE_BYTES)
+    k_max = max(1, min(MAX_CHUNKUP, by_sends, by_size))
+    k = 1
+    while k * 2 <= k_max:
+        k *= 2
+    out = [1]
+    while k > 1:
+        out.append(k)
+        k //= 2
+    return out
+
+
+def _order(inst: Instance, routing: Routing, levels: tuple[int, ...]) -> tuple[Schedule, str]:
+    sources = {c: d.source for d in inst.demands for c in d.pieces}
+    index = {c: i for d in inst.demands for i, c in enumerate(d.pieces)}
+    best: tuple[Schedule, str] | None = None
+    for rule in PRIORITIES:
+        sched = list_schedule(inst.topology, routing.trees, inst.piece_bytes, sources, index, levels, rule)
+        if best is None or sched.makespan_us < best[0].makespan_us - 1e-9:
+            best = (sched, rule)
+    if best is None:  # PRIORITIES is never empty
+        raise ValueError("no ordering rule")
+    return best
+
+
+def run_stages(
+    restriction: Restriction,
+    name: str,
+    size_bytes: float,
+    root: int | None,
+    backend: Backend,
+    options: Options,
+    log: Log,
+    label: str = "",
+) -> Outcome:
+    """Stages 1-3 for a non-combining collective; the result is verified. Ctrl-C keeps the best."""
+    topo = restriction.topology
+    n = topo.num_ranks
+    levels = tuple(sorted({size for _, size in restriction.sketch.symmetry_offsets} | {n}))
+    base = build_instance(restriction, make_collective(name, n, 1, root), size_bytes)
+    out = Outcome()
+    tried: list[tuple[int, Instance, Routing, Schedule, str]] = []
+    bound = lower_bound_us(topo, base.collective, size_bytes)
+    began = time.perf_counter()
+    try:
+        for k in chunkup_candidates(base, options):
+            inst = (
+                base if k == 1 else build_instance(restriction, make_collective(name, n, k, root), size_bytes)
+            )
+            log(f"{label}routing k={k}: {len(inst.reps)} of {len(inst.demands)} demands after symmetry")
+            limit = options.time_limit_s if len(tried) < 2 else options.time_limit_s * EXPLORE_SHARE
+            routing = route(inst, backend, limit, options.threads)
+            report = StageReport(
+                "routing",
+                k,
+                routing.model_size,
+                routing.status.value,
+                routing.build_s + routing.solve_s,
+                routing.objective_us,
+                routing.gap,
+            )
+            out.reports.append(report)
+            log(f"{label}{report.line()}")
+            t0 = time.perf_counter()
+            sched, rule = _order(inst, routing, levels)
+            report = StageReport(
+                "ordering",
+                k,
+                f"{len(sched.sends)} sends, rule {rule}",
+                "done",
+                time.perf_counter() - t0,
+                sched.makespan_us,
+            )
+            out.reports.append(report)
+            log(f"{label}{report.line()}")
+            tried.append((k, inst, routing, sched, rule))
+            fastest = min(t[3].makespan_us for t in tried)
+            if routing.interrupted:
+                out.interrupted = True
+                break
+            if fastest <= bound * (1 + TOLERANCE):
+                break  # at the lower bound: no chunkup can do better
+            if k > 1 and sched.makespan_us > fastest * (1 + TOLERANCE):
+                break  # smaller chunkups from here on pipeline less
+            if len(tried) == 2 and sched.makespan_us > tried[0][3].makespan_us * (1 - PIPELINE_GAIN):
+                break  # the most pieces barely beat one: latency, not bandwidth, sets the time
+    except KeyboardInterrupt:
+        out.interrupted = True
+    if not tried:
+        raise KeyboardInterrupt
+    fastest = min(t[3].makespan_us for t in tried)
+    k, inst, routing, sched, rule = min(
+        (t for t in tried if t[3].makespan_us <= fastest * (1 + TOLERANCE)), key=lambda t: t[0]
+    )
+    out.makespan_us, out.chunkup, out.routing = sched.makespan_us, k, routing
+    timing = None
+    if not out.interrupted:
+        try:
+            timing = schedule_times(
+                topo,
+                sched,
+                inst.piece_bytes,
+                backend,
+                options.time_limit_s,
+                options.threads,
+                options.overhead_us,
+            )
+        except KeyboardInterrupt:
+            out.interrupted = True
+    if timing is not None:
+        out.timing = timing
+        report = StageReport(
+            "scheduling",
+            out.chunkup,
+            timing.model_size,
+            timing.status.value,
+            timing.solve_s,
+            timing.makespan_us,
+            timing.gap,
+        )
+        out.reports.append(report)
+        log(f"{label}{report.line()}" + (f", {len(timing.merged)} merged sends" if timing.merged else ""))
+    starts = timing.start_us if timing is not None else tuple(s.start_us for s in sched.sends)
+    order = sorted(range(len(sched.sends)), key=lambda i: (starts[i], sched.sends[i].rank))
+    new = {old: pos for pos, old in enumerate(order)}
+    sends = [
+        (s.chunk, s.src, s.dst, new[s.parent] if s.parent >= 0 else -1, starts[i])
+        for i, s in ((i, sched.sends[i]) for i in order)
+    ]
+    optimal = routing.status is Status.OPTIMAL and (timing is None or timing.status is Status.OPTIMAL)
+    params: list[tuple[str, str | int | float | bool | None]] = [
+        ("sketch", restriction.sketch.name),
+        ("chunkup", out.chunkup),
+        ("size_bytes", int(size_bytes)),
+        ("ordering", rule),
+        ("routing_status", routing.status.value),
+        ("model_makespan_us", round(out.makespan_us if timing is None else timing.makespan_us, 3)),
+    ]
+    if routing.gap:
+        params.append(("routing_gap", round(routing.gap, 6)))
+    if timing is not None and timing.merged:
+        params.append(("merged_sends", sum(len(r) for r in timing.merged)))
+    if out.interrupted:
+        params.append(("interrupted", True))
+    out.seconds = time.perf_counter() - began
+    # no solve time in the provenance: the file must be the same bytes for the same inputs
+    prov = Provenance(method="milp", solver=backend.name, optimal=optimal, params=tuple(sorted(params)))
+    collective: Collective = inst.collective
+    algo = to_algorithm(collective, topo, sends, prov)
+    algo.verify(topo)
+    out.algorithm = algo
+    return out

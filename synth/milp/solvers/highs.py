@@ -1,0 +1,105 @@
+"""HiGHS through highspy: the model goes straight into a ``HighsLp`` (no per-variable Python calls)."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import numpy as np
+
+from synth.milp.solvers.base import Backend
+from synth.milp.solvers.model import Model, Solution, Status
+
+__all__ = ["HighsBackend"]
+
+POLL_S = 0.05
+
+
+class HighsBackend(Backend):
+    name = "highs"
+    capabilities = frozenset({"lp", "mip", "mip_start", "bound", "interrupt"})
+
+    def available(self) -> bool:
+        return importlib.util.find_spec("highspy") is not None
+
+    def solve(self, model: Model, time_limit_s: float, threads: int = 1) -> Solution:
+        import highspy
+
+        began = time.perf_counter()
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", float(max(time_limit_s, 0.01)))
+        h.setOptionValue("threads", int(max(threads, 1)))
+        h.setOptionValue("mip_rel_gap", float(model.rel_gap))
+        h.setOptionValue("random_seed", 0)
+        lp = highspy.HighsLp()
+        lp.num_col_ = model.num_cols
+        lp.num_row_ = model.num_rows
+        inf = highspy.kHighsInf
+        lp.col_cost_ = model.col_cost
+        lp.col_lower_ = np.where(np.isfinite(model.col_lower), model.col_lower, -inf)
+        lp.col_upper_ = np.where(np.isfinite(model.col_upper), model.col_upper, inf)
+        lp.row_lower_ = np.where(np.isfinite(model.row_lower), model.row_lower, -inf)
+        lp.row_upper_ = np.where(np.isfinite(model.row_upper), model.row_upper, inf)
+        order = np.lexsort((model.a_rows, model.a_cols))
+        cols = model.a_cols[order]
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = np.searchsorted(cols, np.arange(model.num_cols + 1)).astype(np.int32)
+        lp.a_matrix_.index_ = model.a_rows[order].astype(np.int32)
+        lp.a_matrix_.value_ = model.a_vals[order]
+        if model.is_mip:
+            lp.integrality_ = [
+                highspy.HighsVarType.kInteger if flag else highspy.HighsVarType.kContinuous
+                for flag in model.integer
+            ]
+        h.passModel(lp)
+        if model.start is not None and model.is_mip:
+            sol = highspy.HighsSolution()
+            sol.col_value = list(map(float, model.start))
+            sol.value_valid = True
+            h.setSolution(sol)
+        interrupted = self._run(h)
+        status = h.getModelStatus()
+        info = h.getInfo()
+        has_primal = info.primal_solution_status == 2
+        values = np.array(h.getSolution().col_value) if has_primal else None
+        objective = float(info.objective_function_value) if has_primal else None
+        bound = float(info.mip_dual_bound) if model.is_mip else objective
+        kinds = highspy.HighsModelStatus
+        if status == kinds.kOptimal:
+            mapped = Status.OPTIMAL
+            bound = objective
+        elif status in (kinds.kInfeasible, kinds.kUnboundedOrInfeasible):
+            mapped = Status.INFEASIBLE
+        elif has_primal:
+            mapped = Status.FEASIBLE
+        else:
+            mapped = Status.UNKNOWN
+        return Solution(
+            mapped,
+            objective,
+            bound,
+            values,
+            time.perf_counter() - began,
+            self.name,
+            interrupted,
+            h.modelStatusToString(status),
+        )
+
+    @staticmethod
+    def _run(h) -> bool:
+        """Solve in HiGHS's thread, polling so that Ctrl-C cancels the search and keeps the incumbent."""
+        h.HandleUserInterrupt = True
+        thread = h.startSolve()
+        interrupted = False
+        while True:
+            try:
+                done, _ = h.wait(POLL_S)
+                if done:
+                    break
+            except KeyboardInterrupt:
+                interrupted = True
+                h.cancelSolve()
+        if thread is not None:
+            thread.join()
+        return interrupted
