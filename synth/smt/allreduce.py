@@ -33,8 +33,6 @@ __all__ = ["AllreduceEncoding"]
 class AllreduceEncoding:
     """One allreduce instance (S steps, R rounds) as a formula; no assumption literals."""
 
-    sym_literal = None
-
     def __init__(self, topology: Topology, collective: Collective, steps: int, rounds: int) -> None:
         if collective.name != "allreduce":
             raise InfeasibleError(f"the direct encoding is for allreduce, not {collective.name}")

@@ -5,8 +5,7 @@ Variables, for up to ``S`` steps:
 - ``x_c_u_v_s``: chunk ``c`` is sent over the logical link ``u -> v`` in step ``s``;
 - ``h_c_r_s``: rank ``r`` holds chunk ``c`` after step ``s`` (defined from the sends);
 - ``u_s_k``: step ``s`` lasts more than ``k`` rounds (unary, ``u_s_0`` = the step exists);
-- ``a_s``, ``rnd_R``, ``sym``: assumption literals that switch on step ``s``, a total of ``R`` rounds,
-  and the symmetric restriction (see :class:`Encoding`).
+- ``a_s``, ``rnd_R``: assumption literals that switch on step ``s`` and a total of ``R`` rounds.
 
 Constraints (SCCL's, section 1.3 of the reference): a rank that needs a chunk gets it exactly once,
 any other rank at most once; a send reads what its source held after the previous step; per step,
@@ -64,6 +63,8 @@ class Encoding:
         max_rounds: int,
         options: SmtOptions = DEFAULT_OPTIONS,
         fixed_rounds: int | None = None,
+        tied: bool = False,
+        saturation: bool | None = None,
     ) -> None:
         if collective.combining:
             raise InfeasibleError(f"{collective.name} combines; solve its dual or use the allreduce encoding")
@@ -83,7 +84,6 @@ class Encoding:
         self.max_rounds = max_rounds
         self.fixed_rounds = fixed_rounds
         self.units_per_step = max_rounds - min_steps + 1
-        self.formula = Formula()
         self.capacity = topology.chunk_capacity()
         hops = topology.logical().hops
         self.links = sorted(topology.logical().links)
@@ -93,18 +93,16 @@ class Encoding:
         self._guards: dict[int, str] = {}
         self._chunks = [self._chunk_info(c.pre, c.post, hops) for c in collective.chunks]
         self.symmetry = problem_symmetry(topology, collective, options.automorphism_limit)
-        f = self.formula
+        self.tied = tied and not self.symmetry.trivial
+        self.saturation = options.cuts if saturation is None else saturation and options.cuts
+        self.formula = f = Formula(canonical=self.tied)
         self.act = [TRUE if s < min_steps else f.var(f"a_{s}") for s in range(max_steps)]
         for s in range(min_steps + 1, max_steps):
             f.implies(self.act[s], self.act[s - 1])
-        tie = options.symmetric and not self.symmetry.trivial
-        self.sym = f.var("sym") if tie else FALSE
         self._cuts = find_cuts(self.capacity, collective) if options.cuts else []
         self._sends()
         self._holds()
         self._rounds()
-        if tie:
-            self._ties()
         if options.chunk_order:
             self._chunk_order()
 
@@ -127,6 +125,7 @@ class Encoding:
 
     def _sends(self) -> None:
         f, prune, last = self.formula, self.options.prune, self.num_steps - 1
+        keys = []
         for c, info in enumerate(self._chunks):
             for u, v in self.links:
                 if v in info.pre:
@@ -136,12 +135,48 @@ class Encoding:
                         continue  # u cannot hold c before step dist_in[u]
                     if prune and s + info.dist_out[v] > last:
                         continue  # v could not pass it on to a rank that needs it in time
-                    name = f.var(f"x_{c}_{u}_{v}_{s}")
-                    self.x[(c, u, v, s)] = name
-                    self._by_link.setdefault((u, v, s), []).append((c, name))
-                    f.implies(name, self.act[s])
-                    if prune and info.dist_out[v] > 0:
-                        f.implies(name, self.act[s + info.dist_out[v]])
+                    keys.append((c, u, v, s))
+        rep = self._orbits(keys, lambda key, perm, image: (image[key[0]], perm[key[1]], perm[key[2]], key[3]))
+        for key in keys:
+            if key not in rep:
+                continue  # tied to a send that cannot happen
+            c, u, v, s = key
+            first = rep[key] == key
+            name = f.var("x_{}_{}_{}_{}".format(*rep[key])) if first else None
+            self.x[key] = name or "x_{}_{}_{}_{}".format(*rep[key])
+        for key, name in self.x.items():
+            c, u, v, s = key
+            self._by_link.setdefault((u, v, s), []).append((c, name))
+            f.implies(name, self.act[s])
+            if prune and self._chunks[c].dist_out[v] > 0:
+                f.implies(name, self.act[s + self._chunks[c].dist_out[v]])
+
+    def _orbits(self, keys: list, move) -> dict:
+        """Each key's representative: itself, or (tied) the least key of its orbit under the
+        automorphisms. Orbits reaching a key that is not in ``keys`` are left out (those
+        variables are false in every symmetric solution)."""
+        if not self.tied:
+            return {key: key for key in keys}
+        parent = {key: key for key in keys}
+
+        def find(key):
+            while parent[key] != key:
+                parent[key] = parent[parent[key]]
+                key = parent[key]
+            return key
+
+        broken = set()
+        for perm, image in zip(self.symmetry.perms, self.symmetry.chunk_maps, strict=True):
+            for key in keys:
+                other = move(key, perm, image)
+                if other not in parent:
+                    broken.add(key)
+                    continue
+                a, b = find(key), find(other)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+        bad = {find(key) for key in broken}
+        return {key: find(key) for key in keys if find(key) not in bad}
 
     def _holds(self) -> None:
         f = self.formula
@@ -150,6 +185,8 @@ class Encoding:
         for (c, u, v, s), name in self.x.items():
             incoming.setdefault((c, v), []).append((s, name))
             outgoing.setdefault((c, u), []).append((s, name))
+        defined = sorted({(c, v, s) for (c, v), arrivals in incoming.items() for s, _ in arrivals})
+        rep = self._orbits(defined, lambda key, perm, image: (image[key[0]], perm[key[1]], key[2]))
         for c, info in enumerate(self._chunks):
             for r in range(self.collective.num_ranks):
                 if r in info.pre:
@@ -161,7 +198,10 @@ class Encoding:
                     if not terms:
                         self.hold[(c, r, s)] = prev
                         continue
-                    h = f.var(f"h_{c}_{r}_{s}")
+                    first = rep[(c, r, s)]
+                    h = "h_{}_{}_{}".format(*first)
+                    if first == (c, r, s):
+                        f.var(h)
                     f.define_or(h, [*terms] if prev == FALSE else [prev, *terms])
                     self.hold[(c, r, s)] = prev = h
                 names = [name for _, name in arrivals]
@@ -199,6 +239,8 @@ class Encoding:
                 return
             if slack == 0:
                 self._zero_slack(cut, guard)
+            if not self.saturation:
+                continue
             for con in cut.cover:
                 if slack >= con.capacity * k_max:
                     continue
@@ -220,29 +262,17 @@ class Encoding:
         for names in crossing.values():
             guarded_le(self.formula, guard, [(1, x) for x in sorted(set(names))], 1)
 
-    def _ties(self) -> None:
-        """``sym`` ties every send to its images under the automorphisms."""
-        f = self.formula
-        for perm, image in zip(self.symmetry.perms, self.symmetry.chunk_maps, strict=True):
-            for (c, u, v, s), name in self.x.items():
-                other = self.x.get((image[c], perm[u], perm[v], s), FALSE)
-                if other == name:
-                    continue
-                f.clause([neg(self.sym), neg(name), other])
-                if other != FALSE:
-                    f.clause([neg(self.sym), name, neg(other)])
-
     def _chunk_order(self) -> None:
         """Lexicographic order of interchangeable chunks by when they reach each rank.
 
         Chunk ``a`` before ``b`` in a class: the vector of ``h_a_r_s`` over ranks ``r`` and steps
         ``s`` is lexicographically >= that of ``b`` (``a`` arrives no later at the first rank
-        where they differ). Under ``sym`` only one class per orbit is ordered (the others follow
-        it through the ties), so both ways remain sound.
+        where they differ). A tied encoding orders one class per orbit; the others follow it.
         """
         f, sym = self.formula, self.symmetry
         for k, cls in enumerate(sym.classes):
-            guard = FALSE if k in sym.representatives else self.sym
+            if self.tied and k not in sym.representatives:
+                continue
             for a, b in pairwise(cls):
                 positions = [
                     (self.hold[(a, r, s)], self.hold[(b, r, s)])
@@ -250,15 +280,15 @@ class Encoding:
                     if r not in self._chunks[a].pre
                     for s in range(self.num_steps - 1)
                 ]
-                positions = [(p, q) for p, q in positions if not (p == q and p in (TRUE, FALSE))]
+                positions = [(p, q) for p, q in positions if p != q]
                 equal = TRUE
                 for i, (p, q) in enumerate(positions):
-                    f.clause([guard, neg(equal), p, neg(q)])
+                    f.clause([neg(equal), p, neg(q)])
                     if i == len(positions) - 1:
                         break
                     nxt = f.var(f"o_{a}_{i}")
-                    f.clause([guard, neg(equal), neg(p), neg(q), nxt])
-                    f.clause([guard, neg(equal), p, q, nxt])
+                    f.clause([neg(equal), neg(p), neg(q), nxt])
+                    f.clause([neg(equal), p, q, nxt])
                     equal = nxt
 
     # -- instances ---------------------------------------------------------------------------
@@ -271,11 +301,6 @@ class Encoding:
             self._guards[rounds] = lit
             self._round_constraints(rounds, lit)
         return self._guards[rounds]
-
-    @property
-    def sym_literal(self) -> str | None:
-        """The literal restricting to symmetric solutions, or None (no symmetry, or switched off)."""
-        return None if self.sym == FALSE else self.sym
 
     def assumptions(self, steps: int, rounds: int) -> list[str]:
         """Literals to assume for the instance (steps, rounds)."""

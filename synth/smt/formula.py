@@ -18,23 +18,36 @@ TRUE = "true"
 FALSE = "false"
 
 
+_CONSTANT_NEGATION = {TRUE: FALSE, FALSE: TRUE}
+
+
 def neg(lit: str) -> str:
     """The negation of a literal."""
-    if lit == TRUE:
-        return FALSE
-    if lit == FALSE:
-        return TRUE
-    if lit.startswith("(not "):
+    if lit[0] == "(":
         return lit[5:-1]
-    return f"(not {lit})"
+    return _CONSTANT_NEGATION.get(lit) or f"(not {lit})"
 
 
 class Formula:
-    """Declarations and assertions, appended in order (so the text is deterministic)."""
+    """Declarations and assertions, appended in order (so the text is deterministic).
 
-    def __init__(self) -> None:
+    A ``canonical`` formula sorts the literals of every constraint and keeps each constraint once:
+    an encoding that names several variables alike (a quotient by symmetries) produces the same
+    constraint many times.
+    """
+
+    def __init__(self, canonical: bool = False) -> None:
         self.names: list[str] = []
         self.assertions: list[str] = []
+        self.canonical = canonical
+        self._seen: set[str] = set()
+
+    def _emit(self, text: str) -> None:
+        if self.canonical:
+            if text in self._seen:
+                return
+            self._seen.add(text)
+        self.assertions.append(text)
 
     # -- variables -------------------------------------------------------------------------
     def var(self, name: str) -> str:
@@ -46,24 +59,24 @@ class Formula:
         return len(self.names)
 
     # -- constraints -----------------------------------------------------------------------
+    def _order(self, lits: list[str]) -> list[str]:
+        return sorted(lits) if self.canonical else lits
+
     def add(self, term: str) -> None:
         if term != TRUE:
-            self.assertions.append(term)
+            self._emit(term)
 
     def clause(self, lits: Iterable[str]) -> None:
         """At least one of ``lits`` holds (constants are folded)."""
-        out = []
-        for lit in lits:
-            if lit == TRUE:
-                return
-            if lit != FALSE:
-                out.append(lit)
+        out = [lit for lit in lits if lit != FALSE]
+        if TRUE in out:
+            return
         if not out:
-            self.assertions.append(FALSE)
+            self._emit(FALSE)
         elif len(out) == 1:
-            self.assertions.append(out[0])
+            self._emit(out[0])
         else:
-            self.assertions.append(f"(or {' '.join(out)})")
+            self._emit(f"(or {' '.join(self._order(out))})")
 
     def implies(self, a: str, b: str) -> None:
         self.clause((neg(a), b))
@@ -84,7 +97,7 @@ class Formula:
         k -= sum(1 for x in lits if x == TRUE)
         lits = [x for x in lits if x not in (TRUE, FALSE)]
         if k < 0:
-            self.assertions.append(FALSE)
+            self._emit(FALSE)
             return
         if len(lits) <= k:
             return
@@ -92,7 +105,7 @@ class Formula:
             for x in lits:
                 self.clause((neg(x),))
             return
-        self.assertions.append(f"((_ at-most {k}) {' '.join(lits)})")
+        self._emit(f"((_ at-most {k}) {' '.join(self._order(lits))})")
 
     def at_least(self, lits: Sequence[str], k: int) -> None:
         k -= sum(1 for x in lits if x == TRUE)
@@ -103,9 +116,9 @@ class Formula:
             self.clause(lits)
             return
         if len(lits) < k:
-            self.assertions.append(FALSE)
+            self._emit(FALSE)
             return
-        self.assertions.append(f"((_ at-least {k}) {' '.join(lits)})")
+        self._emit(f"((_ at-least {k}) {' '.join(self._order(lits))})")
 
     def exactly(self, lits: Sequence[str], k: int) -> None:
         self.at_most(lits, k)
@@ -122,19 +135,24 @@ class Formula:
                 out.append((c, x))
         return out, k
 
+    def _pb(self, kind: str, terms: list[tuple[int, str]], k: int) -> None:
+        if self.canonical:
+            terms = sorted(terms, key=lambda t: (t[1], t[0]))
+        coefs = " ".join(str(c) for c, _ in terms)
+        self._emit(f"((_ {kind} {k} {coefs}) {' '.join(x for _, x in terms)})")
+
     def pb_le(self, terms: Sequence[tuple[int, str]], k: int) -> None:
         """``sum(coef * lit) <= k`` with positive coefficients."""
         terms, k = self._fold(terms, k)
         if sum(c for c, _ in terms) <= k:
             return
         if k < 0:
-            self.assertions.append(FALSE)
+            self._emit(FALSE)
             return
         if all(c == 1 for c, _ in terms):
             self.at_most([x for _, x in terms], k)
             return
-        coefs = " ".join(str(c) for c, _ in terms)
-        self.assertions.append(f"((_ pble {k} {coefs}) {' '.join(x for _, x in terms)})")
+        self._pb("pble", terms, k)
 
     def pb_ge(self, terms: Sequence[tuple[int, str]], k: int) -> None:
         """``sum(coef * lit) >= k`` with positive coefficients."""
@@ -142,13 +160,12 @@ class Formula:
         if k <= 0:
             return
         if sum(c for c, _ in terms) < k:
-            self.assertions.append(FALSE)
+            self._emit(FALSE)
             return
         if all(c == 1 for c, _ in terms):
             self.at_least([x for _, x in terms], k)
             return
-        coefs = " ".join(str(c) for c, _ in terms)
-        self.assertions.append(f"((_ pbge {k} {coefs}) {' '.join(x for _, x in terms)})")
+        self._pb("pbge", terms, k)
 
     # -- text ------------------------------------------------------------------------------
     def smt2(self, start: int = 0, declared: int = 0, header: Sequence[str] = ()) -> str:

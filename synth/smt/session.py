@@ -2,9 +2,7 @@
 
 The solver is z3's SAT core for finite domains (``SolverFor("QF_FD")``), which keeps what it learned
 between checks; assumption literals select an instance of a family (see
-:class:`synth.smt.encoding.Encoding`). The symmetric restriction is an assumption too: when a
-symmetric check is unsatisfiable and the unsat core contains ``sym``, the instance is checked again
-without it, so an "unsat" is always a proof about the instance itself.
+:class:`synth.smt.encoding.Encoding`).
 """
 
 from __future__ import annotations
@@ -37,8 +35,6 @@ class Check:
     status: str
     """``sat``, ``unsat`` or ``unknown`` (time limit)."""
     true_names: frozenset[str] = frozenset()
-    symmetric: bool = False
-    """Whether the model was found under the symmetric restriction."""
     seconds: float = 0.0
 
 
@@ -63,38 +59,24 @@ class Session:
             return z3.Not(z3.Bool(lit[5:-1]))
         return z3.Bool(lit)
 
-    def _check(self, assumptions: list[str], deadline: float | None) -> tuple[str, list[str]]:
-        if deadline is not None:
-            left_ms = int((deadline - time.monotonic()) * 1000)
+    def check(self, assumptions: list[str], time_limit_s: float | None = None) -> Check:
+        """Check under ``assumptions``; ``unknown`` when the time limit runs out first."""
+        start = time.monotonic()
+        self._sync()
+        if time_limit_s is not None:
+            left_ms = int((time_limit_s - (time.monotonic() - start)) * 1000)
             if left_ms <= 0:
-                return "unknown", []
+                return Check("unknown", seconds=time.monotonic() - start)
             self.solver.set("timeout", left_ms)
         else:
             self.solver.set("timeout", NO_LIMIT_MS)
         self.checks += 1
         result = self.solver.check(*[self._literal(a) for a in assumptions])
+        seconds = time.monotonic() - start
         if result == z3.sat:
-            return "sat", []
+            return Check("sat", frozenset(read_model(self.solver.model().sexpr())), seconds)
         if result == z3.unsat:
-            return "unsat", [str(e) for e in self.solver.unsat_core()]
+            return Check("unsat", seconds=seconds)
         if "interrupted from keyboard" in self.solver.reason_unknown():
             raise KeyboardInterrupt  # z3 caught the user's Ctrl-C; pass it on
-        return "unknown", []
-
-    def check(
-        self, assumptions: list[str], sym: str | None = None, time_limit_s: float | None = None
-    ) -> Check:
-        """Check under ``assumptions``; with ``sym`` (its positive literal), first with it, then,
-        if it caused unsatisfiability, with its negation."""
-        start = time.monotonic()
-        deadline = None if time_limit_s is None else start + time_limit_s
-        self._sync()
-        symmetric = sym is not None
-        status, core = self._check(assumptions + ([sym] if symmetric else []), deadline)
-        if status == "unsat" and symmetric and sym in core:
-            symmetric = False
-            status, core = self._check([*assumptions, f"(not {sym})"], deadline)
-        if status != "sat":
-            return Check(status, seconds=time.monotonic() - start)
-        names = frozenset(read_model(self.solver.model().sexpr()))
-        return Check("sat", names, symmetric, time.monotonic() - start)
+        return Check("unknown", seconds=seconds)

@@ -12,6 +12,7 @@ Rooted collectives keep only the automorphisms that fix their root.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from synth.collectives import Collective
 from topologies.automorphisms import automorphisms
@@ -63,11 +64,17 @@ class ProblemSymmetry:
         return not self.perms
 
 
+@lru_cache(maxsize=32)
+def _automorphisms(topology: Topology, limit: int) -> tuple[Permutation, ...]:
+    """Cached per topology object: every encoding of a front walk asks again."""
+    return tuple(automorphisms(topology, limit))
+
+
 def problem_symmetry(topology: Topology, collective: Collective, limit: int = 64) -> ProblemSymmetry:
     """Up to ``limit`` automorphisms of ``topology`` that also map ``collective`` onto itself."""
     perms, maps = [], []
     identity = tuple(range(topology.num_ranks))
-    for perm in automorphisms(topology, limit):
+    for perm in _automorphisms(topology, limit):
         if perm == identity:
             continue
         image = chunk_map(collective, perm)

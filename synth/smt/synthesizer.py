@@ -23,6 +23,7 @@ from synth.smt.encoding import Encoding
 from synth.smt.options import DEFAULT_OPTIONS, SmtOptions
 from synth.smt.outcome import Outcome
 from synth.smt.session import Session, z3_version
+from synth.smt.symmetry import problem_symmetry
 from topologies.model import Topology
 
 __all__ = ["ALLREDUCE_METHODS", "Synthesizer", "check_instance", "solve_instance"]
@@ -57,7 +58,8 @@ class Synthesizer:
         self.root = root
         self.options = options
         self.allreduce = allreduce
-        self._families: dict[int, tuple[Encoding, Session]] = {}
+        self._families: dict[tuple[int, bool], tuple[Encoding, Session]] = {}
+        self._has_symmetry: bool | None = None
         self._parts: dict[str, Synthesizer] = {}
 
     def collective(self, chunks: int) -> Collective:
@@ -89,12 +91,27 @@ class Synthesizer:
         return self._non_combining(collective, steps, rounds, time_limit_s)
 
     # -- non-combining ------------------------------------------------------------------------
-    def _family(self, collective: Collective, steps: int, rounds: int) -> tuple[Encoding, Session]:
+    def _family(
+        self, collective: Collective, steps: int, rounds: int, tied: bool
+    ) -> tuple[Encoding, Session]:
+        # The encoding that searches first gets the saturation constraints (they guide the search);
+        # the full one behind a tied attempt mostly proves unsat, where they only cost time.
+        saturation = tied or not self._symmetric()
         if not self.options.incremental:
-            enc = Encoding(self.topology, collective, steps, steps, rounds, self.options, fixed_rounds=rounds)
+            enc = Encoding(
+                self.topology,
+                collective,
+                steps,
+                steps,
+                rounds,
+                self.options,
+                fixed_rounds=rounds,
+                tied=tied,
+                saturation=saturation,
+            )
             return enc, Session(enc.formula)
-        c = collective.chunks_per_rank
-        old = self._families.get(c)
+        key = (collective.chunks_per_rank, tied)
+        old = self._families.get(key)
         if old is not None:
             enc = old[0]
             if enc.min_steps <= steps <= enc.num_steps and rounds <= enc.max_rounds:
@@ -102,20 +119,34 @@ class Synthesizer:
         lo = min(steps, old[0].min_steps) if old else steps
         hi_rounds = max(rounds + ROUND_MARGIN, old[0].max_rounds if old else 0)
         hi_steps = min(max(steps + STEP_MARGIN, old[0].num_steps if old else 0), hi_rounds)
-        enc = Encoding(self.topology, collective, lo, hi_steps, hi_rounds, self.options)
-        self._families[c] = (enc, Session(enc.formula))
-        return self._families[c]
+        enc = Encoding(
+            self.topology, collective, lo, hi_steps, hi_rounds, self.options, tied=tied, saturation=saturation
+        )
+        self._families[key] = (enc, Session(enc.formula))
+        return self._families[key]
+
+    def _symmetric(self) -> bool:
+        """Whether to look for a symmetric algorithm first (some automorphism maps the problem onto itself)."""
+        if self._has_symmetry is None:
+            symmetry = problem_symmetry(self.topology, self.collective(1), self.options.automorphism_limit)
+            self._has_symmetry = self.options.symmetric and not symmetry.trivial
+        return self._has_symmetry
 
     def _non_combining(self, collective: Collective, steps: int, rounds: int, limit: float | None) -> Outcome:
+        """First the quotient by the symmetries (small: one variable per orbit of sends); when it
+        has no solution, the full encoding decides."""
         start = time.monotonic()
-        enc, session = self._family(collective, steps, rounds)
-        check = session.check(enc.assumptions(steps, rounds), enc.sym_literal, _left(limit, start))
-        return self._outcome(collective, steps, rounds, start, check, enc)
+        for tied in (True, False) if self._symmetric() else (False,):
+            enc, session = self._family(collective, steps, rounds, tied)
+            check = session.check(enc.assumptions(steps, rounds), _left(limit, start))
+            if check.status != "unsat" or not tied:
+                return self._outcome(collective, steps, rounds, start, check, enc, tied)
+        raise AssertionError("unreachable")
 
-    def _outcome(self, collective, steps, rounds, start, check, enc) -> Outcome:
+    def _outcome(self, collective, steps, rounds, start, check, enc, symmetric: bool) -> Outcome:
         algo = None
         if check.status == "sat":
-            params = (("symmetric", check.symmetric),)
+            params = (("symmetric", symmetric),)
             prov = Provenance("smt", solver=f"z3 {z3_version()}", params=params)
             algo = Algorithm(collective, self.topology.name, enc.decode(set(check.true_names), steps), prov)
             algo.verify(self.topology)
@@ -126,8 +157,8 @@ class Synthesizer:
     def _direct(self, collective: Collective, steps: int, rounds: int, limit: float | None) -> Outcome:
         start = time.monotonic()
         enc = AllreduceEncoding(self.topology, collective, steps, rounds)
-        check = Session(enc.formula).check([], None, limit)
-        out = self._outcome(collective, steps, rounds, start, check, enc)
+        check = Session(enc.formula).check([], limit)
+        out = self._outcome(collective, steps, rounds, start, check, enc, False)
         via = "direct encoding (partial sums travel together)"
         algo = out.algorithm.with_provenance(via=via) if out.algorithm else None
         return replace(out, algorithm=algo, via=via)
