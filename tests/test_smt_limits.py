@@ -53,7 +53,8 @@ def test_interrupted_least_steps_keeps_the_algorithm_it_just_found():
 
 
 def test_ctrl_c_on_the_command_line_writes_the_front_so_far(tmp_path):
-    """The ring:8 alltoall walk finds C=1 in about a second, then works long on C=2."""
+    """The 4x4-torus allgather walk finds C=1 in about a second, then works long on the
+    bandwidth-optimal C=4 (C=2 and C=3 would only match R/C = 4)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     cmd = [
         sys.executable,
@@ -61,9 +62,9 @@ def test_ctrl_c_on_the_command_line_writes_the_front_so_far(tmp_path):
         "xccl.cli.main",
         "pareto",
         "-t",
-        "ring:8",
+        "torus:4x4",
         "-C",
-        "alltoall",
+        "allgather",
         "-d",
         str(tmp_path),
     ]
@@ -78,5 +79,5 @@ def test_ctrl_c_on_the_command_line_writes_the_front_so_far(tmp_path):
     assert proc.returncode == 130, (out, seen + err)
     assert "interrupted" in seen + err
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert written == ["alltoall-ring8-s4-r8-c1.json"], (written, out)
+    assert written == ["allgather-torus4x4-s4-r4-c1.json"], (written, out)
     assert "wrote" in out
