@@ -112,3 +112,11 @@ def test_pareto_writes_front_table_and_plot(tmp_path, cli):
         "0",
     )
     assert_one_line_error(proc, "max-chunks")
+
+
+def test_same_command_writes_the_same_bytes(tmp_path, cli):
+    for name in ("a", "b"):
+        args = ("synth", "smt", "instance", "-t", "dgx1", "-C", "allgather", "-s", "2", "-r", "3", "-c", "2")
+        assert cli(*args, "-d", str(tmp_path / name)).returncode == 0
+    first, second = (tmp_path / n / "allgather-dgx1-s2-r3-c2.json" for n in ("a", "b"))
+    assert first.read_bytes() == second.read_bytes()

@@ -229,6 +229,8 @@ def solve_instance(
     allreduce: str = "auto",
 ) -> Outcome:
     """Solve one instance: ``rounds`` defaults to ``steps`` (one round per step), the chunks per rank
-    are the collective's."""
-    synth = Synthesizer(topology, collective.name, collective.root, options, allreduce)
+    are the collective's. A lone instance gets an encoding of exactly its size (a family only pays
+    off across instances)."""
+    single = replace(options, incremental=False) if collective.name != "allreduce" else options
+    synth = Synthesizer(topology, collective.name, collective.root, single, allreduce)
     return synth.solve(steps, steps if rounds is None else rounds, collective.chunks_per_rank, time_limit_s)

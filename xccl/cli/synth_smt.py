@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from synth.smt import ALLREDUCE_METHODS, Synthesizer, build_model, least_steps
+from synth.smt import ALLREDUCE_METHODS, build_model, least_steps, solve_instance
 from synth.smt.synthesizer import check_instance
 from topologies.io import save_text
 from xccl.cli.common import add_collective_args, collective_from_args, topology_from_args
@@ -50,11 +50,10 @@ def cmd_instance(args: argparse.Namespace) -> int:
             f"wrote {args.smt2}: SMT-LIB model of {coll.name} S={args.steps} R={rounds} C={coll.chunks_per_rank}"
         )
         return 0
-    synth = Synthesizer(topo, coll.name, coll.root, allreduce=args.allreduce)
     show = Progress()
     show.start(f"{coll.name} S={args.steps} R={rounds} C={coll.chunks_per_rank}")
     try:
-        outcome = synth.solve(args.steps, rounds, coll.chunks_per_rank, args.time_limit)
+        outcome = solve_instance(topo, coll, args.steps, rounds, args.time_limit, allreduce=args.allreduce)
     except KeyboardInterrupt:
         show.interrupted()
         return EXIT_INTERRUPTED
