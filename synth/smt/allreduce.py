@@ -140,7 +140,7 @@ class AllreduceEncoding:
         header = [
             f"xccl-synth SMT model: {self.collective!r} on {self.topology.name}, steps {steps}",
             "x_c_u_v_s / y_a_u_v_s: chunk (address) c sent u -> v in step s; u_s_k: step s has more than k rounds",
-            "sym (when declared): assert it to look for symmetric algorithms only",
+            "a_s / rnd_R (in a family): step s exists / the rounds add up to R",
         ]
         return self.formula.smt2(header=header) + "(check-sat)\n"
 

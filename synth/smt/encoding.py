@@ -16,6 +16,12 @@ solves in its SAT core, where SCCL's integer times went through arithmetic.
 An :class:`Encoding` is either one instance ``(S, R)`` (what :func:`build_model` returns, for a
 dump) or a *family*: all ``S`` and ``R`` up to some maxima in one solver, selected per check with
 assumptions, so that what the solver learns on one instance of a front serves the next.
+
+A *tied* encoding is the quotient by the problem's symmetries (:mod:`synth.smt.symmetry`): every
+send (and holding) variable is named after the least member of its orbit under the automorphisms,
+so a symmetric algorithm is described once per orbit and the formula shrinks by about the size of
+the group (each constraint and its images become one). Its solutions are exactly the symmetric
+algorithms; an unsatisfiable quotient proves nothing about the full problem.
 """
 
 from __future__ import annotations
@@ -334,7 +340,7 @@ class Encoding:
         header = [
             f"xccl-synth SMT model: {self.collective!r} on {self.topology.name}, steps {steps}",
             "x_c_u_v_s / y_a_u_v_s: chunk (address) c sent u -> v in step s; u_s_k: step s has more than k rounds",
-            "sym (when declared): assert it to look for symmetric algorithms only",
+            "a_s / rnd_R (in a family): step s exists / the rounds add up to R",
         ]
         return self.formula.smt2(header=header) + "(check-sat)\n"
 

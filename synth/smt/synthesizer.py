@@ -31,9 +31,8 @@ __all__ = ["ALLREDUCE_METHODS", "Synthesizer", "check_instance", "solve_instance
 ALLREDUCE_METHODS = ("auto", "compose", "direct")
 """``auto``: compose when the chunks per rank are a multiple of the ranks, else direct."""
 
-STEP_MARGIN = 1
-ROUND_MARGIN = 2
-"""A new family covers a few more steps and rounds than asked, for the instances that follow."""
+ROUND_GROWTH = 4
+"""When a walk raises R for the same (S, C), the shared encoding covers this many more rounds."""
 
 COMPOSED_SCOPE = "among reducescatter + allgather compositions"
 
@@ -58,7 +57,7 @@ class Synthesizer:
         self.root = root
         self.options = options
         self.allreduce = allreduce
-        self._families: dict[tuple[int, bool], tuple[Encoding, Session]] = {}
+        self._families: dict[tuple[int, int, bool], tuple[Encoding, Session]] = {}
         self._has_symmetry: bool | None = None
         self._parts: dict[str, Synthesizer] = {}
 
@@ -94,36 +93,35 @@ class Synthesizer:
     def _family(
         self, collective: Collective, steps: int, rounds: int, tied: bool
     ) -> tuple[Encoding, Session]:
+        """The encoding and solver for (S, R). The first time an (S, C) is asked, an encoding of
+        exactly its size; when the same (S, C) comes back with more rounds (a front walk raising R),
+        one encoding for ``ROUND_GROWTH`` more rounds, selected by assumption, keeps its solver."""
         # The encoding that searches first gets the saturation constraints (they guide the search);
         # the full one behind a tied attempt mostly proves unsat, where they only cost time.
         saturation = tied or not self._symmetric()
-        if not self.options.incremental:
-            enc = Encoding(
-                self.topology,
-                collective,
-                steps,
-                steps,
-                rounds,
-                self.options,
-                fixed_rounds=rounds,
-                tied=tied,
-                saturation=saturation,
-            )
-            return enc, Session(enc.formula)
-        key = (collective.chunks_per_rank, tied)
-        old = self._families.get(key)
+        key = (collective.chunks_per_rank, steps, tied)
+        old = self._families.get(key) if self.options.incremental else None
         if old is not None:
             enc = old[0]
-            if enc.min_steps <= steps <= enc.num_steps and rounds <= enc.max_rounds:
+            if rounds == enc.fixed_rounds or (enc.fixed_rounds is None and rounds <= enc.max_rounds):
                 return old
-        lo = min(steps, old[0].min_steps) if old else steps
-        hi_rounds = max(rounds + ROUND_MARGIN, old[0].max_rounds if old else 0)
-        hi_steps = min(max(steps + STEP_MARGIN, old[0].num_steps if old else 0), hi_rounds)
+        fixed = None if old is not None else rounds
+        top = rounds if old is None else rounds + ROUND_GROWTH
         enc = Encoding(
-            self.topology, collective, lo, hi_steps, hi_rounds, self.options, tied=tied, saturation=saturation
+            self.topology,
+            collective,
+            steps,
+            steps,
+            top,
+            self.options,
+            fixed_rounds=fixed,
+            tied=tied,
+            saturation=saturation,
         )
-        self._families[key] = (enc, Session(enc.formula))
-        return self._families[key]
+        family = (enc, Session(enc.formula))
+        if self.options.incremental:
+            self._families[key] = family
+        return family
 
     def _symmetric(self) -> bool:
         """Whether to look for a symmetric algorithm first (some automorphism maps the problem onto itself)."""
