@@ -27,8 +27,9 @@ REFERENCE_SIZE = 1 << 20
 
 @dataclass(frozen=True)
 class Row:
-    """One instance tried: its size, answer and (when one exists) its algorithm."""
+    """One instance tried: its collective and size, answer and (when one exists) its algorithm."""
 
+    collective: str
     steps: int
     rounds: int
     chunks: int
@@ -41,6 +42,7 @@ class Row:
 def table(rows: Sequence[Row], topology: Topology, sizes: Sequence[int] = DEFAULT_SIZES) -> tuple[list, list]:
     """Headers and cells of the table (costs left empty where there is no algorithm)."""
     headers = [
+        "collective",
         "S",
         "R",
         "C",
@@ -56,6 +58,7 @@ def table(rows: Sequence[Row], topology: Topology, sizes: Sequence[int] = DEFAUL
     for row in rows:
         ratio = Fraction(row.rounds, row.chunks)
         line = [
+            row.collective,
             row.steps,
             row.rounds,
             row.chunks,

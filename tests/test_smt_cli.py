@@ -120,3 +120,9 @@ def test_same_command_writes_the_same_bytes(tmp_path, cli):
         assert cli(*args, "-d", str(tmp_path / name)).returncode == 0
     first, second = (tmp_path / n / "allgather-dgx1-s2-r3-c2.json" for n in ("a", "b"))
     assert first.read_bytes() == second.read_bytes()
+
+
+def test_pareto_allreduce_composes(cli):
+    proc = cli("pareto", "-t", "ring:4", "-C", "allreduce", "--no-save")
+    assert proc.returncode == 0, proc.stderr
+    assert "composed" in proc.stdout and "allreduce-ring:4-s4-r6-c8" in proc.stdout

@@ -120,6 +120,8 @@ class Synthesizer:
         )
         family = (enc, Session(enc.formula))
         if self.options.incremental:
+            for other in [k for k in self._families if k[0] != key[0]]:
+                del self._families[other]  # walks move on to the next C for good: free those solvers
             self._families[key] = family
         return family
 

@@ -41,12 +41,22 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         show.interrupted()
     on_front = {id(a) for a in front.algorithms}
     rows = [
-        Row(o.steps, o.rounds, o.chunks, o.status, o.seconds, o.algorithm, id(o.algorithm) in on_front)
+        Row(
+            o.collective,
+            o.steps,
+            o.rounds,
+            o.chunks,
+            o.status,
+            o.seconds,
+            o.algorithm,
+            id(o.algorithm) in on_front,
+        )
         for o in front.outcomes
     ]
     if name == "allreduce":  # composed from the two walks: one row per composition
         rows += [
-            Row(a.num_steps, a.rounds, a.chunks, "composed", 0.0, a, id(a) in on_front) for a in front.found
+            Row(name, a.num_steps, a.rounds, a.chunks, "composed", 0.0, a, id(a) in on_front)
+            for a in front.found
         ]
     headers, cells = table(rows, topo)
     title = f"{name} on {topo.name}: steps >= {front.steps_bound}, rounds per chunk >= {front.rounds_per_chunk_bound}"
