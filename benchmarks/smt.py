@@ -6,8 +6,10 @@
 
 Each measurement runs in a fresh Python process (nothing cached between runs: automorphisms,
 bounds, solvers) and times the library call only, not the imports; a case's time is the median of
-``--repeat`` runs. The ablation switches off one speed idea at a time (``SmtOptions.without``);
-its runs have a time limit per instance, and a run that hits it counts as that limit ("timed out").
+``--repeat`` runs with z3 random seeds 0, 1, 2, ... (a run is deterministic for its seed, and SAT
+search times are heavy-tailed across seeds, so one seed alone can flatter or slander an idea).
+The ablation switches off one speed idea at a time (``SmtOptions.without``); its runs have a time
+limit per instance, and a run that hits it counts as that limit ("timed out").
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ IDEAS = ("prune", "cuts", "chunk_order", "symmetric", "incremental")
 leaves out ``incremental``."""
 
 
-def run_case(name: str, off: list[str], time_limit: float | None) -> dict:
+def run_case(name: str, off: list[str], time_limit: float | None, seed: int) -> dict:
     """One measurement (in this process): the answer and the seconds of the library call."""
+    from dataclasses import replace
+
     from synth.collectives import make_collective
     from synth.smt import SmtOptions, least_steps, pareto_front, solve_instance
     from topologies import load
 
-    options = SmtOptions().without(*off)
+    options = replace(SmtOptions().without(*off), seed=seed)
     start = time.perf_counter()
     if name.endswith("-front"):
         topo_name, coll = name.split("-")[:2]
@@ -79,8 +83,8 @@ def run_case(name: str, off: list[str], time_limit: float | None) -> dict:
 
 def measure(name: str, off: list[str], repeat: int, time_limit: float | None) -> dict:
     runs, answers, timed_out = [], set(), False
-    for _ in range(repeat):
-        cmd = [sys.executable, __file__, "--worker", name, "--off", ",".join(off)]
+    for seed in range(repeat):
+        cmd = [sys.executable, __file__, "--worker", name, "--off", ",".join(off), "--seed", str(seed)]
         if time_limit:
             cmd += ["--time-limit", str(time_limit)]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True)
@@ -118,10 +122,11 @@ def main() -> int:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--off", default="", help=argparse.SUPPRESS)
     parser.add_argument("--time-limit", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         off = [x for x in args.off.split(",") if x]
-        print(json.dumps(run_case(args.worker, off, args.time_limit)))
+        print(json.dumps(run_case(args.worker, off, args.time_limit, args.seed)))
         return 0
 
     names = args.case or (list(QUICK) if args.quick else list(CASES))
@@ -131,7 +136,9 @@ def main() -> int:
         m = measure(name, [], args.repeat, None)
         runs = " ".join(f"{x:.2f}" for x in m["runs"])
         rows.append([name, CASES[name], " / ".join(m["answers"]), f"{m['median']:.2f}", runs])
-    print(f"SMT synthesis, median of {args.repeat} fresh processes (seconds of the library call)\n")
+    print(
+        f"SMT synthesis, median of {args.repeat} seeds, each in a fresh process (seconds of the library call)\n"
+    )
     print(table(rows, ["case", "what", "answer", "median s", "runs s"]))
 
     if args.quick or args.no_ablation:

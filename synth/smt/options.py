@@ -34,6 +34,9 @@ class SmtOptions:
     and rounds are switched with assumption literals, learned clauses are kept."""
     automorphism_limit: int = 64
     """At most this many automorphisms are used (switch topologies have factorially many)."""
+    seed: int = 0
+    """z3's random seed. Runs are deterministic for a seed; SAT search times vary between seeds
+    (heavy tails), which is why the benchmark reports medians over seeds."""
 
     def without(self, *names: str) -> SmtOptions:
         """These options with the named ideas switched off."""
