@@ -18,7 +18,11 @@ from synth.smt.formula import Formula
 __all__ = ["Check", "Session", "read_model", "z3_version"]
 
 NO_LIMIT_MS = 4_294_967_295
-"""z3's "no timeout" (the largest unsigned int)."""
+"""z3's "no limit" for timeouts and conflict budgets (the largest unsigned int)."""
+FIRST_BUDGET = 10_000
+"""Conflicts before the first restart with a new seed."""
+MAX_RESTARTS = 8
+"""After this many restarts (2.5 million conflicts in all) the search runs to the end."""
 
 
 def z3_version() -> str:
@@ -42,7 +46,7 @@ class Session:
     def __init__(self, formula: Formula, seed: int = 0) -> None:
         self.formula = formula
         self.solver = z3.SolverFor("QF_FD")
-        self.solver.set("random_seed", seed)
+        self.seed = seed
         self._sent = 0
         self._declared = 0
         self.checks = 0
@@ -60,23 +64,39 @@ class Session:
         return z3.Bool(lit)
 
     def check(self, assumptions: list[str], time_limit_s: float | None = None) -> Check:
-        """Check under ``assumptions``; ``unknown`` when the time limit runs out first."""
+        """Check under ``assumptions``; ``unknown`` when the time limit runs out first.
+
+        Restarts: the search gets ``FIRST_BUDGET`` conflicts, then twice as many with the next
+        random seed, and so on (what was learned is kept). SAT search times are heavy-tailed; a
+        fresh seed at growing budgets cuts the tail (DGX-1 allgather S=3 R=6 C=5 over ten seeds:
+        at most 1.13 s without, 0.16 s with) and costs nothing when the first budget suffices.
+        """
         start = time.monotonic()
         self._sync()
-        if time_limit_s is not None:
-            left_ms = int((time_limit_s - (time.monotonic() - start)) * 1000)
-            if left_ms <= 0:
-                return Check("unknown", seconds=time.monotonic() - start)
-            self.solver.set("timeout", left_ms)
-        else:
-            self.solver.set("timeout", NO_LIMIT_MS)
-        self.checks += 1
-        result = self.solver.check(*[self._literal(a) for a in assumptions])
-        seconds = time.monotonic() - start
-        if result == z3.sat:
-            return Check("sat", frozenset(read_model(self.solver.model().sexpr())), seconds)
-        if result == z3.unsat:
-            return Check("unsat", seconds=seconds)
-        if "interrupted from keyboard" in self.solver.reason_unknown():
-            raise KeyboardInterrupt  # z3 caught the user's Ctrl-C; pass it on
-        return Check("unknown", seconds=seconds)
+        literals = [self._literal(a) for a in assumptions]
+        budget = FIRST_BUDGET
+        for attempt in range(MAX_RESTARTS + 1):
+            if time_limit_s is not None:
+                left_ms = int((time_limit_s - (time.monotonic() - start)) * 1000)
+                if left_ms <= 0:
+                    return Check("unknown", seconds=time.monotonic() - start)
+                self.solver.set("timeout", left_ms)
+            else:
+                self.solver.set("timeout", NO_LIMIT_MS)
+            last = attempt == MAX_RESTARTS
+            self.solver.set("max_conflicts", NO_LIMIT_MS if last else budget)
+            self.solver.set("random_seed", self.seed + attempt)
+            self.checks += 1
+            result = self.solver.check(*literals)
+            if result == z3.sat:
+                names = frozenset(read_model(self.solver.model().sexpr()))
+                return Check("sat", names, time.monotonic() - start)
+            if result == z3.unsat:
+                return Check("unsat", seconds=time.monotonic() - start)
+            reason = self.solver.reason_unknown()
+            if "interrupted from keyboard" in reason:
+                raise KeyboardInterrupt  # z3 caught the user's Ctrl-C; pass it on
+            if "max.conflicts" not in reason:
+                break  # the time limit
+            budget *= 2
+        return Check("unknown", seconds=time.monotonic() - start)
