@@ -38,7 +38,7 @@ CASES = {
 QUICK = ("dgx1-allgather-front", "dgx1-reducescatter-front", "dgx1-alltoall-least-steps",
          "dgx1-alltoall-8-8-3", "ring8-allgather-least-steps")  # fmt: skip
 ABLATION = ("dgx1-allgather-front", "dgx1-allgather-3-7-6", "dgx1-alltoall-8-8-3")
-IDEAS = ("prune", "cuts", "chunk_order", "symmetric", "incremental")
+IDEAS = ("prune", "cuts", "chunk_order", "symmetric", "restarts", "incremental")
 """A lone instance has no family to share (``solve_instance`` builds it to size), so its ablation
 leaves out ``incremental``."""
 

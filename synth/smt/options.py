@@ -29,6 +29,9 @@ class SmtOptions:
     """First look for a solution that the topology's automorphisms map onto itself (variables of
     chunk r*C+i tied to those of sigma(r)*C+i); if that is unsatisfiable because of the ties, solve
     again without them."""
+    restarts: bool = True
+    """Restart the SAT search with a fresh random seed at doubling conflict budgets (10,000,
+    20,000, ...), keeping what was learned: SAT search times are heavy-tailed across seeds."""
     incremental: bool = True
     """One solver per chunk count across a front walk (and across the steps of least-steps): steps
     and rounds are switched with assumption literals, learned clauses are kept."""
@@ -50,5 +53,5 @@ class SmtOptions:
         return "all ideas" if not off else "without " + ", ".join(off)
 
 
-IDEAS = ("prune", "cuts", "chunk_order", "symmetric", "incremental")
+IDEAS = ("prune", "cuts", "chunk_order", "symmetric", "restarts", "incremental")
 DEFAULT_OPTIONS = SmtOptions()

@@ -43,10 +43,11 @@ class Check:
 
 
 class Session:
-    def __init__(self, formula: Formula, seed: int = 0) -> None:
+    def __init__(self, formula: Formula, seed: int = 0, restarts: bool = True) -> None:
         self.formula = formula
         self.solver = z3.SolverFor("QF_FD")
         self.seed = seed
+        self.restarts = restarts
         self._sent = 0
         self._declared = 0
         self.checks = 0
@@ -83,7 +84,7 @@ class Session:
                 self.solver.set("timeout", left_ms)
             else:
                 self.solver.set("timeout", NO_LIMIT_MS)
-            last = attempt == MAX_RESTARTS
+            last = attempt == MAX_RESTARTS or not self.restarts
             self.solver.set("max_conflicts", NO_LIMIT_MS if last else budget)
             self.solver.set("random_seed", self.seed + attempt)
             self.checks += 1

@@ -118,7 +118,7 @@ class Synthesizer:
             tied=tied,
             saturation=saturation,
         )
-        family = (enc, Session(enc.formula, self.options.seed))
+        family = (enc, Session(enc.formula, self.options.seed, self.options.restarts))
         if self.options.incremental:
             for other in [k for k in self._families if k[0] != key[0]]:
                 del self._families[other]  # walks move on to the next C for good: free those solvers
@@ -157,7 +157,7 @@ class Synthesizer:
     def _direct(self, collective: Collective, steps: int, rounds: int, limit: float | None) -> Outcome:
         start = time.monotonic()
         enc = AllreduceEncoding(self.topology, collective, steps, rounds)
-        check = Session(enc.formula, self.options.seed).check([], limit)
+        check = Session(enc.formula, self.options.seed, self.options.restarts).check([], limit)
         out = self._outcome(collective, steps, rounds, start, check, enc, False)
         via = "direct encoding (partial sums travel together)"
         algo = out.algorithm.with_provenance(via=via) if out.algorithm else None
