@@ -1,0 +1,299 @@
+"""The public API: one thin, documented call into each package.
+
+Every function accepts names where objects are expected (a topology name or file, a collective
+name, a size like ``"1MiB"``), so a session reads like the command line::
+
+    >>> import xccl
+    >>> ring = xccl.topology("ring:4")
+    >>> algo = xccl.synthesize(ring, "allgather")            # SMT: fewest steps, verified
+    >>> algo.num_steps
+    2
+    >>> ir = xccl.compile(algo)                               # chunk schedule -> checked IR
+    >>> xccl.run(ir, "64KiB").checked                         # executed and compared with NumPy
+    True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from codegen import compile_algorithm, compile_program, save_ir
+from codegen.dsl import Program
+from codegen.ir import IR
+from synth.algorithm import Algorithm
+from synth.baselines import BASELINES, make_baseline
+from synth.bounds import lower_bound_us
+from synth.collectives import Collective, CollectiveError, make_collective
+from synth.errors import InfeasibleError, SolverTimeout
+from synth.units import parse_size, parse_size_range
+from topologies import Topology, load
+
+__all__ = [
+    "METHODS",
+    "bench",
+    "best_backend",
+    "collective",
+    "compile",
+    "export",
+    "lower_bound",
+    "pareto",
+    "run",
+    "synthesize",
+    "topology",
+]
+
+METHODS = ("smt", "milp", *BASELINES)
+"""``synthesize``'s methods: SMT (SCCL style), MILP (TACCL style, needs a sketch), or a baseline."""
+
+
+def topology(name_or_path: str | Path | Topology) -> Topology:
+    """A shipped machine (``dgx1``), a multi-machine variant (``ndv2x2``), a family (``ring:8``) or a
+    JSON file, validated.
+
+    >>> topology("dgx1").num_ranks, topology("ndv2x2").num_machines
+    (8, 2)
+    """
+    return load(name_or_path)
+
+
+def collective(name: str | Collective, num_ranks: int, chunks: int = 1, root: int | None = None) -> Collective:
+    """A collective by name (``allgather``, ``allreduce``, ``reducescatter``, ``alltoall``,
+    ``broadcast``, ``reduce``, ``gather``, ``scatter``); rooted ones default to root 0.
+
+    >>> collective("allreduce", 4, chunks=4).combining
+    True
+    """
+    if isinstance(name, Collective):
+        return name
+    return make_collective(name, num_ranks, chunks, root)
+
+
+def synthesize(
+    topology: str | Path | Topology,
+    collective: str | Collective,
+    method: str = "smt",
+    *,
+    chunks: int | None = None,
+    root: int | None = None,
+    steps: int | None = None,
+    rounds: int | None = None,
+    sketch: Any = None,
+    size: str | int = "1GiB",
+    time_limit_s: float | None = None,
+    solver: str | None = None,
+) -> Algorithm:
+    """A verified algorithm for ``collective`` on ``topology``.
+
+    ``method="smt"`` (default) searches the fewest steps (or solves the instance ``steps``/``rounds``
+    when given) with ``chunks`` chunks per rank; ``"milp"`` schedules from a ``sketch`` (a shipped
+    name like ``"ndv2x2-relay"``, a file, or a :class:`sketches.Sketch`) for buffers of ``size``;
+    a baseline name (``"ring"``, ``"bidir-ring"``, ``"direct"``, ``"recursive-doubling"``,
+    ``"binomial-tree"``, ``"hierarchical"``) builds that baseline. Raises ``InfeasibleError`` when no
+    algorithm exists within the limits and ``SolverTimeout`` when the time limit stopped the search.
+
+    >>> synthesize("ring:4", "allgather", steps=1)
+    Traceback (most recent call last):
+    ...
+    synth.errors.InfeasibleError: allgather on ring:4: no algorithm with 1 step(s) and 1 round(s) (unsat)
+    >>> synthesize("ring:4", "allgather", "ring").provenance.method
+    'baseline:ring'
+    """
+    topo = load(topology)
+    if method == "smt":
+        return _smt(topo, collective, chunks or 1, root, steps, rounds, time_limit_s)
+    if method == "milp":
+        return _milp(topo, collective, root, sketch, size, time_limit_s, solver)
+    if method in BASELINES:
+        default = 2 if method == "bidir-ring" else 1
+        name = collective.name if isinstance(collective, Collective) else collective
+        if chunks is None and name == "allreduce":
+            default *= topo.num_ranks
+        coll = _collective_for(collective, topo, chunks or default, root)
+        return make_baseline(method, topo, coll)
+    raise CollectiveError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
+
+
+def _collective_for(coll: str | Collective, topo: Topology, chunks: int, root: int | None) -> Collective:
+    """``coll`` as given, or the named collective over the topology's ranks."""
+    if isinstance(coll, Collective):
+        return coll
+    return make_collective(coll, topo.num_ranks, chunks, root)
+
+
+def _smt(topo, coll, chunks, root, steps, rounds, time_limit_s) -> Algorithm:
+    from synth.smt import least_steps, solve_instance
+
+    c = _collective_for(coll, topo, chunks, root)
+    if steps is None:
+        result = least_steps(topo, c, time_limit_s=time_limit_s)
+        if result.algorithm is None:
+            raise InfeasibleError(f"{c.name} on {topo.name}: {result.message()}")
+        return result.algorithm
+    outcome = solve_instance(topo, c, steps, rounds, time_limit_s=time_limit_s)
+    if outcome.status == "sat":
+        return outcome.algorithm
+    r = steps if rounds is None else rounds
+    if outcome.status == "unsat":
+        raise InfeasibleError(f"{c.name} on {topo.name}: no algorithm with {steps} step(s) and {r} round(s) (unsat)")
+    raise SolverTimeout(f"{c.name} on {topo.name}: S={steps} R={r} timed out after {time_limit_s} s (unknown)")
+
+
+def _milp(topo, coll, root, sketch, size, time_limit_s, solver) -> Algorithm:
+    from sketches import load_sketch
+    from synth.milp import Options, synthesize as milp_synthesize
+
+    if sketch is None:
+        raise InfeasibleError("method milp needs a sketch (a shipped name such as 'ndv2x2-relay', or a file)")
+    name = coll.name if isinstance(coll, Collective) else coll
+    options = Options(solver=solver) if time_limit_s is None else Options(solver=solver, time_limit_s=time_limit_s)
+    result = milp_synthesize(topo, name, load_sketch(sketch), size_bytes=parse_size(size), root=root, options=options)
+    return result.algorithm
+
+
+def pareto(
+    topology: str | Path | Topology,
+    collective: str,
+    *,
+    root: int | None = None,
+    max_chunks: int | None = None,
+    time_limit_s: float | None = None,
+):
+    """The Pareto-optimal front in (steps, rounds per chunk) by SMT, walked as SCCL does; its
+    ``algorithms`` are verified and ``stop`` says why the walk ended.
+
+    >>> front = pareto("ring:4", "allgather")
+    >>> [(a.num_steps, a.rounds, a.chunks) for a in front.algorithms], front.stop
+    ([(2, 3, 2)], 'bandwidth optimal')
+    """
+    from synth.smt import DEFAULT_MAX_CHUNKS, pareto_front
+
+    return pareto_front(
+        load(topology),
+        collective,
+        root=root,
+        max_chunks=max_chunks or DEFAULT_MAX_CHUNKS,
+        time_limit_s=time_limit_s,
+    )
+
+
+def compile(
+    source: Algorithm | Program,
+    topology: str | Path | Topology | None = None,
+    *,
+    dialect: str = "azure",
+    instances: int = 1,
+    protocol: str = "Simple",
+    inplace: bool = False,
+) -> IR:
+    """An algorithm (or a DSL program) compiled to an IR that passed the static checker for
+    ``dialect`` (``azure`` or ``msccl``).
+
+    >>> ir = compile(synthesize("ring:4", "allgather", "ring"))
+    >>> ir.num_ranks, ir.collective
+    (4, 'allgather')
+    """
+    if isinstance(source, Program):
+        return compile_program(source, instances=instances, protocol=protocol, dialect=dialect)
+    topo = load(topology) if topology is not None else None
+    return compile_algorithm(source, topo, inplace=inplace, instances=instances, protocol=protocol, dialect=dialect)
+
+
+def export(ir: IR, path: str | Path, dialect: str = "azure", force: bool = False) -> Path:
+    """Write ``ir`` as MSCCL XML (``azure``, ``msccl``) or our JSON IR (``json``)."""
+    return save_ir(ir, path, dialect, force=force)
+
+
+def _gpu_ready() -> bool:
+    from runtime.cupy.backend import CupyBackend
+
+    if not CupyBackend.available():
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - a CUDA error of any kind means: no usable GPU
+        return False
+
+
+def best_backend() -> str:
+    """``cupy`` where CuPy and a GPU are present, else ``numpy``."""
+    return "cupy" if _gpu_ready() else "numpy"
+
+
+def run(
+    ir: IR,
+    size: str | int = "1MiB",
+    *,
+    backend: str = "auto",
+    dtype: str = "float32",
+    op: str = "sum",
+    inplace: bool | None = None,
+):
+    """Execute ``ir`` once on random inputs at nccl-tests' ``size`` and check every output against the
+    NumPy reference (raises ``ExecutionMismatch`` with rank, buffer, chunk and index otherwise).
+    ``backend`` is ``numpy``, ``cupy`` or ``auto`` (the GPU if present). ``inplace`` defaults to
+    what the IR allows (out of place when both are).
+
+    >>> result = run(compile(synthesize("ring:4", "allreduce", "ring"), inplace=True), "64KiB")
+    >>> result.checked, result.inplace
+    (True, True)
+    """
+    from runtime.bench import aligned_size
+
+    chosen = best_backend() if backend == "auto" else backend
+    place = (not ir.outofplace) if inplace is None else inplace
+    nbytes = aligned_size(ir, parse_size(size), dtype)
+    if chosen == "cupy":
+        from runtime import cupy as gpu
+
+        return gpu.run(ir, nbytes, dtype, op, inplace=place)
+    if chosen != "numpy":
+        raise CollectiveError(f"backend {chosen!r}: run takes numpy, cupy or auto")
+    from runtime.numpy import run as cpu_run
+
+    return cpu_run(ir, nbytes, dtype, op, inplace=place)
+
+
+def bench(
+    ir: IR,
+    sizes: str | list[int] = "1KiB:1MiB",
+    *,
+    backend: str = "auto",
+    topology: str | Path | Topology | None = None,
+    dtype: str = "float32",
+    op: str = "sum",
+    inplace: bool | None = None,
+    warmup: int = 1,
+    repeats: int = 5,
+):
+    """An nccl-tests-style report (size, count, time, algbw, busbw, check) over ``sizes``
+    (``"1KiB:1GiB"`` is every power of two between). ``backend`` ``sim`` needs a ``topology``.
+
+    >>> report = bench(compile(synthesize("ring:4", "allgather", "ring")), "4KiB,64KiB", backend="numpy")
+    >>> [row.check for row in report.rows]
+    ['ok', 'ok']
+    """
+    from runtime.bench import aligned_size
+    from runtime.bench import bench as run_bench
+
+    chosen = best_backend() if backend == "auto" else backend
+    listed = parse_size_range(sizes) if isinstance(sizes, str) else list(sizes)
+    aligned = [aligned_size(ir, s, dtype) for s in listed]
+    topo = load(topology) if topology is not None else None
+    place = (not ir.outofplace) if inplace is None else inplace
+    return run_bench(
+        ir, aligned, backend=chosen, dtype=dtype, op=op, inplace=place, warmup=warmup, repeats=repeats, topology=topo
+    )
+
+
+def lower_bound(topology: str | Path | Topology, collective: str | Collective, size: str | int = "1GiB") -> float:
+    """The lower bound on the time of ``collective`` at ``size``, in microseconds (the larger of the
+    latency bound and the min-cut bandwidth bound).
+
+    >>> round(lower_bound("ring:4", "allgather", "1MiB"), 2)  # 3/4 MiB over 2 links of 25 GB/s
+    15.73
+    """
+    topo = load(topology)
+    return lower_bound_us(topo, _collective_for(collective, topo, 1, None), parse_size(size))
