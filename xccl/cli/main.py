@@ -7,11 +7,11 @@ import sys
 from collections.abc import Sequence
 
 from topologies.errors import XcclError
-from xccl.cli import algorithms, bench, compiler, demo, sketch, synth, topo
+from xccl.cli import algorithms, bench, compiler, demo, pareto, sketch, synth, topo
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
-COMMAND_MODULES = (topo, algorithms, synth, sketch, compiler, bench, demo)
+COMMAND_MODULES = (topo, algorithms, synth, pareto, sketch, compiler, bench, demo)
 """Each module's ``register(subparsers)`` adds its commands; a test checks every command has a test."""
 
 

@@ -1,0 +1,106 @@
+"""Plots of a latency-bandwidth front (matplotlib, Agg backend: no display needed).
+
+Left: every algorithm found in (steps S, rounds per chunk R/C), the Pareto-optimal ones joined,
+with the two lower bounds as dashed lines. Right: modeled time (:func:`synth.cost.simulate`)
+against buffer size for each front algorithm, next to the ring baseline and the lower bound
+(:func:`synth.bounds.lower_bound_us`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
+
+from synth.algorithm import Algorithm
+from synth.baselines import BaselineError, make_baseline
+from synth.bounds import lower_bound_us
+from synth.collectives import make_collective
+from synth.cost import simulate
+from topologies.errors import XcclError
+from topologies.model import Topology
+
+__all__ = ["PLOT_SIZES", "PlotError", "plot_front"]
+
+
+class PlotError(XcclError):
+    """A plot cannot be written (the file exists and --force was not given)."""
+
+
+PLOT_SIZES = tuple(1 << k for k in range(10, 31, 2))
+"""1 KiB to 1 GiB, every factor of 4."""
+
+
+def _ring(topology: Topology, name: str, root: int | None) -> Algorithm | None:
+    n = topology.num_ranks
+    try:
+        return make_baseline(
+            "ring", topology, make_collective(name, n, n if name == "allreduce" else 1, root)
+        )
+    except BaselineError:
+        return None  # no ring through the topology, or none for this collective
+
+
+def plot_front(
+    path: str | Path,
+    topology: Topology,
+    front: Sequence[Algorithm],
+    found: Sequence[Algorithm],
+    steps_bound: int,
+    rounds_per_chunk_bound: Fraction,
+    title: str,
+    force: bool = False,
+    sizes: Sequence[int] = PLOT_SIZES,
+) -> Path:
+    """Draw the front and save it as PNG; an existing file is kept unless ``force``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    path = Path(path)
+    if path.exists() and not force:
+        raise PlotError(f"{path}: file already exists; use --force to overwrite")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    others = [a for a in found if a not in front]
+    left.scatter(
+        [a.num_steps for a in others], [float(a.rounds_per_chunk) for a in others], c="0.7", label="dominated"
+    )
+    xs = [a.num_steps for a in front]
+    ys = [float(a.rounds_per_chunk) for a in front]
+    left.step(xs, ys, where="post", c="C0")
+    left.scatter(xs, ys, c="C0", zorder=3, label="Pareto-optimal")
+    for a in front:
+        left.annotate(f"R={a.rounds} C={a.chunks}", (a.num_steps, float(a.rounds_per_chunk)), fontsize=8)
+    left.axhline(float(rounds_per_chunk_bound), ls="--", c="C3", label=f"R/C bound {rounds_per_chunk_bound}")
+    left.axvline(steps_bound, ls=":", c="C2", label=f"steps bound {steps_bound}")
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
+    left.margins(x=0.15, y=0.1)
+    left.set_xlabel("steps S (latency)")
+    left.set_ylabel("rounds per chunk R/C (bandwidth)")
+    left.legend(fontsize=8)
+
+    xs_mib = [s / (1 << 20) for s in sizes]
+    for i, algo in enumerate(front):
+        times = [simulate(algo, topology, s).time_us for s in sizes]
+        right.loglog(xs_mib, times, c=f"C{i}", label=f"S={algo.num_steps} R={algo.rounds} C={algo.chunks}")
+    name = front[0].collective.name if front else (found[0].collective.name if found else None)
+    if name is not None:
+        root = (front or found)[0].collective.root
+        ring = _ring(topology, name, root)
+        if ring is not None:
+            right.loglog(
+                xs_mib, [simulate(ring, topology, s).time_us for s in sizes], "k--", label="ring baseline"
+            )
+        coll = make_collective(name, topology.num_ranks, 1, root)
+        right.loglog(xs_mib, [lower_bound_us(topology, coll, s) for s in sizes], "r:", label="lower bound")
+    right.set_xlabel("buffer size (MiB)")
+    right.set_ylabel("modeled time (us)")
+    right.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100, metadata={"Software": "xccl-synth"})
+    plt.close(fig)
+    return path

@@ -1,0 +1,103 @@
+"""Least steps: the fewest steps S of any algorithm with R = S + extra rounds (SCCL's least-steps).
+
+The search starts at the steps lower bound (hop distances) and goes up one step at a time. It
+always ends: ``max_steps`` defaults to the length of the shortest-path schedule with one round per
+step (:mod:`synth.smt.witness`), a verified algorithm with R = S, so some S up to it is always
+satisfiable (for allreduce, the composition the witness uses). Past a user's smaller limit the
+answer is "no algorithm with at most N steps".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from synth.algorithm import Algorithm
+from synth.bounds import steps_lower_bound
+from synth.collectives import Collective
+from synth.errors import InfeasibleError
+from synth.smt.options import DEFAULT_OPTIONS, SmtOptions
+from synth.smt.outcome import Outcome
+from synth.smt.synthesizer import Synthesizer
+from synth.smt.witness import shortest_path_schedule
+from topologies.model import Topology
+
+__all__ = ["LeastSteps", "default_max_steps", "least_steps"]
+
+
+@dataclass(frozen=True)
+class LeastSteps:
+    algorithm: Algorithm | None
+    outcomes: tuple[Outcome, ...]
+    steps_bound: int
+    max_steps: int
+    stop: str
+    """``found``, ``limit`` (every S up to ``max_steps`` tried) or ``interrupted`` (Ctrl-C)."""
+
+    @property
+    def proven(self) -> bool:
+        """Every smaller S was proven unsatisfiable (none timed out)."""
+        return all(o.status != "unknown" for o in self.outcomes)
+
+    def message(self) -> str:
+        if self.algorithm is not None:
+            how = "least steps, proven" if self.proven else "not proven least: a smaller S timed out"
+            return f"{self.algorithm.name}: {self.algorithm.num_steps} steps ({how})"
+        if self.stop == "interrupted":
+            return "interrupted before an algorithm was found"
+        if self.proven:
+            return f"no algorithm with at most {self.max_steps} steps"
+        return f"no algorithm found with at most {self.max_steps} steps (some instances timed out)"
+
+
+def default_max_steps(topology: Topology, collective: Collective) -> int:
+    """Steps of the one-round-per-step shortest-path schedule: least-steps never needs more."""
+    return shortest_path_schedule(topology, collective, single_round_steps=True).num_steps
+
+
+def least_steps(
+    topology: Topology,
+    collective: Collective,
+    extra_rounds: int = 0,
+    max_steps: int | None = None,
+    time_limit_s: float | None = None,
+    options: SmtOptions = DEFAULT_OPTIONS,
+    allreduce: str = "auto",
+    on_start: Callable[[str], None] | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> LeastSteps:
+    """Try S = lower bound, lower bound + 1, ... (R = S + ``extra_rounds``) until one is satisfiable.
+
+    ``time_limit_s`` applies to each instance. Ctrl-C (or a ``KeyboardInterrupt`` raised by
+    ``on_outcome``) stops the search and returns what was found.
+    """
+    if extra_rounds < 0:
+        raise InfeasibleError(f"extra rounds: expected >= 0, got {extra_rounds}")
+    lower = steps_lower_bound(topology, collective)
+    limit = default_max_steps(topology, collective) if max_steps is None else max_steps
+    if limit < 1:
+        raise InfeasibleError(f"max steps: expected >= 1, got {limit}")
+    synth = Synthesizer(topology, collective.name, collective.root, options, allreduce)
+    outcomes: list[Outcome] = []
+    stop = "limit"
+    try:
+        for steps in range(lower, limit + 1):
+            if on_start is not None:
+                on_start(
+                    f"{collective.name} S={steps} R={steps + extra_rounds} C={collective.chunks_per_rank}"
+                )
+            out = synth.solve(steps, steps + extra_rounds, collective.chunks_per_rank, time_limit_s)
+            outcomes.append(out)
+            if out.status == "sat":
+                stop = "found"
+            if on_outcome is not None:
+                on_outcome(out)
+            if stop == "found":
+                break
+    except KeyboardInterrupt:
+        stop = "found" if outcomes and outcomes[-1].status == "sat" else "interrupted"
+    if stop != "found":
+        return LeastSteps(None, tuple(outcomes), lower, limit, stop)
+    earlier = tuple(outcomes[:-1])
+    algo = outcomes[-1].algorithm.with_provenance(optimal=all(o.status == "unsat" for o in earlier))
+    return LeastSteps(algo, earlier, lower, limit, stop)

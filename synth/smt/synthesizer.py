@@ -1,0 +1,236 @@
+"""Solving instances (S, R, C) of one collective on one topology, keeping solvers between them.
+
+Non-combining collectives are encoded directly (:mod:`synth.smt.encoding`). With
+``options.incremental`` one encoding per chunk count covers a range of steps and rounds, and its
+solver answers every instance in that range under assumptions; otherwise each instance gets a fresh
+encoding of exactly its size. Reducescatter and reduce are solved as their dual (allgather,
+broadcast) on the reversed topology and inverted; allreduce either by composing a reducescatter
+and an allgather (when C is a multiple of the ranks) or by the direct encoding
+(:mod:`synth.smt.allreduce`). Every algorithm is verified before it is returned.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from synth.algorithm import Algorithm, Provenance, compose, invert
+from synth.bounds import steps_lower_bound
+from synth.collectives import Collective, make_collective
+from synth.errors import InfeasibleError
+from synth.smt.allreduce import AllreduceEncoding
+from synth.smt.encoding import Encoding
+from synth.smt.options import DEFAULT_OPTIONS, SmtOptions
+from synth.smt.outcome import Outcome
+from synth.smt.session import Session, z3_version
+from synth.smt.symmetry import problem_symmetry
+from topologies.model import Topology
+
+__all__ = ["ALLREDUCE_METHODS", "Synthesizer", "check_instance", "solve_instance"]
+
+ALLREDUCE_METHODS = ("auto", "compose", "direct")
+"""``auto``: compose when the chunks per rank are a multiple of the ranks, else direct."""
+
+ROUND_GROWTH = 4
+"""When a walk raises R for the same (S, C), the shared encoding covers this many more rounds."""
+
+COMPOSED_SCOPE = "among reducescatter + allgather compositions"
+
+
+class Synthesizer:
+    """Instances of ``collective_name`` on ``topology`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        collective_name: str,
+        root: int | None = None,
+        options: SmtOptions = DEFAULT_OPTIONS,
+        allreduce: str = "auto",
+    ) -> None:
+        if allreduce not in ALLREDUCE_METHODS:
+            raise InfeasibleError(
+                f"allreduce method: expected one of {', '.join(ALLREDUCE_METHODS)}, got {allreduce}"
+            )
+        self.topology = topology
+        self.name = make_collective(collective_name, topology.num_ranks, 1, root).name
+        self.root = root
+        self.options = options
+        self.allreduce = allreduce
+        self._families: dict[tuple[int, int, bool], tuple[Encoding, Session]] = {}
+        self._has_symmetry: bool | None = None
+        self._parts: dict[str, Synthesizer] = {}
+
+    def collective(self, chunks: int) -> Collective:
+        return make_collective(self.name, self.topology.num_ranks, chunks, self.root)
+
+    def _part(self, key: str, topology: Topology, name: str) -> Synthesizer:
+        if key not in self._parts:
+            self._parts[key] = Synthesizer(topology, name, self.root, self.options)
+        return self._parts[key]
+
+    # -- the entry point ----------------------------------------------------------------------
+    def solve(self, steps: int, rounds: int, chunks: int, time_limit_s: float | None = None) -> Outcome:
+        """Answer one instance; raises :class:`KeyboardInterrupt` if the user pressed Ctrl-C."""
+        check_instance(steps, rounds, chunks)
+        collective = self.collective(chunks)
+        if self.name == "allreduce":
+            if self.allreduce == "direct" or (self.allreduce == "auto" and chunks % collective.num_ranks):
+                return self._direct(collective, steps, rounds, time_limit_s)
+            return self._composed(collective, steps, rounds, time_limit_s)
+        if collective.combining:
+            dual = self._part("dual", self.topology.reverse(), collective.dual().name)
+            out = dual.solve(steps, rounds, chunks, time_limit_s)
+            algo = None
+            if out.algorithm is not None:
+                algo = invert(out.algorithm, collective)
+                algo.verify(self.topology)
+            via = f"dual: {out.collective} on the reversed topology, inverted"
+            return replace(out, collective=self.name, algorithm=algo, via=via)
+        return self._non_combining(collective, steps, rounds, time_limit_s)
+
+    # -- non-combining ------------------------------------------------------------------------
+    def _family(
+        self, collective: Collective, steps: int, rounds: int, tied: bool
+    ) -> tuple[Encoding, Session]:
+        """The encoding and solver for (S, R). The first time an (S, C) is asked, an encoding of
+        exactly its size; when the same (S, C) comes back with more rounds (a front walk raising R),
+        one encoding for ``ROUND_GROWTH`` more rounds, selected by assumption, keeps its solver."""
+        # The encoding that searches first gets the saturation constraints (they guide the search);
+        # the full one behind a tied attempt mostly proves unsat, where they only cost time.
+        saturation = tied or not self._symmetric()
+        key = (collective.chunks_per_rank, steps, tied)
+        old = self._families.get(key) if self.options.incremental else None
+        if old is not None:
+            enc = old[0]
+            if rounds == enc.fixed_rounds or (enc.fixed_rounds is None and rounds <= enc.max_rounds):
+                return old
+        fixed = None if old is not None else rounds
+        top = rounds if old is None else rounds + ROUND_GROWTH
+        enc = Encoding(
+            self.topology,
+            collective,
+            steps,
+            steps,
+            top,
+            self.options,
+            fixed_rounds=fixed,
+            tied=tied,
+            saturation=saturation,
+        )
+        family = (enc, Session(enc.formula, self.options.seed, self.options.restarts))
+        if self.options.incremental:
+            for other in [k for k in self._families if k[0] != key[0]]:
+                del self._families[other]  # walks move on to the next C for good: free those solvers
+            self._families[key] = family
+        return family
+
+    def _symmetric(self) -> bool:
+        """Whether to look for a symmetric algorithm first (some automorphism maps the problem onto itself)."""
+        if self._has_symmetry is None:
+            symmetry = problem_symmetry(self.topology, self.collective(1), self.options.automorphism_limit)
+            self._has_symmetry = self.options.symmetric and not symmetry.trivial
+        return self._has_symmetry
+
+    def _non_combining(self, collective: Collective, steps: int, rounds: int, limit: float | None) -> Outcome:
+        """First the quotient by the symmetries (small: one variable per orbit of sends); when it
+        has no solution, the full encoding decides."""
+        start = time.monotonic()
+        for tied in (True, False) if self._symmetric() else (False,):
+            enc, session = self._family(collective, steps, rounds, tied)
+            check = session.check(enc.assumptions(steps, rounds), _left(limit, start))
+            if check.status != "unsat" or not tied:
+                return self._outcome(collective, steps, rounds, start, check, enc, tied)
+        raise AssertionError("unreachable")
+
+    def _outcome(self, collective, steps, rounds, start, check, enc, symmetric: bool) -> Outcome:
+        algo = None
+        if check.status == "sat":
+            params = (("symmetric", symmetric),)
+            prov = Provenance("smt", solver=f"z3 {z3_version()}", params=params)
+            algo = Algorithm(collective, self.topology.name, enc.decode(set(check.true_names), steps), prov)
+            algo.verify(self.topology)
+        seconds = time.monotonic() - start
+        return Outcome(check.status, self.name, steps, rounds, collective.chunks_per_rank, seconds, algo)
+
+    # -- allreduce ----------------------------------------------------------------------------
+    def _direct(self, collective: Collective, steps: int, rounds: int, limit: float | None) -> Outcome:
+        start = time.monotonic()
+        enc = AllreduceEncoding(self.topology, collective, steps, rounds)
+        check = Session(enc.formula, self.options.seed, self.options.restarts).check([], limit)
+        out = self._outcome(collective, steps, rounds, start, check, enc, False)
+        via = "direct encoding (partial sums travel together)"
+        algo = out.algorithm.with_provenance(via=via) if out.algorithm else None
+        return replace(out, algorithm=algo, via=via)
+
+    def _composed(self, collective: Collective, steps: int, rounds: int, limit: float | None) -> Outcome:
+        """Try every split S = S1 + S2, R = R1 + R2 of a reducescatter followed by an allgather."""
+        start = time.monotonic()
+        n = collective.num_ranks
+        part = collective.chunks_per_rank // n
+        rs = self._part("reducescatter", self.topology, "reducescatter")
+        ag = self._part("allgather", self.topology, "allgather")
+        rs_lb = steps_lower_bound(self.topology, rs.collective(part))
+        ag_lb = steps_lower_bound(self.topology, ag.collective(part))
+        via = "reducescatter + allgather"
+        unknown = False
+        for s1 in range(rs_lb, steps - ag_lb + 1):
+            s2 = steps - s1
+            for r1 in range(s1, rounds - s2 + 1):  # fewest rounds to the reducescatter first
+                first = rs.solve(s1, r1, part, _left(limit, start))
+                if first.status == "unknown":
+                    unknown = True
+                    break
+                if first.status == "unsat":
+                    continue
+                second = ag.solve(s2, rounds - r1, part, _left(limit, start))
+                if second.status == "sat":
+                    algo = compose(first.algorithm, second.algorithm, collective, via=via)
+                    algo.verify(self.topology)
+                    seconds = time.monotonic() - start
+                    return Outcome(
+                        "sat", self.name, steps, rounds, collective.chunks_per_rank, seconds, algo, via=via
+                    )
+                unknown = unknown or second.status == "unknown"
+                break  # more reducescatter rounds leave the allgather fewer: no better
+        status = "unknown" if unknown else "unsat"
+        seconds = time.monotonic() - start
+        return Outcome(
+            status,
+            self.name,
+            steps,
+            rounds,
+            collective.chunks_per_rank,
+            seconds,
+            scope=COMPOSED_SCOPE,
+            via=via,
+        )
+
+
+def check_instance(steps: int, rounds: int, chunks: int) -> None:
+    """Raise :class:`InfeasibleError` unless S >= 1, R >= S and C >= 1."""
+    if steps < 1 or rounds < steps or chunks < 1:
+        raise InfeasibleError(
+            f"instance S={steps} R={rounds} C={chunks}: expected steps >= 1, rounds >= steps and chunks >= 1"
+        )
+
+
+def _left(limit: float | None, start: float) -> float | None:
+    return None if limit is None else max(0.0, limit - (time.monotonic() - start))
+
+
+def solve_instance(
+    topology: Topology,
+    collective: Collective,
+    steps: int,
+    rounds: int | None = None,
+    time_limit_s: float | None = None,
+    options: SmtOptions = DEFAULT_OPTIONS,
+    allreduce: str = "auto",
+) -> Outcome:
+    """Solve one instance: ``rounds`` defaults to ``steps`` (one round per step), the chunks per rank
+    are the collective's. A lone instance gets an encoding of exactly its size (a family only pays
+    off across instances)."""
+    single = replace(options, incremental=False) if collective.name != "allreduce" else options
+    synth = Synthesizer(topology, collective.name, collective.root, single, allreduce)
+    return synth.solve(steps, steps if rounds is None else rounds, collective.chunks_per_rank, time_limit_s)

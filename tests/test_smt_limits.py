@@ -1,0 +1,83 @@
+"""Time limits give "unknown" and write nothing; Ctrl-C keeps what was found."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from conftest import ROOT
+
+from synth.collectives import make_collective
+from synth.smt import least_steps, pareto_front, solve_instance
+from topologies import load
+
+HARD = ("dgx1", "alltoall", "8", "8", "3")  # SCCL's hardest DGX-1 instance: seconds, not 0.3 s
+
+
+def test_time_limit_gives_unknown():
+    topo = load("dgx1")
+    out = solve_instance(topo, make_collective("alltoall", 8, 3), 8, 8, time_limit_s=0.3)
+    assert out.status == "unknown" and out.algorithm is None
+    assert "time limit" in out.message()
+
+
+def test_time_limit_on_the_command_line_writes_nothing(tmp_path, cli):
+    topo, coll, s, r, c = HARD
+    proc = cli("synth", "smt", "instance", "-t", topo, "-C", coll, "-s", s, "-r", r, "-c", c,
+               "--time-limit", "0.3", "-d", str(tmp_path))  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "unknown" in proc.stdout and "unknown" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def _interrupt_after_first_sat(outcome):
+    if outcome.status == "sat":
+        raise KeyboardInterrupt
+
+
+def test_interrupted_front_keeps_what_was_found():
+    front = pareto_front(load("dgx1"), "allgather", on_outcome=_interrupt_after_first_sat)
+    assert front.stop == "interrupted"
+    assert [(a.num_steps, a.rounds, a.chunks) for a in front.found] == [(2, 2, 1)]
+    assert front.algorithms == front.found
+    front.algorithms[0].verify(load("dgx1"))
+
+
+def test_interrupted_least_steps_keeps_the_algorithm_it_just_found():
+    result = least_steps(
+        load("ring:6"), make_collective("allgather", 6, 1), on_outcome=_interrupt_after_first_sat
+    )
+    assert result.stop == "found" and result.algorithm.num_steps == 3
+
+
+def test_ctrl_c_on_the_command_line_writes_the_front_so_far(tmp_path):
+    """The 4x4-torus allgather walk finds C=1 in about a second, then works long on the
+    bandwidth-optimal C=4 (C=2 and C=3 would only match R/C = 4)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    cmd = [
+        sys.executable,
+        "-m",
+        "xccl.cli.main",
+        "pareto",
+        "-t",
+        "torus:4x4",
+        "-C",
+        "allgather",
+        "-d",
+        str(tmp_path),
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    while "sat (" not in seen:
+        char = proc.stderr.read(1)
+        assert char, f"exited early: {proc.wait()} {seen}"
+        seen += char
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, seen + err)
+    assert "interrupted" in seen + err
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["allgather-torus4x4-s4-r4-c1.json"], (written, out)
+    assert "wrote" in out

@@ -1,0 +1,115 @@
+"""``xccl pareto``: the latency-bandwidth front of a collective on a topology (SMT synthesis)."""
+
+from __future__ import annotations
+
+import argparse
+
+from synth.collectives import COLLECTIVES, make_collective
+from synth.plots import plot_front
+from synth.report import Row, table
+from synth.smt import DEFAULT_MAX_CHUNKS, pareto_front
+from xccl.cli.common import topology_from_args
+from xccl.cli.output import print_table
+from xccl.cli.solving import (
+    EXIT_INTERRUPTED,
+    EXIT_OPEN,
+    Progress,
+    add_save_args,
+    add_time_limit,
+    positive_int,
+    save_algorithms,
+)
+
+__all__ = ["register"]
+
+
+def cmd_pareto(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    name = make_collective(args.collective, topo.num_ranks, 1, args.root).name
+    show = Progress()
+    front = pareto_front(
+        topo,
+        name,
+        args.root,
+        max_chunks=args.max_chunks,
+        max_steps=args.max_steps,
+        time_limit_s=args.time_limit,
+        on_start=show.start,
+        on_outcome=show.done,
+    )
+    if front.stop == "interrupted":
+        show.interrupted()
+    on_front = {id(a) for a in front.algorithms}
+    rows = [
+        Row(
+            o.collective,
+            o.steps,
+            o.rounds,
+            o.chunks,
+            o.status,
+            o.seconds,
+            o.algorithm,
+            id(o.algorithm) in on_front,
+        )
+        for o in front.outcomes
+    ]
+    if name == "allreduce":  # composed from the two walks: one row per composition
+        rows += [
+            Row(name, a.num_steps, a.rounds, a.chunks, "composed", 0.0, a, id(a) in on_front)
+            for a in front.found
+        ]
+    headers, cells = table(rows, topo)
+    title = f"{name} on {topo.name}: steps >= {front.steps_bound}, rounds per chunk >= {front.rounds_per_chunk_bound}"
+    print_table(headers, cells, title=title)
+    print(front.message())
+    save_algorithms(list(front.algorithms), args)
+    if args.plot and (front.algorithms or front.found):
+        plot_front(
+            args.plot,
+            topo,
+            front.algorithms,
+            front.found,
+            front.steps_bound,
+            front.rounds_per_chunk_bound,
+            title=f"{name} on {topo.name}",
+            force=args.force,
+        )
+        print(f"wrote {args.plot}")
+    if front.stop == "interrupted":
+        return EXIT_INTERRUPTED
+    return 0 if front.complete else EXIT_OPEN
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pareto",
+        help="Pareto-optimal algorithms in steps and rounds per chunk (SMT synthesis, SCCL's walk)",
+        epilog="exit status: 0 done, 1 some instance timed out, 2 bad input, 130 interrupted "
+        "(the algorithms found so far are still written)",
+    )
+    p.add_argument(
+        "--topology", "-t", required=True, help="shipped machine, variant, family (ring:8) or JSON file"
+    )
+    p.add_argument(
+        "--collective",
+        "-C",
+        required=True,
+        choices=COLLECTIVES,
+        metavar="COLL",
+        help=f"one of {', '.join(COLLECTIVES)}",
+    )
+    p.add_argument("--root", type=int, default=None, help="root rank of rooted collectives (default 0)")
+    p.add_argument(
+        "--max-chunks",
+        type=positive_int,
+        default=DEFAULT_MAX_CHUNKS,
+        metavar="N",
+        help=f"stop after N chunks per rank (default {DEFAULT_MAX_CHUNKS})",
+    )
+    p.add_argument(
+        "--max-steps", type=positive_int, metavar="N", help="try no instance with more than N steps"
+    )
+    p.add_argument("--plot", metavar="FILE", help="draw the front and modeled times to FILE (PNG)")
+    add_time_limit(p)
+    add_save_args(p, single=False)
+    p.set_defaults(func=cmd_pareto)

@@ -1,0 +1,123 @@
+"""``xccl synth smt instance`` and ``xccl synth smt least-steps``: SCCL-style synthesis with z3."""
+
+from __future__ import annotations
+
+import argparse
+
+from synth.smt import ALLREDUCE_METHODS, build_model, least_steps, solve_instance
+from synth.smt.synthesizer import check_instance
+from topologies.io import save_text
+from xccl.cli.common import add_collective_args, collective_from_args, topology_from_args
+from xccl.cli.solving import (
+    EXIT_INTERRUPTED,
+    EXIT_OPEN,
+    Progress,
+    add_save_args,
+    add_time_limit,
+    positive_int,
+    save_algorithms,
+)
+
+__all__ = ["register"]
+
+EPILOG = (
+    "exit status: 0 answered (an algorithm was written, or none exists), 1 a time limit left it open, "
+    "2 bad input, 130 interrupted"
+)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_collective_args(p, chunks_default=1)
+    p.add_argument(
+        "--allreduce",
+        choices=ALLREDUCE_METHODS,
+        default="auto",
+        help="allreduce as reducescatter + allgather (compose, needs C a multiple of the ranks) or the "
+        "direct encoding; auto picks compose when it can (default)",
+    )
+    add_time_limit(p)
+
+
+def cmd_instance(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    coll = collective_from_args(args, topo)
+    rounds = args.steps if args.rounds is None else args.rounds
+    check_instance(args.steps, rounds, coll.chunks_per_rank)
+    if args.smt2:
+        model = build_model(topo, coll, args.steps, rounds)
+        save_text(args.smt2, model.smt2(), force=args.force)
+        print(
+            f"wrote {args.smt2}: SMT-LIB model of {coll.name} S={args.steps} R={rounds} C={coll.chunks_per_rank}"
+        )
+        return 0
+    show = Progress()
+    show.start(f"{coll.name} S={args.steps} R={rounds} C={coll.chunks_per_rank}")
+    try:
+        outcome = solve_instance(topo, coll, args.steps, rounds, args.time_limit, allreduce=args.allreduce)
+    except KeyboardInterrupt:
+        show.interrupted()
+        return EXIT_INTERRUPTED
+    show.done(outcome)
+    print(outcome.message())
+    if outcome.status == "sat":
+        save_algorithms([outcome.algorithm], args)
+        return 0
+    return 0 if outcome.status == "unsat" else EXIT_OPEN
+
+
+def cmd_least_steps(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    coll = collective_from_args(args, topo)
+    show = Progress()
+    result = least_steps(
+        topo,
+        coll,
+        extra_rounds=args.extra_rounds,
+        max_steps=args.max_steps,
+        time_limit_s=args.time_limit,
+        allreduce=args.allreduce,
+        on_start=show.start,
+        on_outcome=show.done,
+    )
+    if result.stop == "interrupted":
+        show.interrupted()
+        return EXIT_INTERRUPTED
+    print(
+        f"{coll.name} on {topo.name} needs at least {result.steps_bound} steps (hop distances); "
+        f"searched up to {result.max_steps}"
+    )
+    print(result.message())
+    if result.algorithm is not None:
+        save_algorithms([result.algorithm], args)
+        return 0
+    return 0 if result.proven else EXIT_OPEN
+
+
+def register(methods: argparse._SubParsersAction) -> None:
+    p = methods.add_parser("smt", help="SCCL-style synthesis with z3: instances and least steps")
+    sub = p.add_subparsers(dest="smt_command", required=True, metavar="COMMAND")
+
+    q = sub.add_parser("instance", help="one instance: S steps, R rounds, C chunks per rank", epilog=EPILOG)
+    _common(q)
+    q.add_argument("-s", "--steps", type=positive_int, required=True, help="steps S")
+    q.add_argument("-r", "--rounds", type=positive_int, help="total rounds R >= S (default: S)")
+    q.add_argument("--smt2", metavar="FILE", help="write the SMT-LIB model to FILE instead of solving")
+    add_save_args(q, single=True)
+    q.set_defaults(func=cmd_instance)
+
+    q = sub.add_parser(
+        "least-steps",
+        help="the fewest steps S with R = S + extra rounds, from the steps lower bound upward",
+        epilog=EPILOG,
+    )
+    _common(q)
+    q.add_argument("--extra-rounds", type=int, default=0, metavar="K", help="R = S + K (default 0)")
+    q.add_argument(
+        "--max-steps",
+        type=positive_int,
+        metavar="N",
+        help="give up after N steps (default: the steps of a shortest-path schedule with one round per "
+        "step, which always exists)",
+    )
+    add_save_args(q, single=True)
+    q.set_defaults(func=cmd_least_steps)
