@@ -57,7 +57,9 @@ def topology(name_or_path: str | Path | Topology) -> Topology:
     return load(name_or_path)
 
 
-def collective(name: str | Collective, num_ranks: int, chunks: int = 1, root: int | None = None) -> Collective:
+def collective(
+    name: str | Collective, num_ranks: int, chunks: int = 1, root: int | None = None
+) -> Collective:
     """A collective by name (``allgather``, ``allreduce``, ``reducescatter``, ``alltoall``,
     ``broadcast``, ``reduce``, ``gather``, ``scatter``); rooted ones default to root 0.
 
@@ -135,19 +137,28 @@ def _smt(topo, coll, chunks, root, steps, rounds, time_limit_s) -> Algorithm:
         return outcome.algorithm
     r = steps if rounds is None else rounds
     if outcome.status == "unsat":
-        raise InfeasibleError(f"{c.name} on {topo.name}: no algorithm with {steps} step(s) and {r} round(s) (unsat)")
-    raise SolverTimeout(f"{c.name} on {topo.name}: S={steps} R={r} timed out after {time_limit_s} s (unknown)")
+        raise InfeasibleError(
+            f"{c.name} on {topo.name}: no algorithm with {steps} step(s) and {r} round(s) (unsat)"
+        )
+    raise SolverTimeout(
+        f"{c.name} on {topo.name}: S={steps} R={r} timed out after {time_limit_s} s (unknown)"
+    )
 
 
 def _milp(topo, coll, root, sketch, size, time_limit_s, solver) -> Algorithm:
     from sketches import load_sketch
-    from synth.milp import Options, synthesize as milp_synthesize
+    from synth.milp import Options
+    from synth.milp import synthesize as milp_synthesize
 
     if sketch is None:
         raise InfeasibleError("method milp needs a sketch (a shipped name such as 'ndv2x2-relay', or a file)")
     name = coll.name if isinstance(coll, Collective) else coll
-    options = Options(solver=solver) if time_limit_s is None else Options(solver=solver, time_limit_s=time_limit_s)
-    result = milp_synthesize(topo, name, load_sketch(sketch), size_bytes=parse_size(size), root=root, options=options)
+    options = (
+        Options(solver=solver) if time_limit_s is None else Options(solver=solver, time_limit_s=time_limit_s)
+    )
+    result = milp_synthesize(
+        topo, name, load_sketch(sketch), size_bytes=parse_size(size), root=root, options=options
+    )
     return result.algorithm
 
 
@@ -196,7 +207,9 @@ def compile(
     if isinstance(source, Program):
         return compile_program(source, instances=instances, protocol=protocol, dialect=dialect)
     topo = load(topology) if topology is not None else None
-    return compile_algorithm(source, topo, inplace=inplace, instances=instances, protocol=protocol, dialect=dialect)
+    return compile_algorithm(
+        source, topo, inplace=inplace, instances=instances, protocol=protocol, dialect=dialect
+    )
 
 
 def export(ir: IR, path: str | Path, dialect: str = "azure", force: bool = False) -> Path:
@@ -213,7 +226,7 @@ def _gpu_ready() -> bool:
         import cupy
 
         return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - a CUDA error of any kind means: no usable GPU
+    except Exception:
         return False
 
 
@@ -284,11 +297,21 @@ def bench(
     topo = load(topology) if topology is not None else None
     place = (not ir.outofplace) if inplace is None else inplace
     return run_bench(
-        ir, aligned, backend=chosen, dtype=dtype, op=op, inplace=place, warmup=warmup, repeats=repeats, topology=topo
+        ir,
+        aligned,
+        backend=chosen,
+        dtype=dtype,
+        op=op,
+        inplace=place,
+        warmup=warmup,
+        repeats=repeats,
+        topology=topo,
     )
 
 
-def lower_bound(topology: str | Path | Topology, collective: str | Collective, size: str | int = "1GiB") -> float:
+def lower_bound(
+    topology: str | Path | Topology, collective: str | Collective, size: str | int = "1GiB"
+) -> float:
     """The lower bound on the time of ``collective`` at ``size``, in microseconds (the larger of the
     latency bound and the min-cut bandwidth bound).
 

@@ -75,11 +75,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     dgx1, ndv2x2 = load("dgx1"), load("ndv2x2")
 
     t = _stage(1, "DGX-1 allgather: SMT Pareto front (SCCL's walk, bounds from HiGHS)")
-    front = pareto_front(dgx1, "allgather", on_outcome=lambda o: progress(f"           {o.instance}: {o.summary()}"))
+    front = pareto_front(
+        dgx1, "allgather", on_outcome=lambda o: progress(f"           {o.instance}: {o.summary()}")
+    )
     _done(t, front.message())
 
-    t = _stage(2, "2 x NDv2 allgather: MILP from sketch ndv2x2-relay at 1 GiB (routing, ordering, scheduling)")
-    milp = milp_synthesize(ndv2x2, "allgather", "ndv2x2-relay", size_bytes=parse_size("1GiB"), log=lambda s: None)
+    t = _stage(
+        2, "2 x NDv2 allgather: MILP from sketch ndv2x2-relay at 1 GiB (routing, ordering, scheduling)"
+    )
+    milp = milp_synthesize(
+        ndv2x2, "allgather", "ndv2x2-relay", size_bytes=parse_size("1GiB"), log=lambda s: None
+    )
     _done(t, f"{milp.algorithm.name}, chunkup {milp.chunkup}, verified")
 
     t = _stage(3, "ring baselines on both machines")
@@ -99,14 +105,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _done(t, f"{len(irs)} XML files, every one passed the checker")
 
     t = _stage(5, f"execute at {RUN_SIZE} on {backend}, every output compared with the NumPy reference")
-    rows = [Row(r.machine, r.label, r.algorithm, _execute(ir, backend)) for r, ir in zip(rows, irs, strict=True)]
+    rows = [
+        Row(r.machine, r.label, r.algorithm, _execute(ir, backend)) for r, ir in zip(rows, irs, strict=True)
+    ]
     _done(t, "all outputs correct")
 
     t = _stage(6, "modeled times (event simulator) against the lower bound; plots")
     table = []
     for row in rows:
         times = [simulate(row.algorithm, row.machine, s).time_us for s in sizes]
-        bounds = [lower_bound_us(row.machine, make_collective("allgather", row.machine.num_ranks), s) for s in sizes]
+        bounds = [
+            lower_bound_us(row.machine, make_collective("allgather", row.machine.num_ranks), s) for s in sizes
+        ]
         table.append(
             [
                 row.machine.name,
@@ -157,13 +167,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print()
     for machine in (dgx1, ndv2x2):
         bound = [lower_bound_us(machine, make_collective("allgather", machine.num_ranks), s) for s in sizes]
-        print(f"lower bound on {machine.name}: " + ", ".join(f"{x:.2f} us @{format_size(s)}" for x, s in zip(bound, sizes, strict=True)))
+        parts = (f"{x:.2f} us @{format_size(s)}" for x, s in zip(bound, sizes, strict=True))
+        print(f"lower bound on {machine.name}: " + ", ".join(parts))
     print(f"files: {', '.join(sorted(p.name for p in out.iterdir()))} in {out}/")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the end-to-end demonstration: SMT, MILP, compile, execute, compare")
-    p.add_argument("--out", default="xccl-demo", help="folder for the XML files and plots (default ./xccl-demo)")
-    p.add_argument("--backend", choices=("numpy", "cupy"), help="executor (default: cupy with a GPU, else numpy)")
+    p.add_argument(
+        "--out", default="xccl-demo", help="folder for the XML files and plots (default ./xccl-demo)"
+    )
+    p.add_argument(
+        "--backend", choices=("numpy", "cupy"), help="executor (default: cupy with a GPU, else numpy)"
+    )
     p.set_defaults(func=cmd_demo)
