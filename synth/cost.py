@@ -101,26 +101,33 @@ def simulate(algo: Algorithm, topology: Topology, size_bytes: float) -> SimResul
     def earliest(i: int) -> float:
         start = ready[i]
         for free, _ in route[i][0]:
-            start = max(start, min(free))
+            first = free[0] if len(free) == 1 else min(free)
+            if first > start:
+                start = first
         return start
 
+    # Lazy list scheduling: a heap key is a lower bound of the send's start (servers only get
+    # busier); a popped send whose bound is stale goes back with its true start.
     heap = [(0.0, i) for i in range(len(sends)) if waiting[i] == 0]
     heapq.heapify(heap)
     finish = 0.0
     while heap:
-        key, i = heapq.heappop(heap)
+        key, i = heap[0]
         start = earliest(i)
         if start > key + 1e-9:
-            heapq.heappush(heap, (start, i))
+            heapq.heapreplace(heap, (start, i))
             continue
+        heapq.heappop(heap)
         path, latency = route[i]
         for free, hold in path:
             k = min(range(len(free)), key=free.__getitem__) if len(free) > 1 else 0
             free[k] = start + hold
         arrive = start + latency
-        finish = max(finish, arrive)
+        if arrive > finish:
+            finish = arrive
         for d in dependents[i]:
-            ready[d] = max(ready[d], arrive)
+            if arrive > ready[d]:
+                ready[d] = arrive
             waiting[d] -= 1
             if waiting[d] == 0:
                 heapq.heappush(heap, (earliest(d), d))

@@ -141,7 +141,7 @@ def _smt(topo, coll, chunks, root, steps, rounds, time_limit_s) -> Algorithm:
             f"{c.name} on {topo.name}: no algorithm with {steps} step(s) and {r} round(s) (unsat)"
         )
     raise SolverTimeout(
-        f"{c.name} on {topo.name}: S={steps} R={r} timed out after {time_limit_s} s (unknown)"
+        f"{c.name} on {topo.name}: S={steps} R={r} C={chunks} timed out after {time_limit_s} s (unknown)"
     )
 
 
@@ -213,7 +213,14 @@ def compile(
 
 
 def export(ir: IR, path: str | Path, dialect: str = "azure", force: bool = False) -> Path:
-    """Write ``ir`` as MSCCL XML (``azure``, ``msccl``) or our JSON IR (``json``)."""
+    """Write ``ir`` as MSCCL XML (``azure``, ``msccl``) or our JSON IR (``json``); an existing file is
+    kept unless ``force``.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "ring.xml"
+    >>> export(compile(synthesize("ring:4", "allgather", "ring")), path).read_text()[:5]
+    '<algo'
+    """
     return save_ir(ir, path, dialect, force=force)
 
 
@@ -231,7 +238,11 @@ def _gpu_ready() -> bool:
 
 
 def best_backend() -> str:
-    """``cupy`` where CuPy and a GPU are present, else ``numpy``."""
+    """``cupy`` where CuPy and a GPU are present, else ``numpy``.
+
+    >>> best_backend() in ("cupy", "numpy")
+    True
+    """
     return "cupy" if _gpu_ready() else "numpy"
 
 
