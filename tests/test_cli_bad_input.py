@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, assert_one_line_error
 
+from synth.baselines import make_baseline
+from synth.collectives import make_collective
+from synth.plots import PlotError, plot_front
+from topologies import load
 from xccl.cli import synth_milp as milp_command
 from xccl.cli.main import main
 
@@ -61,10 +66,14 @@ def test_a_file_where_a_folder_is_needed_is_one_line(tmp_path, notes, xccl):
 
 
 def test_a_plot_that_cannot_be_written_is_one_line(tmp_path, notes, xccl):
-    args = ("pareto", "-t", "ring:4", "-C", "allgather", "--max-chunks", "1", "-d", str(tmp_path / "front"))
-    proc = xccl(*args, "--plot", f"{notes}/front.png")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.splitlines()[-1].startswith(f"xccl: error: {notes}/front.png: cannot write")
+    front = tmp_path / "front"
+    args = ("pareto", "-t", "ring:4", "-C", "allgather", "--max-chunks", "1", "-d", str(front))
+    assert_one_line_error(xccl(*args, "--plot", f"{notes}/front.png"), "cannot write", "not a folder")
+    assert not front.exists()  # refused before solving
+    with pytest.raises(PlotError, match="cannot write"):  # and the library says so itself
+        topo = load("ring:4")
+        ring = make_baseline("ring", topo, make_collective("allgather", 4))
+        plot_front(f"{notes}/front.png", topo, [ring], [ring], 2, Fraction(3, 2), "front")
 
 
 def test_existing_outputs_are_refused_before_solving(tmp_path, xccl):

@@ -89,8 +89,13 @@ def check_targets(args: argparse.Namespace, *files: str | None) -> None:
     if not getattr(args, "no_save", False):
         files = (getattr(args, "output", None), *files)
     for name in files:
-        if name and Path(name).exists() and not args.force:
+        if not name:
+            continue
+        if Path(name).exists() and not args.force:
             raise AlgorithmFormatError(f"{name}: file already exists; use --force to overwrite")
+        folder = next(p for p in Path(name).absolute().parents if p.exists())
+        if not folder.is_dir():
+            raise AlgorithmFormatError(f"{name}: cannot write: {folder} is a file, not a folder")
     directory = getattr(args, "directory", None)
     if directory and Path(directory).exists() and not Path(directory).is_dir():
         raise AlgorithmFormatError(f"{directory}: --directory: expected a folder, got a file")
