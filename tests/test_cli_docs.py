@@ -22,6 +22,9 @@ How docs/cli.md is read (write new examples this way):
   and the target of a shell redirect ``> FILE``.
 - A line ending with ``# run by tests/test_NAME.py`` is shown but not run here (it is too slow to run
   twice); that file must exist and run the command through the ``cli`` fixture.
+
+Besides: every command and subcommand of the parser has a ``$ xccl`` line in docs/cli.md, and every
+``xccl ...`` the other docs and the README name is a real command (so it has a run example too).
 """
 
 from __future__ import annotations
@@ -274,6 +277,25 @@ def test_every_command_has_an_example_in_the_docs():
         if not any(argv[: len(path)] == path for argv in shown)
     )
     assert not missing, f"commands with no `$ xccl ...` example in docs/cli.md: {missing}"
+
+
+def test_every_command_the_docs_name_exists():
+    """Commands named anywhere in docs/ and the README (code, prose) are real ones, so each is one
+    the test above finds a run example of; a renamed or misspelt command fails here."""
+    parser = build_parser()
+    paths = _command_paths(parser)
+    prefixes = {path[:k] for path in paths for k in range(1, len(path) + 1)}
+    bad = []
+    for doc in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
+        for words in re.findall(r"\bxccl((?: [a-z][a-z0-9-]*)+)", doc.read_text()):
+            named: tuple[str, ...] = ()
+            for word in words.split():
+                if named in paths or (*named, word) not in prefixes:
+                    break
+                named = (*named, word)
+            if not named or (named not in paths and len(words.split()) > len(named)):
+                bad.append(f"{doc.relative_to(ROOT)}: xccl{words}")
+    assert not bad, f"not commands of xccl: {bad}"
 
 
 def test_every_command_shown_is_a_session_line():
