@@ -24,7 +24,7 @@ __all__ = ["PLOT_SIZES", "PlotError", "plot_front", "plot_times"]
 
 
 class PlotError(XcclError):
-    """A plot cannot be written (the file exists and --force was not given)."""
+    """A plot cannot be written: the file exists and --force was not given, or the path is unwritable."""
 
 
 PLOT_SIZES = tuple(1 << k for k in range(10, 31, 2))
@@ -62,7 +62,6 @@ def plot_front(
     path = Path(path)
     if path.exists() and not force:
         raise PlotError(f"{path}: file already exists; use --force to overwrite")
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     others = [a for a in found if a not in front]
     left.scatter(
@@ -101,8 +100,7 @@ def plot_front(
     right.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=100, metadata={"Software": "xccl-synth"})
-    plt.close(fig)
+    _save(fig, path)
     return path
 
 
@@ -122,7 +120,6 @@ def plot_times(
     path = Path(path)
     if path.exists() and not force:
         raise PlotError(f"{path}: file already exists; use --force to overwrite")
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
     xs_mib = [s / (1 << 20) for s in sizes]
     for ax, (title, topology, algos) in zip(axes[0], panels, strict=True):
@@ -138,6 +135,18 @@ def plot_times(
         ax.set_ylabel("modeled time (us)")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=100, metadata={"Software": "xccl-synth"})
-    plt.close(fig)
+    _save(fig, path)
     return path
+
+
+def _save(fig, path: Path) -> None:
+    """Write the figure as PNG; a path that cannot be written is one :class:`PlotError`."""
+    import matplotlib.pyplot as plt
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png", dpi=100, metadata={"Software": "xccl-synth"})
+    except OSError as exc:
+        raise PlotError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)

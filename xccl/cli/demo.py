@@ -30,6 +30,7 @@ from synth.plots import plot_front, plot_times
 from synth.smt import pareto_front
 from synth.units import format_size, parse_size
 from topologies import Topology, load
+from topologies.errors import XcclError
 from xccl.api import best_backend
 from xccl.cli.output import print_table, progress
 
@@ -38,6 +39,10 @@ __all__ = ["register"]
 SIZES = ("1KiB", "1MiB", "1GiB")
 RUN_SIZE = "1MiB"
 STAGES = 6
+
+
+class DemoError(XcclError):
+    """The demo cannot write its output folder."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,10 @@ def _execute(ir, backend: str) -> str:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DemoError(f"{out}: --out: expected a folder to write into: {exc.strerror or exc}") from None
     sizes = [parse_size(s) for s in SIZES]
     backend = args.backend or best_backend()
     dgx1, ndv2x2 = load("dgx1"), load("ndv2x2")
