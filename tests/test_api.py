@@ -9,7 +9,9 @@ import pytest
 
 import xccl
 import xccl.api
+from synth.collectives import CollectiveError
 from synth.errors import InfeasibleError, SolverTimeout
+from topologies import TopologyError
 from topologies.errors import XcclError
 
 
@@ -81,3 +83,35 @@ def test_an_impossible_instance_and_a_time_limit_are_told_apart():
         xccl.synthesize("dgx1", "allgather", steps=1)
     with pytest.raises(SolverTimeout, match="S=8 R=8 C=3 timed out"):  # sat, given 1-2 s
         xccl.synthesize("dgx1", "alltoall", steps=8, rounds=8, chunks=3, time_limit_s=0.01)
+
+
+def test_run_and_bench_accept_an_exported_file(tmp_path):
+    ir = xccl.compile(xccl.synthesize("ring:4", "allreduce", "ring"), inplace=True)
+    path = xccl.export(ir, tmp_path / "ar.xml")
+    assert xccl.run(path, "64KiB", backend="numpy").checked
+    report = xccl.bench(str(path), "4KiB", backend="numpy", repeats=1)
+    assert [row.check for row in report.rows] == ["ok"]
+
+
+def test_a_dict_topology_is_validated_like_a_file():
+    bad = {"name": "bad", "ranks": 2, "links": [{"src": 0, "dst": 2, "bandwidth_GBps": 25, "alpha_us": 0}]}
+    with pytest.raises(TopologyError, match=r"<topology bad>: links\[0\]\.dst"):
+        xccl.topology(bad)
+
+
+def test_simulate_names_the_missing_topology_of_a_custom_machine():
+    pair = {"name": "pair", "ranks": 2, "links": [{"src": 0, "dst": 1, "bandwidth_GBps": 25, "alpha_us": 1}]}
+    topo = xccl.topology(pair)
+    algo = xccl.synthesize(topo, "allgather", "ring")
+    assert xccl.simulate(algo, topo, "25MB").time_us == pytest.approx(1 + 12.5e6 / 25e3)
+    with pytest.raises(TopologyError, match="'pair' is not shipped; pass topology="):
+        xccl.simulate(algo)
+
+
+def test_milp_takes_chunkup_not_chunks():
+    with pytest.raises(CollectiveError, match="pass chunkup="):
+        xccl.synthesize("ndv2x2", "allgather", "milp", sketch="ndv2x2-relay", chunks=2)
+    with pytest.raises(CollectiveError, match="chunkup: expected an integer >= 1"):
+        xccl.synthesize("ndv2x2", "allgather", "milp", sketch="ndv2x2-relay", chunkup=0)
+    algo = xccl.synthesize("ndv2x2", "allgather", "milp", sketch="ndv2x2-relay", size="1MiB", chunkup=2)
+    assert algo.chunks == 2

@@ -9,6 +9,7 @@ The public API (each a thin call into its package; see :mod:`xccl.api` for examp
     xccl.export(ir, path, dialect)                 # MSCCL XML (azure, msccl) or JSON IR
     xccl.run(ir, size, backend="auto")             # execute once, checked against NumPy
     xccl.bench(ir, sizes, backend)                 # nccl-tests-style table
+    xccl.simulate(algorithm, topology, size)       # modeled time (event simulator)
     xccl.lower_bound(topology, collective, size)   # the time no algorithm can beat
 """
 
@@ -22,6 +23,7 @@ from xccl.api import (
     lower_bound,
     pareto,
     run,
+    simulate,
     synthesize,
     topology,
 )
@@ -36,6 +38,7 @@ __all__ = [
     "lower_bound",
     "pareto",
     "run",
+    "simulate",
     "synthesize",
     "topology",
 ]

@@ -18,16 +18,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from codegen import compile_algorithm, compile_program, save_ir
+from codegen import compile_algorithm, compile_program, load_ir, save_ir
 from codegen.dsl import Program
 from codegen.ir import IR
 from synth.algorithm import Algorithm
 from synth.baselines import BASELINES, make_baseline
 from synth.bounds import lower_bound_us
 from synth.collectives import Collective, CollectiveError, make_collective
+from synth.cost import SimResult
 from synth.errors import InfeasibleError, SolverTimeout
 from synth.units import parse_size, parse_size_range
-from topologies import Topology, load
+from topologies import Topology, TopologyError, load, topology_from_dict
 
 __all__ = [
     "METHODS",
@@ -39,6 +40,7 @@ __all__ = [
     "lower_bound",
     "pareto",
     "run",
+    "simulate",
     "synthesize",
     "topology",
 ]
@@ -47,13 +49,18 @@ METHODS = ("smt", "milp", *BASELINES)
 """``synthesize``'s methods: SMT (SCCL style), MILP (TACCL style, needs a sketch), or a baseline."""
 
 
-def topology(name_or_path: str | Path | Topology) -> Topology:
-    """A shipped machine (``dgx1``), a multi-machine variant (``ndv2x2``), a family (``ring:8``) or a
-    JSON file, validated.
+def topology(name_or_path: str | Path | dict | Topology) -> Topology:
+    """A shipped machine (``dgx1``), a multi-machine variant (``ndv2x2``), a family (``ring:8``), a
+    JSON file, or a dict in that file's format (docs/topology-format.md), validated.
 
     >>> topology("dgx1").num_ranks, topology("ndv2x2").num_machines
     (8, 2)
+    >>> pair = {"name": "pair", "ranks": 2, "links": [{"src": 0, "dst": 1, "bandwidth_GBps": 25, "alpha_us": 0.7}]}
+    >>> topology(pair).num_ranks
+    2
     """
+    if isinstance(name_or_path, dict):
+        return topology_from_dict(name_or_path, where=f"<topology {name_or_path.get('name', '?')}>")
     return load(name_or_path)
 
 
@@ -82,6 +89,7 @@ def synthesize(
     rounds: int | None = None,
     sketch: Any = None,
     size: str | int = "1GiB",
+    chunkup: int | None = None,
     time_limit_s: float | None = None,
     solver: str | None = None,
 ) -> Algorithm:
@@ -89,9 +97,10 @@ def synthesize(
 
     ``method="smt"`` (default) searches the fewest steps (or solves the instance ``steps``/``rounds``
     when given) with ``chunks`` chunks per rank; ``"milp"`` schedules from a ``sketch`` (a shipped
-    name like ``"ndv2x2-relay"``, a file, or a :class:`sketches.Sketch`) for buffers of ``size``;
-    a baseline name (``"ring"``, ``"bidir-ring"``, ``"direct"``, ``"recursive-doubling"``,
-    ``"binomial-tree"``, ``"hierarchical"``) builds that baseline. Raises ``InfeasibleError`` when no
+    name like ``"ndv2x2-relay"``, a file, or a :class:`sketches.Sketch`) for buffers of ``size``,
+    splitting each chunk into ``chunkup`` pieces (default: the sketch's); a baseline name
+    (``"ring"``, ``"bidir-ring"``, ``"direct"``, ``"recursive-doubling"``, ``"binomial-tree"``,
+    ``"hierarchical"``) builds that baseline. Raises ``InfeasibleError`` when no
     algorithm exists within the limits and ``SolverTimeout`` when the time limit stopped the search.
 
     >>> synthesize("ring:4", "allgather", steps=1)
@@ -105,7 +114,11 @@ def synthesize(
     if method == "smt":
         return _smt(topo, collective, chunks or 1, root, steps, rounds, time_limit_s)
     if method == "milp":
-        return _milp(topo, collective, root, sketch, size, time_limit_s, solver)
+        if chunks is not None:
+            raise CollectiveError("method milp: chunks come from the sketch; pass chunkup= to split them")
+        if chunkup is not None and (isinstance(chunkup, bool) or not isinstance(chunkup, int) or chunkup < 1):
+            raise CollectiveError(f"chunkup: expected an integer >= 1, got {chunkup!r}")
+        return _milp(topo, collective, root, sketch, size, chunkup, time_limit_s, solver)
     if method in BASELINES:
         default = 2 if method == "bidir-ring" else 1
         name = collective.name if isinstance(collective, Collective) else collective
@@ -145,7 +158,7 @@ def _smt(topo, coll, chunks, root, steps, rounds, time_limit_s) -> Algorithm:
     )
 
 
-def _milp(topo, coll, root, sketch, size, time_limit_s, solver) -> Algorithm:
+def _milp(topo, coll, root, sketch, size, chunkup, time_limit_s, solver) -> Algorithm:
     from sketches import load_sketch
     from synth.milp import Options
     from synth.milp import synthesize as milp_synthesize
@@ -153,9 +166,8 @@ def _milp(topo, coll, root, sketch, size, time_limit_s, solver) -> Algorithm:
     if sketch is None:
         raise InfeasibleError("method milp needs a sketch (a shipped name such as 'ndv2x2-relay', or a file)")
     name = coll.name if isinstance(coll, Collective) else coll
-    options = (
-        Options(solver=solver) if time_limit_s is None else Options(solver=solver, time_limit_s=time_limit_s)
-    )
+    limit = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
+    options = Options(solver=solver, chunkup=chunkup, **limit)
     result = milp_synthesize(
         topo, name, load_sketch(sketch), size_bytes=parse_size(size), root=root, options=options
     )
@@ -217,9 +229,9 @@ def export(ir: IR, path: str | Path, dialect: str = "azure", force: bool = False
     kept unless ``force``.
 
     >>> import tempfile
-    >>> path = Path(tempfile.mkdtemp()) / "ring.xml"
-    >>> export(compile(synthesize("ring:4", "allgather", "ring")), path).read_text()[:5]
-    '<algo'
+    >>> path = export(compile(synthesize("ring:4", "allgather", "ring")), f"{tempfile.mkdtemp()}/ag.xml")
+    >>> run(path, "64KiB", backend="numpy").checked            # the file runs as written
+    True
     """
     return save_ir(ir, path, dialect, force=force)
 
@@ -238,7 +250,7 @@ def _gpu_ready() -> bool:
 
 
 def best_backend() -> str:
-    """``cupy`` where CuPy and a GPU are present, else ``numpy``.
+    """``cupy`` where CuPy and a GPU are present, else ``numpy``: what ``backend="auto"`` runs on.
 
     >>> best_backend() in ("cupy", "numpy")
     True
@@ -246,8 +258,13 @@ def best_backend() -> str:
     return "cupy" if _gpu_ready() else "numpy"
 
 
+def _ir(source: IR | str | Path) -> IR:
+    """``source`` as given, or the IR in an MSCCL XML (either dialect) or JSON IR file."""
+    return source if isinstance(source, IR) else load_ir(source)
+
+
 def run(
-    ir: IR,
+    ir: IR | str | Path,
     size: str | int = "1MiB",
     *,
     backend: str = "auto",
@@ -255,8 +272,9 @@ def run(
     op: str = "sum",
     inplace: bool | None = None,
 ):
-    """Execute ``ir`` once on random inputs at nccl-tests' ``size`` and check every output against the
-    NumPy reference (raises ``ExecutionMismatch`` with rank, buffer, chunk and index otherwise).
+    """Execute ``ir`` (an IR, or an XML or JSON IR file) once on random inputs at nccl-tests' ``size``
+    and check every output against the NumPy reference (raises ``ExecutionMismatch`` with rank,
+    buffer, chunk and index otherwise).
     ``backend`` is ``numpy``, ``cupy`` or ``auto`` (the GPU if present). ``inplace`` defaults to
     what the IR allows (out of place when both are).
 
@@ -266,6 +284,7 @@ def run(
     """
     from runtime.bench import aligned_size
 
+    ir = _ir(ir)
     chosen = best_backend() if backend == "auto" else backend
     place = (not ir.outofplace) if inplace is None else inplace
     nbytes = aligned_size(ir, parse_size(size), dtype)
@@ -281,7 +300,7 @@ def run(
 
 
 def bench(
-    ir: IR,
+    ir: IR | str | Path,
     sizes: str | list[int] = "1KiB:1MiB",
     *,
     backend: str = "auto",
@@ -292,7 +311,8 @@ def bench(
     warmup: int = 1,
     repeats: int = 5,
 ):
-    """An nccl-tests-style report (size, count, time, algbw, busbw, check) over ``sizes``
+    """An nccl-tests-style report (size, count, time, algbw, busbw, check) of ``ir`` (an IR or an IR
+    file) over ``sizes``
     (``"1KiB:1GiB"`` is every power of two between). ``backend`` ``sim`` needs a ``topology``.
 
     >>> report = bench(compile(synthesize("ring:4", "allgather", "ring")), "4KiB,64KiB", backend="numpy")
@@ -302,6 +322,7 @@ def bench(
     from runtime.bench import aligned_size
     from runtime.bench import bench as run_bench
 
+    ir = _ir(ir)
     chosen = best_backend() if backend == "auto" else backend
     listed = parse_size_range(sizes) if isinstance(sizes, str) else list(sizes)
     aligned = [aligned_size(ir, s, dtype) for s in listed]
@@ -331,3 +352,25 @@ def lower_bound(
     """
     topo = load(topology)
     return lower_bound_us(topo, _collective_for(collective, topo, 1, None), parse_size(size))
+
+
+def simulate(
+    algorithm: Algorithm, topology: str | Path | Topology | None = None, size: str | int = "1MiB"
+) -> SimResult:
+    """The modeled time (and algbw, busbw) of ``algorithm`` at nccl-tests' ``size`` on ``topology``
+    (default: the one it was made for, if shipped), by the event simulator of :mod:`synth.cost`.
+
+    >>> ring = synthesize("ring:4", "allgather", "ring")
+    >>> round(simulate(ring, size="1MiB").time_us, 2)  # 3 steps of 1/4 MiB over 25 GB/s, plus latency
+    33.56
+    """
+    from synth.cost import simulate as simulate_algorithm
+
+    if topology is None:
+        try:
+            topology = load(algorithm.topology)
+        except TopologyError:
+            raise TopologyError(
+                f"{algorithm.name}: topology {algorithm.topology!r} is not shipped; pass topology=(its file)"
+            ) from None
+    return simulate_algorithm(algorithm, load(topology), parse_size(size))
