@@ -121,7 +121,8 @@ class ChunkOp:
 
     ``src`` may be on another rank; ``dst`` and ``operand`` are on the same rank. The hints are the
     user's threadblock (``sendtb`` on the source rank, ``recvtb`` on the destination rank) and
-    channel; ``instance`` says which replica of the program the op belongs to.
+    channel; ``instance`` says which replica of the program the op belongs to. ``time`` is the
+    (start, arrival) of the op in a timed schedule it was lowered from, or None.
     """
 
     kind: str
@@ -133,6 +134,7 @@ class ChunkOp:
     recvtb: int | None = None
     channel: int | None = None
     instance: int = 0
+    time: tuple[float, float] | None = None
 
     @property
     def remote(self) -> bool:

@@ -97,6 +97,7 @@ class _Op:
     sendtb: int | None
     recvtb: int | None
     channel: int | None
+    time: tuple[float, float] | None = None
 
 
 class Program:
@@ -237,6 +238,16 @@ class Program:
         for hint, what in ((op.sendtb, "sendtb"), (op.recvtb, "recvtb"), (op.channel, "channel")):
             if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
                 raise DslError(f"{self.name}: {what}: expected an integer >= 0 or None, got {hint!r}")
+        if op.time is not None and not (
+            isinstance(op.time, tuple)
+            and len(op.time) == 2
+            and all(isinstance(t, int | float) and not isinstance(t, bool) and t >= 0 for t in op.time)
+            and op.time[0] <= op.time[1]
+        ):
+            raise DslError(
+                f"{self.name}: time: expected (start, arrival) in microseconds, 0 <= start <= arrival, "
+                f"got {op.time!r}"
+            )
         if op.dst.buffer == "input" and not self.inplace:
             raise DslError(
                 f"{self.name}: {op.kind} into rank {op.dst.rank} input[{op.dst.index}]: the input of an "
@@ -364,6 +375,7 @@ class Program:
                 op.sendtb,
                 op.recvtb,
                 op.channel,
+                time=op.time,
             )
             for op in self._ops
         )
@@ -406,14 +418,20 @@ class ChunkRef:
         sendtb: int | None = None,
         recvtb: int | None = None,
         channel: int | None = None,
+        *,
+        time: tuple[float, float] | None = None,
     ) -> ChunkRef:
         """Copy these chunks to ``rank``'s ``buffer[index]`` (default: same buffer and index; a
-        scratch slice without index appends). Returns the destination reference."""
+        scratch slice without index appends). Returns the destination reference.
+
+        ``time`` = (start, arrival) in microseconds, when a timed schedule (a synthesized
+        algorithm's ``start_us``) starts the transfer and when its data lands: the compiler then
+        orders every threadblock by these times and aggregates only transfers close in time."""
         dst = self._target(rank, buffer, index, "copy")
         prog = self.program
         if prog._canon(dst._slot()) == prog._canon(self._slot()):
             return dst
-        prog._record(_Op("copy", self._slot(), dst._slot(), self.size, None, sendtb, recvtb, channel))
+        prog._record(_Op("copy", self._slot(), dst._slot(), self.size, None, sendtb, recvtb, channel, time))
         return dst
 
     def reduce(
@@ -423,10 +441,12 @@ class ChunkRef:
         recvtb: int | None = None,
         channel: int | None = None,
         dst: ChunkRef | None = None,
+        *,
+        time: tuple[float, float] | None = None,
     ) -> ChunkRef:
         """``self := self (op) other``; ``other`` may live on another rank (it is sent here).
         With ``dst`` (a reference on this rank) the result goes there and ``self`` is only read.
-        Returns the reference holding the result."""
+        Returns the reference holding the result. ``time`` as in :meth:`copy`."""
         if not isinstance(other, ChunkRef) or other.program is not self.program:
             raise DslError(
                 f"{self.program.name}: reduce: expected a ChunkRef of the same program, got {other!r}"
@@ -440,7 +460,7 @@ class ChunkRef:
             )
         operand = None if dst is None else self._slot()
         self.program._record(
-            _Op("reduce", other._slot(), target._slot(), self.size, operand, sendtb, recvtb, channel)
+            _Op("reduce", other._slot(), target._slot(), self.size, operand, sendtb, recvtb, channel, time)
         )
         return target
 

@@ -26,7 +26,9 @@ __all__ = ["Instr", "InstrDAG", "InstrEdge", "topological_order"]
 class Instr:
     """One instruction on ``rank``. ``send_to``/``recv_from`` are the peers; ``send_match`` is the
     index of the instruction that receives what this one sends, ``recv_match`` the index of the one
-    whose data this one receives. ``tb_hint`` and ``channel_hint`` are the user's annotations."""
+    whose data this one receives. ``tb_hint`` and ``channel_hint`` are the user's annotations.
+    ``time`` is when a timed schedule has the instruction run (a send: its start; a receive: its
+    data's arrival), or None."""
 
     rank: int
     type: OpType
@@ -40,6 +42,7 @@ class Instr:
     tb_hint: int | None = None
     channel_hint: int | None = None
     instance: int = 0
+    time: float | None = None
 
     def __str__(self) -> str:
         parts = [f"r{self.rank}", self.type.value]
@@ -144,6 +147,18 @@ class InstrDAG:
             for e in self.preds[i]:
                 depth[i] = max(depth[i], depth[e.pred] + 1)
         return tuple(depth)
+
+    @cached_property
+    def times(self) -> tuple[float, ...] | None:
+        """When the timed schedule the program was lowered from runs each instruction: its own
+        ``time``, else the latest of its predecessors' (0 for none); None if no instruction is timed."""
+        if all(ins.time is None for ins in self.instrs):
+            return None
+        times = [0.0] * len(self.instrs)
+        for i in self.order:
+            own = self.instrs[i].time
+            times[i] = own if own is not None else max((times[e.pred] for e in self.preds[i]), default=0.0)
+        return tuple(times)
 
     @cached_property
     def height(self) -> tuple[int, ...]:

@@ -93,6 +93,8 @@ def load_program(source: str | Path, params: dict[str, object] | None = None) ->
                     raise DslError(f"{path}: program() returned {type(prog).__name__}, expected a Program")
                 return prog
         except XcclError as exc:
+            if str(exc).startswith(f"{path}:"):  # already names the file (the checks just above)
+                raise
             raise type(exc)(f"{_where(exc, path)}: {exc}") from None
         except Exception as exc:
             raise DslError(f"{_where(exc, path)}: {type(exc).__name__}: {exc}") from None

@@ -11,15 +11,24 @@ into a rank whose partial still sits in the input writes the home slot directly 
 input as local operand). All sends of a step read the state the previous step left: within a
 step, an op that reads a slot is traced before one that writes it; where two ops each write what
 the other reads (an exchange), one of them receives into scratch and is applied after the step.
+
+A timed algorithm (every send has ``start_us``, as the MILP's have) passes its schedule on: each
+operation gets ``time=(start, arrival)``, the arrival ``alpha + bytes / bandwidth`` after the start
+over the logical link at the size the schedule was made for (``params["size_bytes"]``), so the
+compiler orders every threadblock as the schedule runs and keeps its pipelining.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from codegen.dsl import Program
 from synth.algorithm import Algorithm, Send
+from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes
 from topologies import Topology, TopologyError, load
+
+Times = Callable[[Send], tuple[float, float]] | None
 
 __all__ = ["lower_algorithm"]
 
@@ -42,12 +51,34 @@ def lower_algorithm(
         except TopologyError:
             topology = None  # a topology file we cannot find: links were checked by verify()
     prog = Program(name or algo.name, topology, algo.collective, instances, protocol, inplace)
+    times = _schedule_times(algo, topology)
     if algo.collective.combining:
-        _Combining(prog, algo).run()
+        _Combining(prog, algo, times).run()
     else:
-        _lower_copies(prog, algo)
+        _lower_copies(prog, algo, times)
     prog.verify()
     return prog
+
+
+def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
+    """(start, arrival) of each send of a timed algorithm; None for an untimed one."""
+    sends = [s for step in algo.steps for s in step.sends]
+    if not sends or any(s.start_us is None for s in sends):
+        return None
+    size = dict(algo.provenance.params).get("size_bytes") if algo.provenance else None
+    logical = topology.logical() if topology is not None else None
+    nbytes = chunk_bytes(algo.collective, float(size)) if isinstance(size, int | float) and size > 0 else 0.0
+
+    def times(s: Send) -> tuple[float, float]:
+        link = logical.links.get((s.src, s.dst)) if logical is not None else None
+        if link is None:
+            return (s.start_us, s.start_us)
+        return (
+            s.start_us,
+            s.start_us + link.alpha_us + nbytes / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS),
+        )
+
+    return times
 
 
 class _Scratch:
@@ -59,7 +90,7 @@ class _Scratch:
         return ("scratch", self.next[rank] - 1)
 
 
-def _lower_copies(prog: Program, algo: Algorithm) -> None:
+def _lower_copies(prog: Program, algo: Algorithm, times: Times) -> None:
     coll = algo.collective
     n = coll.num_ranks
     scratch = _Scratch(n)
@@ -74,7 +105,8 @@ def _lower_copies(prog: Program, algo: Algorithm) -> None:
             if cid is not None:
                 where[(r, cid)] = ("input", j)
                 if (r, cid) in out_slot:
-                    prog.chunk(r, "input", j).copy(r, "output", out_slot[(r, cid)])
+                    start = None if times is None else (0.0, 0.0)
+                    prog.chunk(r, "input", j).copy(r, "output", out_slot[(r, cid)], time=start)
     for step in algo.steps:
         arrived = []
         for s in step.sends:
@@ -85,15 +117,18 @@ def _lower_copies(prog: Program, algo: Algorithm) -> None:
                 if (s.dst, s.chunk) in out_slot
                 else scratch.take(s.dst)
             )
-            prog.chunk(s.src, *where[(s.src, s.chunk)]).copy(s.dst, *target)
+            prog.chunk(s.src, *where[(s.src, s.chunk)]).copy(
+                s.dst, *target, time=None if times is None else times(s)
+            )
             arrived.append(((s.dst, s.chunk), target))
         where.update(arrived)
 
 
 class _Combining:
-    def __init__(self, prog: Program, algo: Algorithm) -> None:
+    def __init__(self, prog: Program, algo: Algorithm, times: Times) -> None:
         self.prog = prog
         self.algo = algo
+        self.times = times
         coll = algo.collective
         n = coll.num_ranks
         self.scratch = _Scratch(n)
@@ -119,31 +154,40 @@ class _Combining:
         return self.homes[key]
 
     def run(self) -> None:
+        timed = self.times is not None
+        landed: dict[tuple[int, int], float] = {}  # (rank, address) -> when its partial was last written
         for step in self.algo.steps:
             order, diverted = _step_order(step.sends)
             later = []
             for s in order:
                 src = self.prog.chunk(s.src, *self.partial[(s.src, s.chunk)])
+                when = self.times(s) if timed else None
                 if s in diverted:
                     temp = self.scratch.take(s.dst)
-                    later.append((s, src.copy(s.dst, *temp)))
+                    later.append((s, src.copy(s.dst, *temp, time=when), when and (when[1], when[1])))
                 else:
-                    self.apply(s, src)
-            for s, temp in later:
-                self.apply(s, temp)
+                    self.apply(s, src, when)
+                if when:
+                    landed[(s.dst, s.chunk)] = when[1]
+            for s, temp, when in later:
+                self.apply(s, temp, when)
         for (r, addr), j in sorted(self.out_slot.items()):
             if self.partial[(r, addr)] != self.home(r, addr):
-                self.prog.chunk(r, *self.partial[(r, addr)]).copy(r, "output", j)
+                at = landed.get((r, addr), 0.0)
+                self.prog.chunk(r, *self.partial[(r, addr)]).copy(
+                    r, "output", j, time=(at, at) if timed else None
+                )
 
-    def apply(self, s: Send, data) -> None:
+    def apply(self, s: Send, data, time: tuple[float, float] | None) -> None:
         """``s.dst``'s partial of ``s.chunk`` := itself (op) ``data`` (reduce) or ``data`` (copy)."""
         key = (s.dst, s.chunk)
         target = self.home(*key)
         if s.op == "copy":
-            data.copy(s.dst, *target)
+            data.copy(s.dst, *target, time=time)
         else:
             mine = self.prog.chunk(s.dst, *self.partial[key])
-            mine.reduce(data, dst=None if self.partial[key] == target else self.prog.chunk(s.dst, *target))
+            dst = None if self.partial[key] == target else self.prog.chunk(s.dst, *target)
+            mine.reduce(data, dst=dst, time=time)
         self.partial[key] = target
 
 

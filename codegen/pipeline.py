@@ -28,6 +28,8 @@ class CompileOptions:
     channels: int = 1
     max_count: int = 71
     bounded_fifos: bool = True
+    window: float = 0.02
+    """Aggregation's time window in a timed program (``aggregate_chunks``), a fraction of its span."""
 
 
 @dataclass(frozen=True)

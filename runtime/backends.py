@@ -10,43 +10,19 @@ import time
 import numpy as np
 
 from codegen.ir import IR
-from runtime.bench import Backend, BenchCase, Trial, register_backend
+from runtime.bench import Backend, BenchCase, ExecutorTrial, Trial, register_backend
 from runtime.numpy.executor import NumpyExecutor
-from runtime.reference import check_outputs, make_inputs, reference
 from runtime.sim import simulate
 from topologies.model import Topology
 
 __all__ = ["NumpyBackend", "SimBackend"]
 
 
-class _NumpyTrial(Trial):
-    def __init__(self, ex: NumpyExecutor, seed: int) -> None:
-        self.ex = ex
-        coll = ex.collective
-        if coll is not None:
-            self.inputs = make_inputs(coll, ex.chunk_elems, ex.dtype, ex.op, seed)
-        else:
-            rng = np.random.default_rng(seed)
-            self.inputs = [
-                rng.integers(-100, 100, ex.input_elems(r)).astype(ex.dtype) for r in range(ex.ir.num_ranks)
-            ]
-        self._reference = None
-
-    def reset(self) -> None:
-        self.ex.load(self.inputs)
-
+class _NumpyTrial(ExecutorTrial):
     def run(self) -> float:
         start = time.perf_counter()
         self.ex.execute()
         return (time.perf_counter() - start) * 1e6
-
-    def check(self) -> None:
-        coll = self.ex.collective
-        if coll is None:
-            return
-        if self._reference is None:
-            self._reference = reference(coll, self.inputs, self.ex.chunk_elems, self.ex.op)
-        check_outputs(self._reference, self.ex.outputs(), self.ex.ir.name)
 
 
 @register_backend

@@ -23,7 +23,7 @@ from typing import ClassVar
 from codegen.ir import IR
 from runtime.errors import DeadlockError, ExecutionMismatch, UninitializedRead
 from runtime.program import collective_of
-from runtime.reference import parse_dtype, parse_op
+from runtime.reference import check_outputs, executor_inputs, parse_dtype, parse_op, reference
 from synth.cost import algbw_GBps
 from topologies.errors import XcclError
 from topologies.model import Topology
@@ -39,6 +39,7 @@ __all__ = [
     "BenchError",
     "BenchReport",
     "BenchRow",
+    "ExecutorTrial",
     "Trial",
     "aligned_size",
     "backends",
@@ -82,6 +83,27 @@ class Trial(ABC):
     def check(self) -> None:
         """Raise ``ExecutionMismatch`` if the last run's outputs are wrong (backends whose
         ``checks`` is True; the harness does not call it on the others)."""
+
+
+class ExecutorTrial(Trial):
+    """A trial on an executor (NumPy's or CuPy's): seeded inputs loaded before each run, outputs
+    checked against the NumPy reference of the IR's collective (nothing to check without one)."""
+
+    def __init__(self, ex, seed: int) -> None:
+        self.ex = ex
+        self.inputs = executor_inputs(ex, seed)
+        self._reference = None
+
+    def reset(self) -> None:
+        self.ex.load(self.inputs)
+
+    def check(self) -> None:
+        coll = self.ex.collective
+        if coll is None:
+            return
+        if self._reference is None:
+            self._reference = reference(coll, self.inputs, self.ex.chunk_elems, self.ex.op)
+        check_outputs(self._reference, self.ex.outputs(), self.ex.ir.name)
 
 
 class Backend(ABC):

@@ -24,6 +24,7 @@ __all__ = [
     "Reference",
     "check_outputs",
     "dtype_name",
+    "executor_inputs",
     "make_inputs",
     "parse_dtype",
     "parse_op",
@@ -100,6 +101,16 @@ def make_inputs(
             values = rng.integers(0 if dtype.kind == "u" else -100, 100, size)
         out.append(values.astype(dtype))
     return out
+
+
+def executor_inputs(ex, seed: int = 0) -> list[np.ndarray]:
+    """Inputs for an executor (NumPy's or CuPy's) of an IR: :func:`make_inputs` of its collective, or
+    seeded integers sized to each rank's input buffer for an IR that names no collective (run, not
+    checked)."""
+    if ex.collective is not None:
+        return make_inputs(ex.collective, ex.chunk_elems, ex.dtype, ex.op, seed)
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-100, 100, ex.input_elems(r)).astype(ex.dtype) for r in range(ex.ir.num_ranks)]
 
 
 @dataclass(frozen=True, eq=False)

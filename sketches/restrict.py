@@ -97,7 +97,11 @@ def _check_topology_field(sketch: Sketch, topo: Topology) -> None:
     try:
         named = load(sketch.topology)
     except TopologyError:
-        raise sketch.fail("topology", f"a known topology, got {sketch.topology!r}") from None
+        raise sketch.fail(
+            "topology",
+            f"the topology in use ({topo.name!r}) or a shipped one, got {sketch.topology!r}; "
+            f"set it to {topo.name!r} or leave it out",
+        ) from None
     shape = (named.num_ranks, named.num_machines)
     if shape != (topo.num_ranks, topo.num_machines):
         raise sketch.fail(

@@ -83,34 +83,51 @@ def simulate(algo: Algorithm, topology: Topology, size_bytes: float) -> SimResul
                 waiting[i] += 1
                 dependents[j].append(i)
     servers = {edge: [0.0] * res.count for edge, res in logical.resources.items()}
+    # Per logical link, once: (its edge's servers, microseconds held) along the path, and the
+    # time from start to arrival.
+    routes = {
+        pair: (
+            tuple(
+                (servers[edge], nbytes / (logical.resources[edge].bandwidth_GBps * BYTES_PER_US_PER_GBPS))
+                for edge in link.edges
+            ),
+            link.alpha_us + nbytes / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS),
+        )
+        for pair, link in logical.links.items()
+    }
+    route = [routes[(send.src, send.dst)] for _, send in sends]
     ready = [0.0] * len(sends)
 
     def earliest(i: int) -> float:
-        send = sends[i][1]
         start = ready[i]
-        for edge in logical.links[(send.src, send.dst)].edges:
-            start = max(start, min(servers[edge]))
+        for free, _ in route[i][0]:
+            first = free[0] if len(free) == 1 else min(free)
+            if first > start:
+                start = first
         return start
 
+    # Lazy list scheduling: a heap key is a lower bound of the send's start (servers only get
+    # busier); a popped send whose bound is stale goes back with its true start.
     heap = [(0.0, i) for i in range(len(sends)) if waiting[i] == 0]
     heapq.heapify(heap)
     finish = 0.0
     while heap:
-        key, i = heapq.heappop(heap)
+        key, i = heap[0]
         start = earliest(i)
         if start > key + 1e-9:
-            heapq.heappush(heap, (start, i))
+            heapq.heapreplace(heap, (start, i))
             continue
-        send = sends[i][1]
-        link = logical.links[(send.src, send.dst)]
-        for edge in link.edges:
-            free = servers[edge]
-            k = min(range(len(free)), key=free.__getitem__)
-            free[k] = start + nbytes / (logical.resources[edge].bandwidth_GBps * BYTES_PER_US_PER_GBPS)
-        arrive = start + link.alpha_us + nbytes / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS)
-        finish = max(finish, arrive)
+        heapq.heappop(heap)
+        path, latency = route[i]
+        for free, hold in path:
+            k = min(range(len(free)), key=free.__getitem__) if len(free) > 1 else 0
+            free[k] = start + hold
+        arrive = start + latency
+        if arrive > finish:
+            finish = arrive
         for d in dependents[i]:
-            ready[d] = max(ready[d], arrive)
+            if arrive > ready[d]:
+                ready[d] = arrive
             waiting[d] -= 1
             if waiting[d] == 0:
                 heapq.heappush(heap, (earliest(d), d))

@@ -20,11 +20,11 @@ from synth.cost import simulate
 from topologies.errors import XcclError
 from topologies.model import Topology
 
-__all__ = ["PLOT_SIZES", "PlotError", "plot_front"]
+__all__ = ["PLOT_SIZES", "PlotError", "plot_front", "plot_times"]
 
 
 class PlotError(XcclError):
-    """A plot cannot be written (the file exists and --force was not given)."""
+    """A plot cannot be written: the file exists and --force was not given, or the path is unwritable."""
 
 
 PLOT_SIZES = tuple(1 << k for k in range(10, 31, 2))
@@ -62,7 +62,6 @@ def plot_front(
     path = Path(path)
     if path.exists() and not force:
         raise PlotError(f"{path}: file already exists; use --force to overwrite")
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     others = [a for a in found if a not in front]
     left.scatter(
@@ -101,6 +100,53 @@ def plot_front(
     right.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=100, metadata={"Software": "xccl-synth"})
-    plt.close(fig)
+    _save(fig, path)
     return path
+
+
+def plot_times(
+    path: str | Path,
+    panels: Sequence[tuple[str, Topology, Sequence[tuple[str, Algorithm]]]],
+    force: bool = False,
+    sizes: Sequence[int] = PLOT_SIZES,
+) -> Path:
+    """Modeled time against buffer size, one panel per ``(title, topology, [(label, algorithm)])``,
+    each with the lower bound of its collective; saved as PNG (kept unless ``force``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    if path.exists() and not force:
+        raise PlotError(f"{path}: file already exists; use --force to overwrite")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    xs_mib = [s / (1 << 20) for s in sizes]
+    for ax, (title, topology, algos) in zip(axes[0], panels, strict=True):
+        for i, (label, algo) in enumerate(algos):
+            style = "k--" if label.startswith("ring") else f"C{i}"
+            ax.loglog(xs_mib, [simulate(algo, topology, s).time_us for s in sizes], style, label=label)
+        if algos:
+            coll = algos[0][1].collective
+            bound = make_collective(coll.name, coll.num_ranks, 1, coll.root)
+            ax.loglog(xs_mib, [lower_bound_us(topology, bound, s) for s in sizes], "r:", label="lower bound")
+        ax.set_title(title)
+        ax.set_xlabel("buffer size (MiB)")
+        ax.set_ylabel("modeled time (us)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    return path
+
+
+def _save(fig, path: Path) -> None:
+    """Write the figure as PNG; a path that cannot be written is one :class:`PlotError`."""
+    import matplotlib.pyplot as plt
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png", dpi=100, metadata={"Software": "xccl-synth"})
+    except OSError as exc:
+        raise PlotError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)

@@ -7,7 +7,7 @@ import json
 from conftest import assert_one_line_error
 
 from synth.algorithm import Algorithm
-from topologies import load
+from topologies import load, topology_to_dict
 
 
 def test_synth_milp_writes_a_verified_algorithm_with_progress(tmp_path, cli):
@@ -79,6 +79,24 @@ def test_sketch_list_show_check(cli):
     proc = cli("sketch", "check", "ndv2x2-relay")
     assert proc.returncode == 0 and "ok on ndv2x2" in proc.stdout
     assert_one_line_error(cli("sketch", "check", "ndv2x2-relay", "--topology", "dgx1"), "topology", "ndv2x2")
+
+
+def test_sketch_check_of_a_sketch_for_an_unshipped_topology_asks_for_its_file(cli, tmp_path):
+    sketch = json.loads(cli("sketch", "show", "ndv2x2-relay", "--json").stdout)
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps(dict(sketch, name="mine", topology="my-cluster")))
+    assert_one_line_error(
+        cli("sketch", "check", str(mine)), str(mine), "topology: 'my-cluster'", "--topology FILE"
+    )
+    cluster = tmp_path / "my-cluster.json"
+    cluster.write_text(json.dumps(dict(topology_to_dict(load("ndv2x2")), name="my-cluster")))
+    proc = cli("sketch", "check", str(mine), "--topology", str(cluster))
+    assert proc.returncode == 0 and "ok on my-cluster" in proc.stdout
+    cluster.write_text(json.dumps(dict(topology_to_dict(load("ndv2x2")), name="renamed")))
+    proc = cli("sketch", "check", str(mine), "--topology", str(cluster))
+    assert_one_line_error(
+        proc, str(mine), "topology:", "got 'my-cluster'", "set it to 'renamed' or leave it out"
+    )
 
 
 def test_same_inputs_give_the_same_bytes(tmp_path):

@@ -47,9 +47,11 @@ def save_text(
     path = Path(path)
     if path.exists() and not force:
         raise error(f"{path}: file already exists; use --force to overwrite")
-    if path.parent and not path.parent.exists():
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+        path.write_text(text)
+    except OSError as exc:  # a parent that is a file, a folder in the way, no permission, a full disk
+        raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
     return path
 
 

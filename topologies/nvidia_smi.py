@@ -29,6 +29,9 @@ def parse_nvidia_smi_topo(
     ``nvlink_GBps`` is the rate of one NVLink per direction (25 for V100, 25 for A100 links, 25
     for H100 links as well). With ``pcie_GBps``, every GPU also joins one PCIe switch at that rate.
     """
+    for field, rate in (("nvlink_GBps", nvlink_GBps), ("pcie_GBps", pcie_GBps)):
+        if rate is not None and not rate > 0:  # the topology format rejects such links too
+            raise TopologyError(f"{where}: {field}: expected a positive number of GB/s, got {rate:g}")
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header on a terminal
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
     # the header is indented (its first cell is empty); rows start with their GPU label

@@ -47,7 +47,7 @@ PASSES: dict[str, Pass] = {
     for p in (
         Pass("replicate_instances", replicate_instances, ChunkDAG, ChunkDAG, ("instances",)),
         Pass("expand_instructions", expand_instructions, ChunkDAG, InstrDAG),
-        Pass("aggregate_chunks", aggregate_chunks, InstrDAG, InstrDAG, ("max_count",)),
+        Pass("aggregate_chunks", aggregate_chunks, InstrDAG, InstrDAG, ("max_count", "window")),
         Pass("fuse_recv_send", fuse_recv_send, InstrDAG, InstrDAG),
         Pass("order_by_critical_path", order_by_critical_path, InstrDAG, InstrDAG, ("bounded_fifos",)),
         Pass("assign_channels", assign_channels, InstrDAG, ChannelDAG, ("channels",)),

@@ -5,6 +5,13 @@ ranks, and local ``cpy``/``re``, whose chunks are contiguous on both sides and w
 Only instructions with the same critical-path height are merged: every edge strictly lowers the
 height, so merging instructions of equal height can never close a cycle, and instructions that
 could run at the same time are the ones merged. Runs before fusion, on ``s r rrc cpy re`` only.
+
+A program lowered from a timed schedule (``InstrDAG.times``) says when they run: there, equal
+height is not enough (the pieces a synthesizer split a chunk into to pipeline it have one height
+but follow each other over the link), so a run also keeps every column's times within ``window``
+(a fraction of the schedule's span) of each other. A merged op starts when its last piece is ready
+and its receiver sees no piece before the last has landed, so a wider run costs every hop after
+it the run's length; ``window`` bounds that cost. The merged instruction takes the run's latest time.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ __all__ = ["aggregate_chunks"]
 MAX_COUNT = 71
 """The runtimes' largest ``cnt`` (their limit is ``cnt < 72``)."""
 
+WINDOW = 0.02
+"""Default time window of a run in a timed program, as a fraction of the schedule's span."""
+
 
 def _contiguous(a: Ref | None, count: int, b: Ref | None) -> bool:
     if a is None or b is None:
@@ -34,10 +44,13 @@ def _offset(ref: Ref | None, base: Ref | None) -> tuple | None:
     return (ref.buffer, ref.index - base.index)
 
 
-def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT) -> InstrDAG:
-    """Merge same-height transfers (and local copies/reductions) of contiguous chunks."""
+def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT, window: float = WINDOW) -> InstrDAG:
+    """Merge same-height transfers (and local copies/reductions) of contiguous chunks, close in
+    time in a timed program."""
     instrs = dag.instrs
     height = dag.height
+    times = dag.times
+    span = window * max(times, default=0.0) if times is not None else 0.0
     groups: dict[tuple, list[tuple[int, ...]]] = defaultdict(list)
     for i, ins in enumerate(instrs):
         if ins.type is OpType.SEND:
@@ -88,6 +101,11 @@ def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT) -> InstrDAG:
                 and _contiguous(instrs[a].dst, instrs[a].count, instrs[b].dst)
                 for a, b in zip(last, m, strict=True)
             )
+            if fits and times is not None:
+                fits = all(
+                    max(times[x[c]] for x in (*run, m)) - min(times[x[c]] for x in (*run, m)) <= span
+                    for c in range(len(m))
+                )
             if fits:
                 run.append(m)
                 continue
@@ -108,10 +126,15 @@ def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT) -> InstrDAG:
     def remap(x: int | None) -> int | None:
         return None if x is None else new_index[x]
 
+    latest: dict[int, float] = {}
+    if times is not None:
+        for i, head in merged_into.items():
+            latest[head] = max(latest.get(head, times[head]), times[i])
     new_instrs = [
         replace(
             instrs[i],
             count=counts.get(i, instrs[i].count),
+            time=latest.get(i, instrs[i].time),
             send_match=remap(instrs[i].send_match),
             recv_match=remap(instrs[i].recv_match),
         )

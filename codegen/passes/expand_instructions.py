@@ -29,6 +29,7 @@ def expand_instructions(dag: ChunkDAG) -> InstrDAG:
 
     for op in dag.ops:
         common = {"count": op.count, "instance": op.instance, "channel_hint": op.channel}
+        local = {**common, "time": None if op.time is None else op.time[1]}
         if op.remote:
             send, recv = len(instrs), len(instrs) + 1
             add(
@@ -39,6 +40,7 @@ def expand_instructions(dag: ChunkDAG) -> InstrDAG:
                     send_to=op.dst.rank,
                     send_match=recv,
                     tb_hint=op.sendtb,
+                    time=None if op.time is None else op.time[0],
                     **common,
                 )
             )
@@ -52,6 +54,7 @@ def expand_instructions(dag: ChunkDAG) -> InstrDAG:
                     recv_from=op.src.rank,
                     recv_match=send,
                     tb_hint=op.recvtb,
+                    time=None if op.time is None else op.time[1],
                     **common,
                 )
             )
@@ -60,7 +63,7 @@ def expand_instructions(dag: ChunkDAG) -> InstrDAG:
             exit_.append({Side.SRC: send, Side.DST: recv})
         elif op.kind == "copy":
             cpy = add(
-                Instr(op.dst.rank, OpType.COPY, src=op.src.ref, dst=op.dst.ref, tb_hint=op.sendtb, **common)
+                Instr(op.dst.rank, OpType.COPY, src=op.src.ref, dst=op.dst.ref, tb_hint=op.sendtb, **local)
             )
             entry.append({Side.SRC: cpy, Side.DST: cpy})
             exit_.append({Side.SRC: cpy, Side.DST: cpy})
@@ -74,11 +77,11 @@ def expand_instructions(dag: ChunkDAG) -> InstrDAG:
                         src=op.operand.ref,
                         dst=op.dst.ref,
                         tb_hint=op.sendtb,
-                        **common,
+                        **local,
                     )
                 )
             red = add(
-                Instr(op.dst.rank, OpType.REDUCE, src=op.src.ref, dst=op.dst.ref, tb_hint=op.sendtb, **common)
+                Instr(op.dst.rank, OpType.REDUCE, src=op.src.ref, dst=op.dst.ref, tb_hint=op.sendtb, **local)
             )
             if first is not None:
                 edges.append(InstrEdge(first, red, DepKind.RAW))

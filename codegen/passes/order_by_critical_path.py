@@ -2,7 +2,11 @@
 
 A topological order taking, among the ready instructions, the one of least depth (its step in the
 dataflow), then the one with the longest path still ahead of it (the critical path), then the
-lowest index, subject to the bounded FIFOs of the runtime: a connection holds only
+lowest index. A program lowered from a timed schedule (``InstrDAG.times``: a synthesized
+algorithm's ``start_us``) is ordered by those times first: a send at its start, a receive when its
+data lands; depth alone would put every receive of a relay before any of its forwards, and a
+threadblock that shares both would forward nothing until it has received everything. All subject
+to the bounded FIFOs of the runtime: a connection holds only
 ``codegen.protocols.fifo_calls(protocol)`` primitive calls (Simple: 2) and a step of ``cnt``
 chunks is ``cnt`` calls at large sizes. Played in this order, every instruction runs as soon as
 the ones before it have, so the order is a witness that the schedule cannot deadlock:
@@ -40,19 +44,26 @@ __all__ = ["order_by_critical_path"]
 
 
 def order_by_critical_path(dag: InstrDAG, bounded_fifos: bool = True) -> InstrDAG:
-    """Order by (depth, -critical path, index), within the FIFO bound unless told otherwise."""
+    """Order by ((time,) depth, -critical path, index), within the FIFO bound unless told otherwise."""
     if not bounded_fifos:
-        key = [(d, -h, i) for i, (d, h) in enumerate(zip(dag.depth, dag.height, strict=True))]
+        key = _keys(dag)
         return replace(dag, order=topological_order(len(dag.instrs), dag.edges, key.__getitem__))
     return replace(dag, order=_Scheduler(dag).run())
+
+
+def _keys(dag: InstrDAG) -> list[tuple]:
+    """(time,) depth, -critical path, index per instruction."""
+    depth, height, times = dag.depth, dag.height, dag.times
+    if times is None:
+        return [(depth[i], -height[i], i) for i in range(len(dag.instrs))]
+    return [(times[i], depth[i], -height[i], i) for i in range(len(dag.instrs))]
 
 
 class _Scheduler:
     def __init__(self, dag: InstrDAG) -> None:
         self.dag = dag
         self.room = fifo_calls(dag.info.protocol)
-        depth, height = dag.depth, dag.height
-        self.key = [(depth[i], -height[i], i) for i in range(len(dag.instrs))]
+        self.key = _keys(dag)
         self.waiting = [len(dag.preds[i]) for i in range(len(dag.instrs))]
         self.in_flight: dict[tuple[int, int, int], int] = defaultdict(int)
         self.counted: set[int] = set()  # sends whose calls are in flight (their receive not yet taken)

@@ -44,6 +44,7 @@ def replicate_instances(dag: ChunkDAG, instances: int = 1) -> ChunkDAG:
                         op.recvtb,
                         op.channel,
                         i,
+                        op.time,
                     )
                 )
     info = dag.info

@@ -49,7 +49,7 @@ def run(
     """Run ``ir`` once on the GPU(s); raises ``ExecutionMismatch`` or ``GpuExecutionError``."""
     from runtime.cupy.executor import CupyExecutor
     from runtime.numpy import execute
-    from runtime.reference import check_outputs, make_inputs, reference
+    from runtime.reference import check_outputs, executor_inputs, reference
 
     ex = CupyExecutor(
         ir,
@@ -62,11 +62,7 @@ def run(
         timeout_s=timeout_s,
     )
     coll = ex.collective
-    if coll is not None:
-        inputs = make_inputs(coll, ex.chunk_elems, ex.dtype, ex.op, seed)
-    else:
-        rng = np.random.default_rng(seed)
-        inputs = [rng.integers(-100, 100, ex.input_elems(r)).astype(ex.dtype) for r in range(ir.num_ranks)]
+    inputs = executor_inputs(ex, seed)
     ex.load(inputs)
     time_us = ex.time_us(repeats=1, warmup=0)[0]
     outputs = ex.outputs()

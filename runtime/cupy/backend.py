@@ -5,34 +5,15 @@ from __future__ import annotations
 import importlib.util
 
 from codegen.ir import IR
-from runtime.bench import Backend, BenchCase, Trial, register_backend
-from runtime.reference import check_outputs, make_inputs, reference
+from runtime.bench import Backend, BenchCase, ExecutorTrial, Trial, register_backend
 from topologies.model import Topology
 
 __all__ = ["CupyBackend"]
 
 
-class _CupyTrial(Trial):
-    def __init__(self, ex, seed: int) -> None:
-        self.ex = ex
-        coll = ex.collective
-        self.inputs = make_inputs(coll, ex.chunk_elems, ex.dtype, ex.op, seed) if coll is not None else None
-        self._reference = None
-
-    def reset(self) -> None:
-        if self.inputs is not None:
-            self.ex.load(self.inputs)
-
+class _CupyTrial(ExecutorTrial):
     def run(self) -> float:
         return self.ex.time_us(repeats=1, warmup=0)[0]
-
-    def check(self) -> None:
-        coll = self.ex.collective
-        if coll is None:
-            return
-        if self._reference is None:
-            self._reference = reference(coll, self.inputs, self.ex.chunk_elems, self.ex.op)
-        check_outputs(self._reference, self.ex.outputs(), self.ex.ir.name)
 
 
 @register_backend

@@ -12,7 +12,7 @@ from codegen.ir import IR
 from runtime.errors import ExecutionError
 from runtime.numpy.executor import NumpyExecutor
 from runtime.program import collective_of
-from runtime.reference import check_outputs, make_inputs, reference
+from runtime.reference import check_outputs, executor_inputs, reference
 
 __all__ = ["RunResult", "execute", "run"]
 
@@ -75,11 +75,7 @@ def run(
         schedule_seed=schedule_seed,
     )
     coll = ex.collective
-    if coll is not None:
-        inputs = make_inputs(coll, ex.chunk_elems, ex.dtype, ex.op, seed)
-    else:
-        rng = np.random.default_rng(seed)
-        inputs = [rng.integers(-100, 100, ex.input_elems(r)).astype(ex.dtype) for r in range(ir.num_ranks)]
+    inputs = executor_inputs(ex, seed)
     ex.load(inputs)
     start = time.perf_counter()
     stats = ex.execute()

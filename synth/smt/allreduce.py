@@ -22,7 +22,7 @@ from itertools import combinations
 from synth.algorithm import Send, Step
 from synth.collectives import Collective
 from synth.errors import InfeasibleError
-from synth.smt.formula import FALSE, TRUE, Formula, neg
+from synth.smt.formula import FALSE, TRUE, Formula, model_script, neg
 from synth.smt.rounds import capacity_constraints, step_units, total_rounds
 from topologies.logical import CapacityConstraint
 from topologies.model import Topology
@@ -136,13 +136,9 @@ class AllreduceEncoding:
 
     def smt2(self) -> str:
         """The instance as an SMT-LIB 2 script (declarations, assertions, ``(check-sat)``)."""
-        steps = self.num_steps
-        header = [
-            f"xccl-synth SMT model: {self.collective!r} on {self.topology.name}, steps {steps}",
-            "x_c_u_v_s / y_a_u_v_s: chunk (address) c sent u -> v in step s; u_s_k: step s has more than k rounds",
-            "a_s / rnd_R (in a family): step s exists / the rounds add up to R",
-        ]
-        return self.formula.smt2(header=header) + "(check-sat)\n"
+        return model_script(
+            self.formula, f"{self.collective!r} on {self.topology.name}, steps {self.num_steps}"
+        )
 
     def stats(self) -> dict[str, int]:
         return {

@@ -33,7 +33,7 @@ from synth.algorithm import Send, Step
 from synth.collectives import Collective
 from synth.errors import InfeasibleError
 from synth.smt.cuts import Cut, find_cuts
-from synth.smt.formula import FALSE, TRUE, Formula, neg
+from synth.smt.formula import FALSE, TRUE, Formula, model_script, neg
 from synth.smt.options import DEFAULT_OPTIONS, SmtOptions
 from synth.smt.rounds import capacity_constraints, guarded_ge, guarded_le, spare, step_units, total_rounds
 from synth.smt.symmetry import problem_symmetry
@@ -337,12 +337,7 @@ class Encoding:
     def smt2(self) -> str:
         """The instance as an SMT-LIB 2 script (declarations, assertions, ``(check-sat)``)."""
         steps = f"{self.min_steps}..{self.num_steps}" if self.min_steps < self.num_steps else self.num_steps
-        header = [
-            f"xccl-synth SMT model: {self.collective!r} on {self.topology.name}, steps {steps}",
-            "x_c_u_v_s / y_a_u_v_s: chunk (address) c sent u -> v in step s; u_s_k: step s has more than k rounds",
-            "a_s / rnd_R (in a family): step s exists / the rounds add up to R",
-        ]
-        return self.formula.smt2(header=header) + "(check-sat)\n"
+        return model_script(self.formula, f"{self.collective!r} on {self.topology.name}, steps {steps}")
 
     def stats(self) -> dict[str, int]:
         return {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-__all__ = ["FALSE", "TRUE", "Formula", "neg"]
+__all__ = ["FALSE", "TRUE", "Formula", "model_script", "neg"]
 
 TRUE = "true"
 FALSE = "false"
@@ -178,3 +178,14 @@ class Formula:
         lines += [f"(declare-const {name} Bool)" for name in self.names[declared:]]
         lines += [f"(assert {a})" for a in self.assertions[start:]]
         return "\n".join(lines) + "\n"
+
+
+def model_script(formula: Formula, title: str) -> str:
+    """A whole instance as an SMT-LIB 2 script for any solver: a comment naming it and the variable
+    scheme, the declarations, the assertions and ``(check-sat)``."""
+    header = [
+        f"xccl-synth SMT model: {title}",
+        "x_c_u_v_s / y_a_u_v_s: chunk (address) c sent u -> v in step s; u_s_k: step s has more than k rounds",
+        "a_s / rnd_R (in a family): step s exists / the rounds add up to R",
+    ]
+    return formula.smt2(header=header) + "(check-sat)\n"

@@ -26,7 +26,7 @@ from synth.smt.session import Session, z3_version
 from synth.smt.symmetry import problem_symmetry
 from topologies.model import Topology
 
-__all__ = ["ALLREDUCE_METHODS", "Synthesizer", "check_instance", "solve_instance"]
+__all__ = ["ALLREDUCE_METHODS", "Synthesizer", "check_allreduce", "check_instance", "solve_instance"]
 
 ALLREDUCE_METHODS = ("auto", "compose", "direct")
 """``auto``: compose when the chunks per rank are a multiple of the ranks, else direct."""
@@ -74,6 +74,7 @@ class Synthesizer:
         """Answer one instance; raises :class:`KeyboardInterrupt` if the user pressed Ctrl-C."""
         check_instance(steps, rounds, chunks)
         collective = self.collective(chunks)
+        check_allreduce(collective, self.allreduce)
         if self.name == "allreduce":
             if self.allreduce == "direct" or (self.allreduce == "auto" and chunks % collective.num_ranks):
                 return self._direct(collective, steps, rounds, time_limit_s)
@@ -212,6 +213,17 @@ def check_instance(steps: int, rounds: int, chunks: int) -> None:
     if steps < 1 or rounds < steps or chunks < 1:
         raise InfeasibleError(
             f"instance S={steps} R={rounds} C={chunks}: expected steps >= 1, rounds >= steps and chunks >= 1"
+        )
+
+
+def check_allreduce(collective: Collective, method: str) -> None:
+    """Raise :class:`InfeasibleError` when an allreduce cannot be encoded by ``method``: composing
+    splits each rank's chunks evenly among the ranks, so it needs C a multiple of the ranks."""
+    n, chunks = collective.num_ranks, collective.chunks_per_rank
+    if collective.name == "allreduce" and method == "compose" and chunks % n:
+        raise InfeasibleError(
+            f"allreduce C={chunks}: composing reducescatter + allgather needs chunks per rank a "
+            f"multiple of the {n} ranks; use the direct encoding (or auto)"
         )
 
 

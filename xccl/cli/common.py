@@ -8,7 +8,7 @@ from pathlib import Path
 
 from codegen.errors import DslError
 from codegen.loader import EXAMPLES_PREFIX
-from synth.collectives import COLLECTIVES, Collective, make_collective
+from synth.collectives import COLLECTIVES, ROOTED, Collective, CollectiveError, make_collective
 from topologies import Topology, load
 
 __all__ = [
@@ -55,9 +55,12 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
 def collective_from_args(
     args: argparse.Namespace, topology: Topology, chunks: int | None = None
 ) -> Collective:
-    return make_collective(
+    coll = make_collective(
         args.collective, topology.num_ranks, chunks if chunks is not None else args.chunks, args.root
     )
+    if args.root is not None and coll.root is None:
+        raise CollectiveError(f"--root: {coll.name} has no root (rooted: {', '.join(sorted(ROOTED))})")
+    return coll
 
 
 def input_kind(source: str) -> str:

@@ -25,6 +25,7 @@ from topologies.errors import XcclError
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
 from xccl.cli.output import format_table
+from xccl.cli.solving import positive_int
 
 __all__ = ["register"]
 
@@ -37,6 +38,16 @@ def _size(text: str) -> int:
         return parse_size(text)
     except XcclError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
 
 
 def _stderr(text: str) -> None:
@@ -164,10 +175,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dialect", choices=list(FORMATS), default="azure", help="output format (default azure)")
     p.add_argument("--protocol", choices=PROTOCOLS, help="NCCL protocol (default: the program's, Simple)")
     p.add_argument(
-        "--instances", type=int, help="replicate over N interleaved chunk slices (default: the program's)"
+        "--instances",
+        type=positive_int,
+        help="replicate over N interleaved chunk slices (default: the program's)",
     )
     p.add_argument(
-        "--channels", type=int, help="spread flows over N channels (default: as few as the dialect allows)"
+        "--channels",
+        type=positive_int,
+        help="spread flows over N channels (default: as few as the dialect allows)",
     )
     p.add_argument("--inplace", action="store_true", help="algorithms: compile for in-place calls")
     p.add_argument("--topology", "-t", help="algorithms: topology file, when the algorithm's is not shipped")
@@ -200,5 +215,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="runtime whose limits apply (auto: from the XML; none: universal rules only)",
     )
-    p.add_argument("--limit", type=int, default=20, help="problems to list (default 20)")
+    p.add_argument("--limit", type=_count, default=20, help="problems to list (default 20)")
     p.set_defaults(func=cmd_check)

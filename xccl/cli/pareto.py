@@ -16,6 +16,7 @@ from xccl.cli.solving import (
     Progress,
     add_save_args,
     add_time_limit,
+    check_targets,
     positive_int,
     save_algorithms,
 )
@@ -26,6 +27,7 @@ __all__ = ["register"]
 def cmd_pareto(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     name = make_collective(args.collective, topo.num_ranks, 1, args.root).name
+    check_targets(args, args.plot)
     show = Progress()
     front = pareto_front(
         topo,

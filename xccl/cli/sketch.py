@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from sketches import load_sketch, restrict, shipped_sketches, sketch_to_dict
-from topologies import load
+from sketches import SketchError, load_sketch, restrict, shipped_sketches, sketch_to_dict
+from topologies import TopologyError, load
 from xccl.cli.output import print_json, print_table
 
 __all__ = ["register"]
@@ -41,12 +41,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     sketch = load_sketch(args.sketch)
-    name = args.topology or sketch.topology
-    if name is None:
-        from sketches import SketchError
-
+    if args.topology:
+        topo = load(args.topology)
+    elif sketch.topology is None:
         raise SketchError(f"{sketch.where}: topology: the sketch names none; pass --topology")
-    topo = load(name)
+    else:
+        try:
+            topo = load(sketch.topology)
+        except TopologyError:  # a name only, e.g. of the user's own topology file
+            raise SketchError(
+                f"{sketch.where}: topology: {sketch.topology!r} is not a shipped topology; "
+                f"pass --topology FILE"
+            ) from None
     r = restrict(sketch, topo)
     relay = sum(1 for p in r.links if r.crossing(p))
     print(

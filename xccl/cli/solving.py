@@ -23,6 +23,7 @@ __all__ = [
     "Progress",
     "add_save_args",
     "add_time_limit",
+    "check_targets",
     "positive_float",
     "positive_int",
     "save_algorithms",
@@ -80,6 +81,24 @@ def _target(algo: Algorithm, args: argparse.Namespace) -> Path:
     if getattr(args, "output", None):
         return Path(args.output)
     return Path(args.directory or ".") / f"{algo.file_stem}.json"
+
+
+def check_targets(args: argparse.Namespace, *files: str | None) -> None:
+    """Refuse before solving what :func:`save_algorithms` would refuse after: an existing ``-o``
+    file (or one of ``files``, e.g. ``--plot``) without ``--force``, or a ``-d`` that is a file."""
+    if not getattr(args, "no_save", False):
+        files = (getattr(args, "output", None), *files)
+    for name in files:
+        if not name:
+            continue
+        if Path(name).exists() and not args.force:
+            raise AlgorithmFormatError(f"{name}: file already exists; use --force to overwrite")
+        folder = next(p for p in Path(name).absolute().parents if p.exists())
+        if not folder.is_dir():
+            raise AlgorithmFormatError(f"{name}: cannot write: {folder} is a file, not a folder")
+    directory = getattr(args, "directory", None)
+    if directory and Path(directory).exists() and not Path(directory).is_dir():
+        raise AlgorithmFormatError(f"{directory}: --directory: expected a folder, got a file")
 
 
 def save_algorithms(algorithms: Sequence[Algorithm], args: argparse.Namespace) -> list[Path]:

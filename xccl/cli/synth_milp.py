@@ -12,6 +12,7 @@ from synth.units import format_size, parse_size
 from topologies.errors import XcclError
 from xccl.cli.common import topology_from_args
 from xccl.cli.output import progress
+from xccl.cli.solving import EXIT_INTERRUPTED
 
 __all__ = ["register"]
 
@@ -61,7 +62,7 @@ def cmd_milp(args: argparse.Namespace) -> int:
     else:
         print(algo.describe())
         print(summary)
-    return 0
+    return EXIT_INTERRUPTED if result.interrupted else 0
 
 
 def register(methods: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from synth.smt import ALLREDUCE_METHODS, build_model, least_steps, solve_instance
-from synth.smt.synthesizer import check_instance
+from synth.smt.synthesizer import check_allreduce, check_instance
 from topologies.io import save_text
 from xccl.cli.common import add_collective_args, collective_from_args, topology_from_args
 from xccl.cli.solving import (
@@ -14,6 +14,7 @@ from xccl.cli.solving import (
     Progress,
     add_save_args,
     add_time_limit,
+    check_targets,
     positive_int,
     save_algorithms,
 )
@@ -43,6 +44,8 @@ def cmd_instance(args: argparse.Namespace) -> int:
     coll = collective_from_args(args, topo)
     rounds = args.steps if args.rounds is None else args.rounds
     check_instance(args.steps, rounds, coll.chunks_per_rank)
+    check_allreduce(coll, args.allreduce)
+    check_targets(args, args.smt2)
     if args.smt2:
         model = build_model(topo, coll, args.steps, rounds)
         save_text(args.smt2, model.smt2(), force=args.force)
@@ -68,6 +71,8 @@ def cmd_instance(args: argparse.Namespace) -> int:
 def cmd_least_steps(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     coll = collective_from_args(args, topo)
+    check_allreduce(coll, args.allreduce)
+    check_targets(args)
     show = Progress()
     result = least_steps(
         topo,

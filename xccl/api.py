@@ -1,0 +1,376 @@
+"""The public API: one thin, documented call into each package.
+
+Every function accepts names where objects are expected (a topology name or file, a collective
+name, a size like ``"1MiB"``), so a session reads like the command line::
+
+    >>> import xccl
+    >>> ring = xccl.topology("ring:4")
+    >>> algo = xccl.synthesize(ring, "allgather")            # SMT: fewest steps, verified
+    >>> algo.num_steps
+    2
+    >>> ir = xccl.compile(algo)                               # chunk schedule -> checked IR
+    >>> xccl.run(ir, "64KiB").checked                         # executed and compared with NumPy
+    True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from codegen import compile_algorithm, compile_program, load_ir, save_ir
+from codegen.dsl import Program
+from codegen.ir import IR
+from synth.algorithm import Algorithm
+from synth.baselines import BASELINES, make_baseline
+from synth.bounds import lower_bound_us
+from synth.collectives import Collective, CollectiveError, make_collective
+from synth.cost import SimResult
+from synth.errors import InfeasibleError, SolverTimeout
+from synth.units import parse_size, parse_size_range
+from topologies import Topology, TopologyError, load, topology_from_dict
+
+__all__ = [
+    "METHODS",
+    "bench",
+    "best_backend",
+    "collective",
+    "compile",
+    "export",
+    "lower_bound",
+    "pareto",
+    "run",
+    "simulate",
+    "synthesize",
+    "topology",
+]
+
+METHODS = ("smt", "milp", *BASELINES)
+"""``synthesize``'s methods: SMT (SCCL style), MILP (TACCL style, needs a sketch), or a baseline."""
+
+
+def topology(name_or_path: str | Path | dict | Topology) -> Topology:
+    """A shipped machine (``dgx1``), a multi-machine variant (``ndv2x2``), a family (``ring:8``), a
+    JSON file, or a dict in that file's format (docs/topology-format.md), validated.
+
+    >>> topology("dgx1").num_ranks, topology("ndv2x2").num_machines
+    (8, 2)
+    >>> pair = {"name": "pair", "ranks": 2, "links": [{"src": 0, "dst": 1, "bandwidth_GBps": 25, "alpha_us": 0.7}]}
+    >>> topology(pair).num_ranks
+    2
+    """
+    if isinstance(name_or_path, dict):
+        return topology_from_dict(name_or_path, where=f"<topology {name_or_path.get('name', '?')}>")
+    return load(name_or_path)
+
+
+def collective(
+    name: str | Collective, num_ranks: int, chunks: int = 1, root: int | None = None
+) -> Collective:
+    """A collective by name (``allgather``, ``allreduce``, ``reducescatter``, ``alltoall``,
+    ``broadcast``, ``reduce``, ``gather``, ``scatter``); rooted ones default to root 0.
+
+    >>> collective("allreduce", 4, chunks=4).combining
+    True
+    """
+    if isinstance(name, Collective):
+        return name
+    return make_collective(name, num_ranks, chunks, root)
+
+
+def synthesize(
+    topology: str | Path | Topology,
+    collective: str | Collective,
+    method: str = "smt",
+    *,
+    chunks: int | None = None,
+    root: int | None = None,
+    steps: int | None = None,
+    rounds: int | None = None,
+    sketch: Any = None,
+    size: str | int = "1GiB",
+    chunkup: int | None = None,
+    time_limit_s: float | None = None,
+    solver: str | None = None,
+) -> Algorithm:
+    """A verified algorithm for ``collective`` on ``topology``.
+
+    ``method="smt"`` (default) searches the fewest steps (or solves the instance ``steps``/``rounds``
+    when given) with ``chunks`` chunks per rank; ``"milp"`` schedules from a ``sketch`` (a shipped
+    name like ``"ndv2x2-relay"``, a file, or a :class:`sketches.Sketch`) for buffers of ``size``,
+    splitting each chunk into ``chunkup`` pieces (default: the sketch's); a baseline name
+    (``"ring"``, ``"bidir-ring"``, ``"direct"``, ``"recursive-doubling"``, ``"binomial-tree"``,
+    ``"hierarchical"``) builds that baseline. Raises ``InfeasibleError`` when no
+    algorithm exists within the limits and ``SolverTimeout`` when the time limit stopped the search.
+
+    >>> synthesize("ring:4", "allgather", steps=1)
+    Traceback (most recent call last):
+    ...
+    synth.errors.InfeasibleError: allgather on ring:4: no algorithm with 1 step(s) and 1 round(s) (unsat)
+    >>> synthesize("ring:4", "allgather", "ring").provenance.method
+    'baseline:ring'
+    """
+    topo = load(topology)
+    if method == "smt":
+        return _smt(topo, collective, chunks or 1, root, steps, rounds, time_limit_s)
+    if method == "milp":
+        if chunks is not None:
+            raise CollectiveError("method milp: chunks come from the sketch; pass chunkup= to split them")
+        if chunkup is not None and (isinstance(chunkup, bool) or not isinstance(chunkup, int) or chunkup < 1):
+            raise CollectiveError(f"chunkup: expected an integer >= 1, got {chunkup!r}")
+        return _milp(topo, collective, root, sketch, size, chunkup, time_limit_s, solver)
+    if method in BASELINES:
+        default = 2 if method == "bidir-ring" else 1
+        name = collective.name if isinstance(collective, Collective) else collective
+        if chunks is None and name == "allreduce":
+            default *= topo.num_ranks
+        coll = _collective_for(collective, topo, chunks or default, root)
+        return make_baseline(method, topo, coll)
+    raise CollectiveError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
+
+
+def _collective_for(coll: str | Collective, topo: Topology, chunks: int, root: int | None) -> Collective:
+    """``coll`` as given, or the named collective over the topology's ranks."""
+    if isinstance(coll, Collective):
+        return coll
+    return make_collective(coll, topo.num_ranks, chunks, root)
+
+
+def _smt(topo, coll, chunks, root, steps, rounds, time_limit_s) -> Algorithm:
+    from synth.smt import least_steps, solve_instance
+
+    c = _collective_for(coll, topo, chunks, root)
+    if steps is None:
+        result = least_steps(topo, c, time_limit_s=time_limit_s)
+        if result.algorithm is None:
+            raise InfeasibleError(f"{c.name} on {topo.name}: {result.message()}")
+        return result.algorithm
+    outcome = solve_instance(topo, c, steps, rounds, time_limit_s=time_limit_s)
+    if outcome.status == "sat":
+        return outcome.algorithm
+    r = steps if rounds is None else rounds
+    if outcome.status == "unsat":
+        raise InfeasibleError(
+            f"{c.name} on {topo.name}: no algorithm with {steps} step(s) and {r} round(s) (unsat)"
+        )
+    raise SolverTimeout(
+        f"{c.name} on {topo.name}: S={steps} R={r} C={chunks} timed out after {time_limit_s} s (unknown)"
+    )
+
+
+def _milp(topo, coll, root, sketch, size, chunkup, time_limit_s, solver) -> Algorithm:
+    from sketches import load_sketch
+    from synth.milp import Options
+    from synth.milp import synthesize as milp_synthesize
+
+    if sketch is None:
+        raise InfeasibleError("method milp needs a sketch (a shipped name such as 'ndv2x2-relay', or a file)")
+    name = coll.name if isinstance(coll, Collective) else coll
+    limit = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
+    options = Options(solver=solver, chunkup=chunkup, **limit)
+    result = milp_synthesize(
+        topo, name, load_sketch(sketch), size_bytes=parse_size(size), root=root, options=options
+    )
+    return result.algorithm
+
+
+def pareto(
+    topology: str | Path | Topology,
+    collective: str,
+    *,
+    root: int | None = None,
+    max_chunks: int | None = None,
+    time_limit_s: float | None = None,
+):
+    """The Pareto-optimal front in (steps, rounds per chunk) by SMT, walked as SCCL does; its
+    ``algorithms`` are verified and ``stop`` says why the walk ended.
+
+    >>> front = pareto("ring:4", "allgather")
+    >>> [(a.num_steps, a.rounds, a.chunks) for a in front.algorithms], front.stop
+    ([(2, 3, 2)], 'bandwidth optimal')
+    """
+    from synth.smt import DEFAULT_MAX_CHUNKS, pareto_front
+
+    return pareto_front(
+        load(topology),
+        collective,
+        root=root,
+        max_chunks=max_chunks or DEFAULT_MAX_CHUNKS,
+        time_limit_s=time_limit_s,
+    )
+
+
+def compile(
+    source: Algorithm | Program,
+    topology: str | Path | Topology | None = None,
+    *,
+    dialect: str = "azure",
+    instances: int = 1,
+    protocol: str = "Simple",
+    inplace: bool = False,
+) -> IR:
+    """An algorithm (or a DSL program) compiled to an IR that passed the static checker for
+    ``dialect`` (``azure`` or ``msccl``).
+
+    >>> ir = compile(synthesize("ring:4", "allgather", "ring"))
+    >>> ir.num_ranks, ir.collective
+    (4, 'allgather')
+    """
+    if isinstance(source, Program):
+        return compile_program(source, instances=instances, protocol=protocol, dialect=dialect)
+    topo = load(topology) if topology is not None else None
+    return compile_algorithm(
+        source, topo, inplace=inplace, instances=instances, protocol=protocol, dialect=dialect
+    )
+
+
+def export(ir: IR, path: str | Path, dialect: str = "azure", force: bool = False) -> Path:
+    """Write ``ir`` as MSCCL XML (``azure``, ``msccl``) or our JSON IR (``json``); an existing file is
+    kept unless ``force``.
+
+    >>> import tempfile
+    >>> path = export(compile(synthesize("ring:4", "allgather", "ring")), f"{tempfile.mkdtemp()}/ag.xml")
+    >>> run(path, "64KiB", backend="numpy").checked            # the file runs as written
+    True
+    """
+    return save_ir(ir, path, dialect, force=force)
+
+
+def _gpu_ready() -> bool:
+    from runtime.cupy.backend import CupyBackend
+
+    if not CupyBackend.available():
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def best_backend() -> str:
+    """``cupy`` where CuPy and a GPU are present, else ``numpy``: what ``backend="auto"`` runs on.
+
+    >>> best_backend() in ("cupy", "numpy")
+    True
+    """
+    return "cupy" if _gpu_ready() else "numpy"
+
+
+def _ir(source: IR | str | Path) -> IR:
+    """``source`` as given, or the IR in an MSCCL XML (either dialect) or JSON IR file."""
+    return source if isinstance(source, IR) else load_ir(source)
+
+
+def run(
+    ir: IR | str | Path,
+    size: str | int = "1MiB",
+    *,
+    backend: str = "auto",
+    dtype: str = "float32",
+    op: str = "sum",
+    inplace: bool | None = None,
+):
+    """Execute ``ir`` (an IR, or an XML or JSON IR file) once on random inputs at nccl-tests' ``size``
+    and check every output against the NumPy reference (raises ``ExecutionMismatch`` with rank,
+    buffer, chunk and index otherwise).
+    ``backend`` is ``numpy``, ``cupy`` or ``auto`` (the GPU if present). ``inplace`` defaults to
+    what the IR allows (out of place when both are).
+
+    >>> result = run(compile(synthesize("ring:4", "allreduce", "ring"), inplace=True), "64KiB")
+    >>> result.checked, result.inplace
+    (True, True)
+    """
+    from runtime.bench import aligned_size
+
+    ir = _ir(ir)
+    chosen = best_backend() if backend == "auto" else backend
+    place = (not ir.outofplace) if inplace is None else inplace
+    nbytes = aligned_size(ir, parse_size(size), dtype)
+    if chosen == "cupy":
+        from runtime import cupy as gpu
+
+        return gpu.run(ir, nbytes, dtype, op, inplace=place)
+    if chosen != "numpy":
+        raise CollectiveError(f"backend {chosen!r}: run takes numpy, cupy or auto")
+    from runtime.numpy import run as cpu_run
+
+    return cpu_run(ir, nbytes, dtype, op, inplace=place)
+
+
+def bench(
+    ir: IR | str | Path,
+    sizes: str | list[int] = "1KiB:1MiB",
+    *,
+    backend: str = "auto",
+    topology: str | Path | Topology | None = None,
+    dtype: str = "float32",
+    op: str = "sum",
+    inplace: bool | None = None,
+    warmup: int = 1,
+    repeats: int = 5,
+):
+    """An nccl-tests-style report (size, count, time, algbw, busbw, check) of ``ir`` (an IR or an IR
+    file) over ``sizes``
+    (``"1KiB:1GiB"`` is every power of two between). ``backend`` ``sim`` needs a ``topology``.
+
+    >>> report = bench(compile(synthesize("ring:4", "allgather", "ring")), "4KiB,64KiB", backend="numpy")
+    >>> [row.check for row in report.rows]
+    ['ok', 'ok']
+    """
+    from runtime.bench import aligned_size
+    from runtime.bench import bench as run_bench
+
+    ir = _ir(ir)
+    chosen = best_backend() if backend == "auto" else backend
+    listed = parse_size_range(sizes) if isinstance(sizes, str) else list(sizes)
+    aligned = [aligned_size(ir, s, dtype) for s in listed]
+    topo = load(topology) if topology is not None else None
+    place = (not ir.outofplace) if inplace is None else inplace
+    return run_bench(
+        ir,
+        aligned,
+        backend=chosen,
+        dtype=dtype,
+        op=op,
+        inplace=place,
+        warmup=warmup,
+        repeats=repeats,
+        topology=topo,
+    )
+
+
+def lower_bound(
+    topology: str | Path | Topology, collective: str | Collective, size: str | int = "1GiB"
+) -> float:
+    """The lower bound on the time of ``collective`` at ``size``, in microseconds (the larger of the
+    latency bound and the min-cut bandwidth bound).
+
+    >>> round(lower_bound("ring:4", "allgather", "1MiB"), 2)  # 3/4 MiB over 2 links of 25 GB/s
+    15.73
+    """
+    topo = load(topology)
+    return lower_bound_us(topo, _collective_for(collective, topo, 1, None), parse_size(size))
+
+
+def simulate(
+    algorithm: Algorithm, topology: str | Path | Topology | None = None, size: str | int = "1MiB"
+) -> SimResult:
+    """The modeled time (and algbw, busbw) of ``algorithm`` at nccl-tests' ``size`` on ``topology``
+    (default: the one it was made for, if shipped), by the event simulator of :mod:`synth.cost`.
+
+    >>> ring = synthesize("ring:4", "allgather", "ring")
+    >>> round(simulate(ring, size="1MiB").time_us, 2)  # 3 steps of 1/4 MiB over 25 GB/s, plus latency
+    33.56
+    """
+    from synth.cost import simulate as simulate_algorithm
+
+    if topology is None:
+        try:
+            topology = load(algorithm.topology)
+        except TopologyError:
+            raise TopologyError(
+                f"{algorithm.name}: topology {algorithm.topology!r} is not shipped; pass topology=(its file)"
+            ) from None
+    return simulate_algorithm(algorithm, load(topology), parse_size(size))
