@@ -98,6 +98,9 @@ class ProgramInfo:
     inplace: bool = False
     aliases: tuple[Alias | None, ...] = ()
     instances: int = 1
+    model_timed: bool = False
+    """The ops' times are the Algorithm model's list schedule (``codegen.lower``): transfers that
+    overlap in time between two ranks ran side by side over the connection's links."""
 
     def buffer_size(self, rank: int, buffer: Buffer) -> int:
         if buffer is Buffer.INPUT:

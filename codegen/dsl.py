@@ -146,6 +146,7 @@ class Program:
         self.instances = instances
         self.protocol = protocol
         self.inplace = inplace
+        self.model_timed = False  # set by codegen.lower: the ops' times are the Algorithm model's
         self._aliases = aliases_of(collective)
         self._links = None if self.topology is None else frozenset(self.topology.logical().links)
         self._ops: list[_Op] = []
@@ -346,6 +347,7 @@ class Program:
             protocol=self.protocol,
             inplace=self.inplace,
             aliases=self._aliases,
+            model_timed=self.model_timed,
         )
 
     def chunk_dag(self) -> ChunkDAG:

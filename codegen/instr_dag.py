@@ -160,6 +160,24 @@ class InstrDAG:
             times[i] = own if own is not None else max((times[e.pred] for e in self.preds[i]), default=0.0)
         return tuple(times)
 
+    def holds(self, send: int) -> tuple[float, float]:
+        """When a timed transfer (``send`` and its receive) holds its connection: from the send's
+        start to halfway to its arrival. The arrival is ``alpha + bytes / bandwidth`` after the
+        start and the link is held for ``bytes / bandwidth``, which is at least that half whenever
+        ``bytes / bandwidth >= alpha``, as at the sizes schedules are timed at; so two transfers
+        one link carries one after the other never overlap here, and two it carries side by side
+        (a connection of several links, DGX-1's doubled NVLinks) do."""
+        times = self.times
+        start, arrival = times[send], times[self.instrs[send].send_match]
+        return start, (start + arrival) / 2
+
+    def overlap(self, a: int, b: int) -> bool:
+        """Whether timed transfers ``a`` and ``b`` (sends) hold their connections at once: in a
+        program timed by the Algorithm model (``ProgramInfo.model_timed``), on one connection,
+        they then ran side by side over its links."""
+        (s, e), (s2, e2) = self.holds(a), self.holds(b)
+        return s < e2 and s2 < e
+
     @cached_property
     def height(self) -> tuple[int, ...]:
         """Longest path (in edges) from each instruction to any sink: its critical path."""

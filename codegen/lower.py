@@ -15,22 +15,33 @@ the other reads (an exchange), one of them receives into scratch and is applied 
 A timed algorithm (every send has ``start_us``, as the MILP's have) passes its schedule on: each
 operation gets ``time=(start, arrival)``, the arrival ``alpha + bytes / bandwidth`` after the start
 over the logical link at the size the schedule was made for (``params["size_bytes"]``), so the
-compiler orders every threadblock as the schedule runs and keeps its pipelining.
+compiler orders every threadblock as the schedule runs and keeps its pipelining. An untimed
+algorithm on a known topology (SMT results; not baselines, whose dataflow order is already the
+model's) is timed first: its sends start when the
+Algorithm model's list schedule (:func:`synth.cost.start_times`) starts them at
+:data:`SCHEDULE_SIZE`. Without that, the compiler ordered it by dataflow depth, merged transfers of
+different steps that had equal critical-path height, and sent what the model runs in parallel over
+a multi-link connection (DGX-1's doubled NVLinks) one after the other on one threadblock.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from dataclasses import replace
 
 from codegen.dsl import Program
-from synth.algorithm import Algorithm, Send
-from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes
+from synth.algorithm import Algorithm, Provenance, Send
+from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes, start_times
 from topologies import Topology, TopologyError, load
 
 Times = Callable[[Send], tuple[float, float]] | None
 
-__all__ = ["lower_algorithm"]
+__all__ = ["SCHEDULE_SIZE", "lower_algorithm"]
+
+SCHEDULE_SIZE = 1 << 30
+"""Bytes at which an untimed algorithm is list-scheduled by the Algorithm model (large: the
+bandwidth-bound regime, where the order of transfers matters most)."""
 
 Where = tuple[str, int]
 
@@ -51,6 +62,11 @@ def lower_algorithm(
         except TopologyError:
             topology = None  # a topology file we cannot find: links were checked by verify()
     prog = Program(name or algo.name, topology, algo.collective, instances, protocol, inplace)
+    topology = prog.topology
+    untimed = any(s.start_us is None for step in algo.steps for s in step.sends)
+    if topology is not None and untimed and not algo.provenance.method.startswith("baseline"):
+        algo = _timed(algo, topology, SCHEDULE_SIZE)
+        prog.model_timed = True
     times = _schedule_times(algo, topology)
     if algo.collective.combining:
         _Combining(prog, algo, times).run()
@@ -58,6 +74,18 @@ def lower_algorithm(
         _lower_copies(prog, algo, times)
     prog.verify()
     return prog
+
+
+def _timed(algo: Algorithm, topology: Topology, size: int) -> Algorithm:
+    """``algo`` with every send's start in the Algorithm model's list schedule at ``size`` bytes."""
+    starts = iter(start_times(algo, topology, size))
+    steps = tuple(
+        replace(step, sends=tuple(replace(x, start_us=next(starts)) for x in step.sends))
+        for step in algo.steps
+    )
+    prov = algo.provenance or Provenance("model")
+    params = (*((k, v) for k, v in prov.params if k != "size_bytes"), ("size_bytes", size))
+    return replace(algo, steps=steps, provenance=replace(prov, params=params))
 
 
 def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:

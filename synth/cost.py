@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from synth.collectives import Collective
     from topologies.model import Topology
 
-__all__ = ["SCCLCost", "SimResult", "algbw_GBps", "chunk_bytes", "sccl_cost", "simulate"]
+__all__ = ["SCCLCost", "SimResult", "algbw_GBps", "chunk_bytes", "sccl_cost", "simulate", "start_times"]
 
 BYTES_PER_US_PER_GBPS = 1e3
 """1 GB/s (1e9 bytes per second) moves 1e3 bytes per microsecond."""
@@ -69,6 +69,19 @@ def simulate(algo: Algorithm, topology: Topology, size_bytes: float) -> SimResul
     has arrived; among available sends the one that can start earliest goes first (there is no
     barrier between steps, as in the runtime, where only data dependencies order transfers).
     """
+    finish = _list_schedule(algo, topology, size_bytes)[1]
+    algbw = algbw_GBps(size_bytes, finish)
+    return SimResult(size_bytes, finish, algbw, algbw * algo.collective.busbw_factor)
+
+
+def start_times(algo: Algorithm, topology: Topology, size_bytes: float) -> tuple[float, ...]:
+    """When each send starts in :func:`simulate`'s schedule at ``size_bytes`` (sends in step order),
+    so a compiler can follow the schedule the model times."""
+    return _list_schedule(algo, topology, size_bytes)[0]
+
+
+def _list_schedule(algo: Algorithm, topology: Topology, size_bytes: float) -> tuple[tuple[float, ...], float]:
+    """(start of each send in step order, finish) of :func:`simulate`'s list schedule."""
     logical = topology.logical()
     nbytes = chunk_bytes(algo.collective, size_bytes)
     sends = [(k, send) for k, step in enumerate(algo.steps) for send in step.sends]
@@ -97,6 +110,7 @@ def simulate(algo: Algorithm, topology: Topology, size_bytes: float) -> SimResul
     }
     route = [routes[(send.src, send.dst)] for _, send in sends]
     ready = [0.0] * len(sends)
+    started = [0.0] * len(sends)
 
     def earliest(i: int) -> float:
         start = ready[i]
@@ -118,6 +132,7 @@ def simulate(algo: Algorithm, topology: Topology, size_bytes: float) -> SimResul
             heapq.heapreplace(heap, (start, i))
             continue
         heapq.heappop(heap)
+        started[i] = start
         path, latency = route[i]
         for free, hold in path:
             k = min(range(len(free)), key=free.__getitem__) if len(free) > 1 else 0
@@ -131,5 +146,4 @@ def simulate(algo: Algorithm, topology: Topology, size_bytes: float) -> SimResul
             waiting[d] -= 1
             if waiting[d] == 0:
                 heapq.heappush(heap, (earliest(d), d))
-    algbw = algbw_GBps(size_bytes, finish)
-    return SimResult(size_bytes, finish, algbw, algbw * algo.collective.busbw_factor)
+    return tuple(started), finish

@@ -11,7 +11,12 @@ height is not enough (the pieces a synthesizer split a chunk into to pipeline it
 but follow each other over the link), so a run also keeps every column's times within ``window``
 (a fraction of the schedule's span) of each other. A merged op starts when its last piece is ready
 and its receiver sees no piece before the last has landed, so a wider run costs every hop after
-it the run's length; ``window`` bounds that cost. The merged instruction takes the run's latest time.
+it the run's length; ``window`` bounds that cost. Where the times are the Algorithm model's
+(``ProgramInfo.model_timed``), transfers it runs side by side (``InstrDAG.overlap``: over a
+connection of several links) are not merged either: one op moves its chunks one after the other on
+one threadblock, while apart they can take a channel each. (A MILP's times are not the model's:
+its pieces that start together on a link are merged, as before.) The merged
+instruction takes the run's latest time.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT, window: float = 
     height = dag.height
     times = dag.times
     span = window * max(times, default=0.0) if times is not None else 0.0
+    side_by_side = dag.info.model_timed
     groups: dict[tuple, list[tuple[int, ...]]] = defaultdict(list)
     for i, ins in enumerate(instrs):
         if ins.type is OpType.SEND:
@@ -105,7 +111,7 @@ def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT, window: float = 
                 fits = all(
                     max(times[x[c]] for x in (*run, m)) - min(times[x[c]] for x in (*run, m)) <= span
                     for c in range(len(m))
-                )
+                ) and (len(m) == 1 or not side_by_side or not any(dag.overlap(x[0], m[0]) for x in run))
             if fits:
                 run.append(m)
                 continue

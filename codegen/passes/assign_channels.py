@@ -10,8 +10,12 @@ threadblock would need two send peers or two receive peers, or a rank would talk
 user chose the channel, a flow also moves on rather than share a channel with a transfer the other
 way between the same ranks at the same depth when either has more calls than the FIFO holds
 (``codegen.protocols``) and is ordered together with its receive: an exchange on one channel would
-run one direction after the other. Instance ``i`` of a replicated
-program uses channels ``i * K .. i * K + K - 1`` where ``K`` is the channels one instance needs.
+run one direction after the other. In a program timed by the Algorithm model
+(``ProgramInfo.model_timed``) a flow prefers, in that order, a channel
+on whose connections nothing else runs while it does (``InstrDAG.overlap``): transfers the schedule
+runs side by side between two ranks (a connection of several links) then get a threadblock each
+instead of queueing on one. Instance ``i`` of a replicated program uses channels
+``i * K .. i * K + K - 1`` where ``K`` is the channels one instance needs.
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ def assign_channels(dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CH
     peers: dict[tuple, set] = defaultdict(set)  # (rank, inst, ch, "send"|"recv") -> peers
     local: dict[int, int] = {}
     auto = 0
+    timed = dag.info.model_timed and dag.times is not None
+    held: dict[tuple, list[int]] = defaultdict(list)  # (src, dst, inst, ch) -> timed sends on it
     for flow in sorted(members.values(), key=lambda m: pos[m[0]]):
         first = instrs[flow[0]]
         hints = {instrs[i].channel_hint for i in flow} - {None}
@@ -112,12 +118,19 @@ def assign_channels(dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CH
             start = auto % channels
             candidates = [*range(start, channels), *range(start), *range(channels, max_channels)]
             auto += 1
+            if timed:  # a connection busy while the flow's transfers run is the last resort
+                candidates.sort(
+                    key=lambda ch: any(_busy(dag, s, first.instance, ch, held) for s, _ in transfers)
+                )
         inst = first.instance
         for ch in candidates:
             if _fits(dag, transfers, pinned, inst, ch, fifo, owner, peers) and (
                 hints or not _serializes(dag, transfers, inst, ch, fifo)
             ):
                 _commit(dag, transfers, pinned, inst, ch, fifo, owner, peers)
+                if timed:
+                    for s, _ in transfers:
+                        held[(instrs[s].rank, instrs[s].send_to, inst, ch)].append(s)
                 for i in flow:
                     local[i] = ch
                 break
@@ -183,6 +196,13 @@ def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owne
                 return False
             claims[slot] = key
     return True
+
+
+def _busy(dag: InstrDAG, send: int, inst: int, ch: int, held: dict) -> bool:
+    """Whether a transfer on the connection ``send`` would use on channel ``ch`` holds it while
+    ``send`` runs (``InstrDAG.overlap``)."""
+    ins = dag.instrs[send]
+    return any(dag.overlap(send, other) for other in held.get((ins.rank, ins.send_to, inst, ch), ()))
 
 
 def _serializes(dag: InstrDAG, transfers, inst: int, ch: int, fifo: dict) -> bool:
