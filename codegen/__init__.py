@@ -8,21 +8,15 @@ The functions most callers need:
   :func:`write_ir` / :func:`save_ir` (IR -> text or file, formats in :data:`FORMATS`);
 - :func:`check_ir` / :func:`find_problems`, the static checker;
 - :class:`Program` and :func:`chunk`, the DSL; :func:`load_program` loads a DSL file.
+
+Names are imported on first use, so that a small module (:mod:`codegen.dialects`,
+:mod:`codegen.protocols`) loads alone: the command line builds its choices from them.
 """
 
-from codegen.check import Problem, check_ir, find_deadlock, find_problems
-from codegen.compiler import compile_algorithm, compile_program, run_compiler
-from codegen.dialects import DIALECTS, Dialect
-from codegen.dsl import PROTOCOLS, ChunkRef, Program, WrongSlot, chunk, current_program
-from codegen.errors import CodegenError, DslError, IRCheckError, IRFormatError, XmlFormatError
-from codegen.formats import FORMATS, load_ir, read_ir, save_ir, write_ir
-from codegen.formats.json_ir import read_ir_json, write_ir_json
-from codegen.formats.xml_reader import read_xml
-from codegen.formats.xml_writer import write_xml
-from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
-from codegen.loader import example_names, load_program
-from codegen.lower import lower_algorithm
-from codegen.passes import DEFAULT_PIPELINE, PASSES
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -68,3 +62,59 @@ __all__ = [
     "write_ir_json",
     "write_xml",
 ]
+
+_HOME = {
+    "Problem": "codegen.check",
+    "check_ir": "codegen.check",
+    "find_deadlock": "codegen.check",
+    "find_problems": "codegen.check",
+    "compile_algorithm": "codegen.compiler",
+    "compile_program": "codegen.compiler",
+    "run_compiler": "codegen.compiler",
+    "DIALECTS": "codegen.dialects",
+    "Dialect": "codegen.dialects",
+    "ChunkRef": "codegen.dsl",
+    "PROTOCOLS": "codegen.protocols",
+    "Program": "codegen.dsl",
+    "WrongSlot": "codegen.dsl",
+    "chunk": "codegen.dsl",
+    "current_program": "codegen.dsl",
+    "CodegenError": "codegen.errors",
+    "DslError": "codegen.errors",
+    "IRCheckError": "codegen.errors",
+    "IRFormatError": "codegen.errors",
+    "XmlFormatError": "codegen.errors",
+    "FORMATS": "codegen.formats",
+    "load_ir": "codegen.formats",
+    "read_ir": "codegen.formats",
+    "save_ir": "codegen.formats",
+    "write_ir": "codegen.formats",
+    "read_ir_json": "codegen.formats.json_ir",
+    "write_ir_json": "codegen.formats.json_ir",
+    "read_xml": "codegen.formats.xml_reader",
+    "write_xml": "codegen.formats.xml_writer",
+    "Buffer": "codegen.ir",
+    "Dep": "codegen.ir",
+    "Gpu": "codegen.ir",
+    "IR": "codegen.ir",
+    "Op": "codegen.ir",
+    "OpType": "codegen.ir",
+    "Ref": "codegen.ir",
+    "Threadblock": "codegen.ir",
+    "example_names": "codegen.loader",
+    "load_program": "codegen.loader",
+    "lower_algorithm": "codegen.lower",
+    "DEFAULT_PIPELINE": "codegen.passes",
+    "PASSES": "codegen.passes",
+}
+"""The module that defines each public name."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(_HOME[name]), name)
+    raise AttributeError(f"module 'codegen' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -19,19 +19,10 @@ from pathlib import Path
 
 from codegen.dsl import Program
 from codegen.errors import DslError
+from codegen.examples import EXAMPLES_PREFIX, example_names
 from topologies.errors import XcclError
 
 __all__ = ["EXAMPLES_PREFIX", "example_names", "load_program", "parse_params"]
-
-EXAMPLES_PREFIX = "example:"
-
-
-def example_names() -> list[str]:
-    """The shipped examples, by name."""
-    folder = resources.files("codegen") / "examples"
-    return sorted(
-        p.name[:-3] for p in folder.iterdir() if p.name.endswith(".py") and not p.name.startswith("_")
-    )
 
 
 def parse_params(pairs: list[str]) -> dict[str, object]:

@@ -13,9 +13,9 @@ from conftest import ROOT, assert_one_line_error
 
 from synth.baselines import make_baseline
 from synth.collectives import make_collective
+from synth.milp import synthesis as milp_synthesis
 from synth.plots import PlotError, plot_front
 from topologies import load
-from xccl.cli import synth_milp as milp_command
 from xccl.cli.main import main
 
 NVIDIA_SMI = str(ROOT / "docs" / "examples" / "nvidia-smi-topo-dgx1.txt")
@@ -144,12 +144,12 @@ def test_a_dsl_error_names_the_file_once(xccl):
 
 
 def test_milp_interrupted_writes_its_best_result_and_exits_130(tmp_path, monkeypatch, xccl):
-    synthesize = milp_command.synthesize
+    synthesize = milp_synthesis.synthesize  # the command imports it when it runs
 
     def interrupted(*args, **kwargs):  # as if Ctrl-C came during the last stage
         return dataclasses.replace(synthesize(*args, **kwargs), interrupted=True)
 
-    monkeypatch.setattr(milp_command, "synthesize", interrupted)
+    monkeypatch.setattr(milp_synthesis, "synthesize", interrupted)
     out = tmp_path / "milp.json"
     args = ("synth", "milp", "-t", "ndv2x2", "-k", "ndv2x2-relay", "-C", "allgather", "-s", "64KiB")
     proc = xccl(*args, "--chunkup", "2", "-o", str(out))

@@ -1,23 +1,17 @@
-"""Topologies: the physical graph of ranks and switches, its JSON format, families and shipped machines."""
+"""Topologies: the physical graph of ranks and switches, its JSON format, families and shipped machines.
 
+Names are imported on first use, so that importing :mod:`topologies.errors` (the root of every
+package's exceptions) loads neither networkx nor numpy: the command line starts without them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# ``automorphisms`` is also its module's name: imported here, the function wins over the submodule
+# (a lazy name would be shadowed by the submodule once anything imports it). The module is light.
 from topologies.automorphisms import automorphisms, isomorphisms
-from topologies.builders import (
-    FAMILIES,
-    fully_connected,
-    hypercube,
-    line,
-    multi_node,
-    ring,
-    star,
-    switch,
-    torus,
-)
-from topologies.errors import TopologyError, XcclError
-from topologies.io import dump_topology, load_topology_file, topology_from_dict, topology_to_dict
-from topologies.logical import CapacityConstraint, ChunkCapacity, LogicalLink, LogicalTopology, Resource
-from topologies.model import Link, Nic, Topology
-from topologies.nvidia_smi import parse_nvidia_smi_topo
-from topologies.registry import load, shipped_machines
 
 __all__ = [
     "FAMILIES",
@@ -49,3 +43,43 @@ __all__ = [
     "topology_to_dict",
     "torus",
 ]
+
+_HOME = {
+    "FAMILIES": "topologies.builders",
+    "fully_connected": "topologies.builders",
+    "hypercube": "topologies.builders",
+    "line": "topologies.builders",
+    "multi_node": "topologies.builders",
+    "ring": "topologies.builders",
+    "star": "topologies.builders",
+    "switch": "topologies.builders",
+    "torus": "topologies.builders",
+    "TopologyError": "topologies.errors",
+    "XcclError": "topologies.errors",
+    "dump_topology": "topologies.io",
+    "load_topology_file": "topologies.io",
+    "topology_from_dict": "topologies.io",
+    "topology_to_dict": "topologies.io",
+    "CapacityConstraint": "topologies.logical",
+    "ChunkCapacity": "topologies.logical",
+    "LogicalLink": "topologies.logical",
+    "LogicalTopology": "topologies.logical",
+    "Resource": "topologies.logical",
+    "Link": "topologies.model",
+    "Nic": "topologies.model",
+    "Topology": "topologies.model",
+    "parse_nvidia_smi_topo": "topologies.nvidia_smi",
+    "load": "topologies.registry",
+    "shipped_machines": "topologies.registry",
+}
+"""The module that defines each public name."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(_HOME[name]), name)
+    raise AttributeError(f"module 'topologies' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

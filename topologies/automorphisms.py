@@ -7,10 +7,12 @@ Switch vertices may be permuted too, but only the rank permutation is reported.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from networkx.algorithms.isomorphism import DiGraphMatcher
+if TYPE_CHECKING:  # both load networkx; the package imports this module eagerly (see topologies/__init__.py)
+    from networkx.algorithms.isomorphism import DiGraphMatcher
 
-from topologies.model import Topology
+    from topologies.model import Topology
 
 __all__ = ["automorphisms", "isomorphisms"]
 
@@ -18,6 +20,8 @@ Permutation = tuple[int, ...]
 
 
 def _matcher(a: Topology, b: Topology) -> DiGraphMatcher:
+    from networkx.algorithms.isomorphism import DiGraphMatcher
+
     def node_match(x: dict, y: dict) -> bool:
         return x["kind"] == y["kind"]
 

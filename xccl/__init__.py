@@ -11,22 +11,15 @@ The public API (each a thin call into its package; see :mod:`xccl.api` for examp
     xccl.bench(ir, sizes, backend)                 # nccl-tests-style table
     xccl.simulate(algorithm, topology, size)       # modeled time (event simulator)
     xccl.lower_bound(topology, collective, size)   # the time no algorithm can beat
+
+The names live in :mod:`xccl.api` and are imported on first use: ``import xccl`` (and the command
+line, a subpackage) loads no solver, graph or array library until a function is called.
 """
 
-from xccl.api import (
-    METHODS,
-    bench,
-    best_backend,
-    collective,
-    compile,
-    export,
-    lower_bound,
-    pareto,
-    run,
-    simulate,
-    synthesize,
-    topology,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "METHODS",
@@ -42,3 +35,13 @@ __all__ = [
     "synthesize",
     "topology",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("xccl.api"), name)
+    raise AttributeError(f"module 'xccl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -17,7 +17,6 @@ from codegen.formats.json_ir import read_ir_json, write_ir_json
 from codegen.formats.xml_reader import read_xml
 from codegen.formats.xml_writer import write_xml
 from codegen.ir import IR
-from topologies.io import save_text
 
 __all__ = ["FORMATS", "Format", "load_ir", "read_ir", "save_ir", "write_ir"]
 
@@ -70,4 +69,6 @@ def load_ir(path: str | Path) -> IR:
 
 
 def save_ir(ir: IR, path: str | Path, fmt: str = "azure", force: bool = False) -> Path:
+    from topologies.io import save_text  # here: topologies.io loads networkx, which listing FORMATS needs not
+
     return save_text(path, write_ir(ir, fmt), force=force, error=CodegenError)

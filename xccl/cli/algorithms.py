@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from synth.algorithm import Algorithm
-from synth.baselines import BASELINES, make_baseline
-from synth.bounds import (
-    bandwidth_time_us,
-    latency_time_us,
-    lower_bound_us,
-    rounds_per_chunk_bound,
-    steps_lower_bound,
-)
-from synth.cost import algbw_GBps, sccl_cost, simulate
 from synth.units import format_size, parse_size
-from topologies import Topology, TopologyError, load
+from xccl.cli.choices import BASELINE_NAMES
 from xccl.cli.common import add_collective_args, add_output_args, collective_from_args, topology_from_args
 from xccl.cli.output import print_json, print_table
+
+if TYPE_CHECKING:
+    from synth.algorithm import Algorithm
+    from topologies.model import Topology
 
 __all__ = ["register"]
 
@@ -26,6 +21,8 @@ DEFAULT_SIZES = ("1KiB", "1MiB", "1GiB")
 
 def algorithm_topology(algo: Algorithm, override: str | None, where: str) -> Topology:
     """The topology an algorithm file names, or the one given with --topology."""
+    from topologies import TopologyError, load
+
     if override:
         topo = load(override)
     else:
@@ -43,6 +40,8 @@ def algorithm_topology(algo: Algorithm, override: str | None, where: str) -> Top
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
+    from synth.baselines import make_baseline
+
     topo = topology_from_args(args)
     chunks = args.chunks
     if chunks is None:
@@ -59,6 +58,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from synth.algorithm import Algorithm
+
     algo = Algorithm.load(args.file)
     topo = algorithm_topology(algo, args.topology, args.file)
     algo.verify(topo)
@@ -70,6 +71,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cost_rows(algo: Algorithm, topo: Topology, sizes: list[int]) -> list[dict]:
+    from synth.bounds import lower_bound_us
+    from synth.cost import sccl_cost, simulate
+
     rows = []
     for size in sizes:
         sccl = sccl_cost(algo, topo, size)
@@ -91,6 +95,8 @@ def cost_rows(algo: Algorithm, topo: Topology, sizes: list[int]) -> list[dict]:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
+    from synth.algorithm import Algorithm
+
     algo = Algorithm.load(args.file)
     topo = algorithm_topology(algo, args.topology, args.file)
     algo.verify(topo)
@@ -129,6 +135,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
+    from synth.bounds import bandwidth_time_us, latency_time_us, rounds_per_chunk_bound, steps_lower_bound
+    from synth.cost import algbw_GBps
+
     topo = topology_from_args(args)
     coll = collective_from_args(args, topo, chunks=1)
     steps = steps_lower_bound(topo, coll)
@@ -183,7 +192,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("baseline", help="build a baseline algorithm (ring, direct, ...) and verify it")
-    p.add_argument("kind", choices=list(BASELINES), metavar="KIND", help=f"one of {', '.join(BASELINES)}")
+    p.add_argument("kind", choices=BASELINE_NAMES, metavar="KIND", help=f"one of {', '.join(BASELINE_NAMES)}")
     add_collective_args(p, chunks_default=None)
     add_output_args(p)
     p.set_defaults(func=cmd_baseline)

@@ -10,20 +10,20 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from codegen.compiler import compile_algorithm, compile_program
 from codegen.errors import DslError
-from codegen.formats import load_ir
-from codegen.ir import IR
-from codegen.loader import example_names, load_program, parse_params
-from runtime.bench import TABLE_HEADERS, BenchError, BenchReport, BenchRow, backends, bench
-from runtime.reference import REDUCTIONS, parse_dtype
-from synth.algorithm import Algorithm
+from codegen.examples import example_names
 from synth.units import format_size, parse_size, parse_size_range
-from topologies import Topology, load
 from xccl.cli.algorithms import algorithm_topology
+from xccl.cli.choices import REDUCTIONS, RUNTIME_BACKENDS
 from xccl.cli.common import input_kind
 from xccl.cli.output import print_json, print_table, progress
+
+if TYPE_CHECKING:
+    from codegen.ir import IR
+    from runtime.bench import BenchReport, BenchRow
+    from topologies.model import Topology
 
 __all__ = ["Runnable", "load_runnable", "register"]
 
@@ -49,6 +49,12 @@ def load_runnable(
 ) -> Runnable:
     """The IR in (or compiled from) ``source``; algorithms are compiled for in-place calls when
     ``inplace``. ``topology`` overrides the one the algorithm or program names."""
+    from codegen.compiler import compile_algorithm, compile_program
+    from codegen.formats import load_ir
+    from codegen.loader import load_program
+    from synth.algorithm import Algorithm
+    from topologies import load
+
     kind = input_kind(source)
     if params and kind != "program":
         what = "an IR" if kind == "ir" else "an algorithm"
@@ -79,6 +85,9 @@ def _where(inplace: bool) -> str:
 
 def _prepare(args: argparse.Namespace) -> tuple[Runnable, bool]:
     """The runnable FILE and whether the call is in place."""
+    from codegen.loader import parse_params
+    from runtime.reference import parse_dtype
+
     parse_dtype(args.dtype)
     runnable = load_runnable(args.file, parse_params(args.define), args.inplace, args.topology)
     return runnable, _placement(runnable.ir, args.inplace)
@@ -99,6 +108,8 @@ def _exit_status(report: BenchReport) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from runtime.bench import TABLE_HEADERS, BenchError, backends, bench
+
     sizes = parse_size_range(args.sizes)
     runnable, inplace = _prepare(args)
     ir = runnable.ir
@@ -152,6 +163,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from runtime.bench import bench
+
     size = parse_size(args.size)
     runnable, inplace = _prepare(args)
     ir = runnable.ir
@@ -197,7 +210,7 @@ def _common(p: argparse.ArgumentParser, choices: list[str]) -> None:
         choices=choices,
         default="numpy",
         help="runtime to execute on (default numpy): "
-        + "; ".join(f"{n}: {backends()[n].description}" for n in choices),
+        + "; ".join(f"{n}: {RUNTIME_BACKENDS[n][0]}" for n in choices),
     )
     p.add_argument(
         "--dtype",
@@ -226,7 +239,6 @@ def _common(p: argparse.ArgumentParser, choices: list[str]) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    table = backends()
     examples = ", ".join(example_names())
     p = sub.add_parser(
         "bench",
@@ -238,7 +250,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "the check of the outputs against the NumPy reference. Ctrl-C keeps the finished rows."
         ),
     )
-    _common(p, sorted(table))
+    _common(p, sorted(RUNTIME_BACKENDS))
     p.add_argument(
         "--sizes", "-s", default="1KiB:1MiB", help="LOW:HIGH[:FACTOR] or a,b,c (default 1KiB:1MiB, doubling)"
     )
@@ -251,6 +263,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="execute an IR, algorithm or DSL program once and check it against the NumPy reference",
         description=f"FILE is {FILE_HELP}; examples: {examples}.",
     )
-    _common(p, sorted(name for name, cls in table.items() if cls.checks))
+    _common(p, sorted(name for name, (_, checks) in RUNTIME_BACKENDS.items() if checks))
     p.add_argument("--size", default="1MiB", help="nccl-tests size: the larger buffer (default 1MiB)")
     p.set_defaults(func=cmd_run)

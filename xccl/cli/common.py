@@ -1,15 +1,22 @@
-"""Arguments shared by several commands, and turning them into objects."""
+"""Arguments shared by several commands, and turning them into objects.
+
+Like every ``xccl.cli`` module it imports only what building the parser needs at its top; the
+packages a command runs on are imported inside it, so ``xccl --help`` loads no solver or graph library.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codegen.errors import DslError
-from codegen.loader import EXAMPLES_PREFIX
+from codegen.examples import EXAMPLES_PREFIX
 from synth.collectives import COLLECTIVES, ROOTED, Collective, CollectiveError, make_collective
-from topologies import Topology, load
+
+if TYPE_CHECKING:
+    from topologies.model import Topology
 
 __all__ = [
     "add_collective_args",
@@ -49,6 +56,8 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
 
 
 def topology_from_args(args: argparse.Namespace) -> Topology:
+    from topologies.registry import load
+
     return load(args.topology)
 
 

@@ -6,26 +6,23 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from codegen.check import find_problems
-from codegen.compiler import run_compiler
 from codegen.dialects import DIALECTS
-from codegen.dsl import PROTOCOLS
 from codegen.errors import CodegenError, DslError
-from codegen.formats import FORMATS, load_ir, read_ir, save_ir, write_ir
-from codegen.formats.xml_reader import xml_dialect
-from codegen.ir import IR
-from codegen.loader import example_names, load_program, parse_params
-from codegen.lower import lower_algorithm
+from codegen.examples import example_names
+from codegen.formats import FORMATS
 from codegen.passes import PASSES
-from codegen.pipeline import run_pipeline
-from synth.algorithm import Algorithm
+from codegen.protocols import PROTOCOLS
 from synth.units import parse_size
 from topologies.errors import XcclError
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
 from xccl.cli.output import format_table
 from xccl.cli.solving import positive_int
+
+if TYPE_CHECKING:
+    from codegen.ir import IR
 
 __all__ = ["register"]
 
@@ -55,6 +52,14 @@ def _stderr(text: str) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from codegen.compiler import run_compiler
+    from codegen.formats import load_ir, save_ir, write_ir
+    from codegen.ir import IR
+    from codegen.loader import load_program, parse_params
+    from codegen.lower import lower_algorithm
+    from codegen.pipeline import run_pipeline
+    from synth.algorithm import Algorithm
+
     kind = input_kind(args.input)
     if kind == "ir":
         for flag, value in (
@@ -127,6 +132,10 @@ def _summary(ir: IR) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from codegen.check import find_problems
+    from codegen.formats import read_ir
+    from codegen.formats.xml_reader import xml_dialect
+
     path = Path(args.file)
     text = load_ir_text(path)
     ir = read_ir(text, str(path))

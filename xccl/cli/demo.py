@@ -18,23 +18,16 @@ import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from codegen import compile_algorithm, save_ir
-from runtime.bench import aligned_size
-from runtime.sim import simulate as simulate_ir
-from synth.algorithm import Algorithm
-from synth.baselines import make_baseline
-from synth.bounds import lower_bound_us, rounds_per_chunk_bound, steps_lower_bound
 from synth.collectives import make_collective
-from synth.cost import simulate
-from synth.milp import synthesize as milp_synthesize
-from synth.plots import plot_front, plot_times
-from synth.smt import pareto_front
 from synth.units import format_size, parse_size
-from topologies import Topology, load
 from topologies.errors import XcclError
-from xccl.api import best_backend
 from xccl.cli.output import print_table, progress
+
+if TYPE_CHECKING:
+    from synth.algorithm import Algorithm
+    from topologies.model import Topology
 
 __all__ = ["register"]
 
@@ -66,6 +59,7 @@ def _done(start: float, text: str) -> None:
 
 def _execute(ir, backend: str) -> str:
     from runtime import cupy as gpu
+    from runtime.bench import aligned_size
     from runtime.numpy import run as cpu_run
 
     size = aligned_size(ir, parse_size(RUN_SIZE), "float32")
@@ -75,6 +69,17 @@ def _execute(ir, backend: str) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from codegen import compile_algorithm, save_ir
+    from runtime.sim import simulate as simulate_ir
+    from synth.baselines import make_baseline
+    from synth.bounds import lower_bound_us, rounds_per_chunk_bound, steps_lower_bound
+    from synth.cost import simulate
+    from synth.milp import synthesize as milp_synthesize
+    from synth.plots import plot_front, plot_times
+    from synth.smt import pareto_front
+    from topologies import load
+    from xccl.api import best_backend
+
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

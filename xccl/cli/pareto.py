@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 
 from synth.collectives import COLLECTIVES, make_collective
-from synth.plots import plot_front
-from synth.report import Row, table
-from synth.smt import DEFAULT_MAX_CHUNKS, pareto_front
+from xccl.cli.choices import DEFAULT_MAX_CHUNKS
 from xccl.cli.common import topology_from_args
 from xccl.cli.output import print_table
 from xccl.cli.solving import (
@@ -25,6 +23,10 @@ __all__ = ["register"]
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
+    from synth.plots import plot_front
+    from synth.report import Row, table
+    from synth.smt import pareto_front
+
     topo = topology_from_args(args)
     name = make_collective(args.collective, topo.num_ranks, 1, args.root).name
     check_targets(args, args.plot)

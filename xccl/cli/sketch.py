@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from sketches import SketchError, load_sketch, restrict, shipped_sketches, sketch_to_dict
-from topologies import TopologyError, load
 from xccl.cli.output import print_json, print_table
 
 __all__ = ["register"]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from sketches import load_sketch, shipped_sketches
+
     rows = []
     for name in shipped_sketches():
         s = load_sketch(name)
@@ -25,6 +25,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from sketches import load_sketch, sketch_to_dict
+
     sketch = load_sketch(args.sketch)
     if args.json:
         print_json(sketch_to_dict(sketch))
@@ -40,6 +42,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from sketches import SketchError, load_sketch, restrict
+    from topologies import TopologyError, load
+
     sketch = load_sketch(args.sketch)
     if args.topology:
         topo = load(args.topology)

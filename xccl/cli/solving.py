@@ -11,11 +11,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from synth.algorithm import Algorithm
 from synth.errors import AlgorithmFormatError
-from synth.smt.outcome import Outcome
 from xccl.cli.output import progress
+
+if TYPE_CHECKING:
+    from synth.algorithm import Algorithm
+    from synth.smt.outcome import Outcome
 
 __all__ = [
     "EXIT_INTERRUPTED",

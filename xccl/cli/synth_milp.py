@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from synth.cost import algbw_GBps
-from synth.milp.pipeline import Options
-from synth.milp.solvers import BACKENDS
-from synth.milp.synthesis import SUPPORTED, synthesize
 from synth.units import format_size, parse_size
 from topologies.errors import XcclError
+from xccl.cli.choices import MILP_COLLECTIVES, MILP_SOLVERS
 from xccl.cli.common import topology_from_args
 from xccl.cli.output import progress
 from xccl.cli.solving import EXIT_INTERRUPTED
@@ -22,6 +19,10 @@ class _ArgumentError(XcclError):
 
 
 def cmd_milp(args: argparse.Namespace) -> int:
+    from synth.cost import algbw_GBps
+    from synth.milp.pipeline import Options
+    from synth.milp.synthesis import synthesize
+
     if args.time_limit <= 0:
         raise _ArgumentError(f"--time-limit: expected seconds > 0, got {args.time_limit:g}")
     if args.threads < 1:
@@ -74,7 +75,12 @@ def register(methods: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", "-t", required=True, help="shipped machine (ndv2x2), family or JSON file")
     p.add_argument("--sketch", "-k", required=True, help="shipped sketch name (ndv2x2-relay) or JSON file")
     p.add_argument(
-        "--collective", "-C", required=True, choices=SUPPORTED, metavar="COLL", help=", ".join(SUPPORTED)
+        "--collective",
+        "-C",
+        required=True,
+        choices=MILP_COLLECTIVES,
+        metavar="COLL",
+        help=", ".join(MILP_COLLECTIVES),
     )
     p.add_argument("--root", type=int, default=None, help="root of broadcast/reduce (default 0)")
     p.add_argument(
@@ -84,7 +90,7 @@ def register(methods: argparse._SubParsersAction) -> None:
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.add_argument(
         "--solver",
-        choices=list(BACKENDS),
+        choices=MILP_SOLVERS,
         default=None,
         help="MILP back end (default: first available: highs)",
     )

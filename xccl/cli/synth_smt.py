@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from synth.smt import ALLREDUCE_METHODS, build_model, least_steps, solve_instance
-from synth.smt.synthesizer import check_allreduce, check_instance
-from topologies.io import save_text
+from xccl.cli.choices import ALLREDUCE_METHODS
 from xccl.cli.common import add_collective_args, collective_from_args, topology_from_args
 from xccl.cli.solving import (
     EXIT_INTERRUPTED,
@@ -40,6 +38,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_instance(args: argparse.Namespace) -> int:
+    from synth.smt import build_model, solve_instance
+    from synth.smt.synthesizer import check_allreduce, check_instance
+    from topologies.io import save_text
+
     topo = topology_from_args(args)
     coll = collective_from_args(args, topo)
     rounds = args.steps if args.rounds is None else args.rounds
@@ -69,6 +71,9 @@ def cmd_instance(args: argparse.Namespace) -> int:
 
 
 def cmd_least_steps(args: argparse.Namespace) -> int:
+    from synth.smt import least_steps
+    from synth.smt.synthesizer import check_allreduce
+
     topo = topology_from_args(args)
     coll = collective_from_args(args, topo)
     check_allreduce(coll, args.allreduce)

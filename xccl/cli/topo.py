@@ -6,20 +6,13 @@ import argparse
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from topologies import (
-    FAMILIES,
-    Topology,
-    TopologyError,
-    dump_topology,
-    load,
-    load_topology_file,
-    parse_nvidia_smi_topo,
-    shipped_machines,
-    topology_to_dict,
-)
-from topologies.io import save_text
+from topologies.errors import TopologyError
 from xccl.cli.output import print_json, print_table
+
+if TYPE_CHECKING:
+    from topologies.model import Topology
 
 __all__ = ["register"]
 
@@ -37,6 +30,8 @@ def _summary_row(topo: Topology) -> list:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from topologies import FAMILIES, load, shipped_machines, topology_to_dict
+
     machines = [load(name) for name in shipped_machines()]
     if args.json:
         print_json(
@@ -74,6 +69,8 @@ def _show(topo: Topology) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from topologies import dump_topology, load
+
     topo = load(args.name)
     if args.json:
         print(dump_topology(topo), end="")
@@ -83,6 +80,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from topologies import load_topology_file
+
     topo = load_topology_file(args.file)
     print(
         f"{args.file}: ok: {topo.name}, {topo.num_ranks} ranks, {topo.num_machines} machine(s), "
@@ -92,6 +91,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
+    from topologies import dump_topology, parse_nvidia_smi_topo
+    from topologies.io import save_text
+
     if args.file:
         path = Path(args.file)
         try:
