@@ -1,5 +1,6 @@
-"""The IRs the GPU executor must run with 8 ranks: every codegen example and every baseline kind on
-the collectives it applies to, compiled (shared by the GPU tests and the CPU emulation tests)."""
+"""The IRs the GPU executor must run with 8 ranks: every codegen example, every baseline kind on
+the collectives it applies to, and SMT-synthesized DGX-1 algorithms (compiled on the timed path:
+several channels, unfused sends and receives), shared by the GPU tests and the CPU emulation tests."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ from codegen import compile_algorithm, compile_program, example_names, load_prog
 from codegen.ir import IR
 from synth.baselines import BASELINES, applies, make_baseline
 from synth.collectives import COLLECTIVES, ROOTED, make_collective
+from synth.smt import solve_instance
 from topologies import Link, Nic, Topology, load, multi_node
 
-__all__ = ["eight_rank_irs", "two_by_four"]
+__all__ = ["SYNTHESIZED", "eight_rank_irs", "two_by_four"]
+
+SYNTHESIZED = (("allgather", 2, 3, 2), ("allgather", 3, 7, 6), ("alltoall", 3, 3, 1), ("allreduce", 4, 6, 16))
+"""DGX-1 instances (collective, S, R, C), all satisfiable: SCCL's allgather front, the fewest-steps
+alltoall, the fastest allreduce of its front (C counts chunks per rank of the allreduce)."""
 
 
 def two_by_four() -> Topology:
@@ -51,4 +57,8 @@ def eight_rank_irs() -> tuple[tuple[str, IR], ...]:
                 chunks *= 8
             algo = make_baseline(kind, topo, make_collective(coll, 8, chunks, 1 if coll in ROOTED else None))
             cases.append((f"{kind}:{coll}", compile_algorithm(algo, topo)))
+    dgx1 = load("dgx1")
+    for coll, steps, rounds, chunks in SYNTHESIZED:
+        outcome = solve_instance(dgx1, make_collective(coll, 8, chunks), steps, rounds)
+        cases.append((f"smt:{coll}-s{steps}-r{rounds}-c{chunks}", compile_algorithm(outcome.algorithm, dgx1)))
     return tuple(cases)
