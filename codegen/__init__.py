@@ -15,8 +15,7 @@ Names are imported on first use, so that a small module (:mod:`codegen.dialects`
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from topologies.lazy import lazy_exports
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -110,11 +109,4 @@ _HOME = {
 """The module that defines each public name."""
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(_HOME[name]), name)
-    raise AttributeError(f"module 'codegen' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _HOME)

@@ -6,12 +6,10 @@ package's exceptions) loads neither networkx nor numpy: the command line starts 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 # ``automorphisms`` is also its module's name: imported here, the function wins over the submodule
 # (a lazy name would be shadowed by the submodule once anything imports it). The module is light.
 from topologies.automorphisms import automorphisms, isomorphisms
+from topologies.lazy import lazy_exports
 
 __all__ = [
     "FAMILIES",
@@ -75,11 +73,4 @@ _HOME = {
 """The module that defines each public name."""
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(_HOME[name]), name)
-    raise AttributeError(f"module 'topologies' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _HOME)

@@ -18,8 +18,7 @@ line, a subpackage) loads no solver, graph or array library until a function is 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from topologies.lazy import lazy_exports
 
 __all__ = [
     "METHODS",
@@ -37,11 +36,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module("xccl.api"), name)
-    raise AttributeError(f"module 'xccl' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, "xccl.api"))

@@ -9,8 +9,7 @@ they are fast. Names are imported on first use, so that listing solver back ends
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from topologies.lazy import lazy_exports
 
 __all__ = [
     "BACKENDS",
@@ -35,7 +34,4 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(_HOME[name]), name)
-    raise AttributeError(f"module 'synth.milp' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _HOME)
