@@ -19,7 +19,7 @@ import numpy as np
 from codegen.compiler import compile_algorithm, compile_program
 from codegen.ir import IR
 from codegen.loader import example_names, load_program
-from synth.baselines import BASELINES, BaselineError, applies, make_baseline
+from synth.baselines import BASELINES, BaselineError, applies, default_chunks, make_baseline
 from synth.collectives import COLLECTIVES, make_collective
 from topologies import load
 
@@ -83,11 +83,6 @@ class Call:
     tile_bytes: int | None
 
 
-def _chunks(kind: str, coll: str, n: int) -> int:
-    c = n if coll == "allreduce" else 1
-    return 2 * c if kind == "bidir-ring" else c
-
-
 @cache
 def _compile(case: Case) -> IR:
     if case.kind.startswith("example:"):
@@ -95,7 +90,7 @@ def _compile(case: Case) -> IR:
         return compile_program(load_program(case.kind, params))
     topo = load(case.topology)
     coll = make_collective(
-        case.collective, topo.num_ranks, _chunks(case.kind, case.collective, topo.num_ranks)
+        case.collective, topo.num_ranks, default_chunks(case.kind, case.collective, topo.num_ranks)
     )
     algo = make_baseline(case.kind, topo, coll)
     return compile_algorithm(algo, topo, inplace=case.inplace, instances=case.instances)
@@ -125,7 +120,9 @@ def baseline_cases(topologies: tuple[str, ...] = TOPOLOGIES) -> list[Case]:
                     continue
                 try:
                     make_baseline(
-                        kind, topo, make_collective(coll, topo.num_ranks, _chunks(kind, coll, topo.num_ranks))
+                        kind,
+                        topo,
+                        make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks)),
                     )
                 except BaselineError:
                     continue

@@ -8,7 +8,7 @@ from functools import cache
 
 from codegen import compile_algorithm, compile_program, example_names, load_program
 from codegen.ir import IR
-from synth.baselines import BASELINES, applies, make_baseline
+from synth.baselines import BASELINES, applies, default_chunks, make_baseline
 from synth.collectives import COLLECTIVES, ROOTED, make_collective
 from synth.smt import solve_instance
 from topologies import Link, Nic, Topology, load, multi_node
@@ -52,9 +52,7 @@ def eight_rank_irs() -> tuple[tuple[str, IR], ...]:
         for coll in COLLECTIVES:
             if not applies(kind, coll):
                 continue
-            chunks = 2 if kind == "bidir-ring" else 1
-            if coll == "allreduce":
-                chunks *= 8
+            chunks = default_chunks(kind, coll, 8)
             algo = make_baseline(kind, topo, make_collective(coll, 8, chunks, 1 if coll in ROOTED else None))
             cases.append((f"{kind}:{coll}", compile_algorithm(algo, topo)))
     dgx1 = load("dgx1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import topologies as T
-from synth.baselines import BASELINES, BaselineError, applies, make_baseline
+from synth.baselines import BASELINES, BaselineError, applies, default_chunks, make_baseline
 from synth.collectives import COLLECTIVES, make_collective
 
 SUPPORTED = {
@@ -62,11 +62,6 @@ SUPPORTED = {
 }
 
 
-def _chunks(kind: str, coll: str, n: int) -> int:
-    base = 2 if kind == "bidir-ring" else 1
-    return base * n if coll == "allreduce" else base
-
-
 CASES = [
     (kind, name, coll)
     for kind in BASELINES
@@ -86,7 +81,7 @@ def test_baseline_verifies(kind, name, coll):
         make_collective(
             coll,
             n,
-            _chunks(kind, coll, n),
+            default_chunks(kind, coll, n),
             root=1 if coll in ("broadcast", "reduce", "gather", "scatter") else None,
         ),
     )
@@ -118,7 +113,9 @@ def test_unsupported_topologies_are_clear_errors(kind, name, why):
     topo = T.load(name)
     coll = "broadcast" if kind == "binomial-tree" else "allgather"
     with pytest.raises(BaselineError, match=f"baseline {kind}.*{why}"):
-        make_baseline(kind, topo, make_collective(coll, topo.num_ranks, _chunks(kind, coll, topo.num_ranks)))
+        make_baseline(
+            kind, topo, make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks))
+        )
 
 
 def test_ring_allreduce_step_count():

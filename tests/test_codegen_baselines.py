@@ -12,16 +12,11 @@ from msccl_xml_rules import violations
 from codegen.compiler import compile_algorithm
 from codegen.dialects import DIALECTS
 from codegen.formats import read_ir, write_ir
-from synth.baselines import BASELINES, BaselineError, applies, make_baseline
+from synth.baselines import BASELINES, BaselineError, applies, default_chunks, make_baseline
 from synth.collectives import COLLECTIVES, make_collective
 from topologies import load
 
 TOPOLOGIES = ("ring:4", "dgx1", "ndv2x2", "hypercube:3", "fully-connected:4", "star:5", "line:4")
-
-
-def _chunks(kind: str, coll: str, n: int) -> int:
-    c = n if coll == "allreduce" else 1
-    return 2 * c if kind == "bidir-ring" else c
 
 
 @cache
@@ -35,7 +30,9 @@ def _cases() -> tuple[tuple[str, str, str], ...]:
                     continue
                 try:
                     make_baseline(
-                        kind, topo, make_collective(coll, topo.num_ranks, _chunks(kind, coll, topo.num_ranks))
+                        kind,
+                        topo,
+                        make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks)),
                     )
                 except BaselineError:
                     continue
@@ -46,7 +43,7 @@ def _cases() -> tuple[tuple[str, str, str], ...]:
 def _algo(name: str, kind: str, coll: str):
     topo = load(name)
     return make_baseline(
-        kind, topo, make_collective(coll, topo.num_ranks, _chunks(kind, coll, topo.num_ranks))
+        kind, topo, make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks))
     ), topo
 
 

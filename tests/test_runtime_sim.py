@@ -8,7 +8,7 @@ from codegen.compiler import compile_algorithm
 from runtime import samples
 from runtime.errors import DeadlockError, ExecutionError
 from runtime.sim import simulate
-from synth.baselines import make_baseline
+from synth.baselines import default_chunks, make_baseline
 from synth.collectives import make_collective
 from synth.cost import simulate as simulate_algorithm
 from topologies import load
@@ -107,7 +107,7 @@ def test_agrees_with_the_algorithm_simulator_on_compiled_baselines(kind, coll, t
     schedule it came from, within 5%, from latency- to bandwidth-bound sizes."""
     topo = load(topology)
     n = topo.num_ranks
-    chunks = (n if coll == "allreduce" else 1) * (2 if kind == "bidir-ring" else 1)
+    chunks = default_chunks(kind, coll, n)
     algo = make_baseline(kind, topo, make_collective(coll, n, chunks))
     for inplace in (False, True):
         ir = compile_algorithm(algo, topo, inplace=inplace)

@@ -22,7 +22,7 @@ from codegen import compile_algorithm, compile_program, load_ir, save_ir
 from codegen.dsl import Program
 from codegen.ir import IR
 from synth.algorithm import Algorithm
-from synth.baselines import BASELINES, make_baseline
+from synth.baselines import BASELINES, default_chunks, make_baseline
 from synth.bounds import lower_bound_us
 from synth.collectives import Collective, CollectiveError, make_collective
 from synth.cost import SimResult
@@ -120,10 +120,8 @@ def synthesize(
             raise CollectiveError(f"chunkup: expected an integer >= 1, got {chunkup!r}")
         return _milp(topo, collective, root, sketch, size, chunkup, time_limit_s, solver)
     if method in BASELINES:
-        default = 2 if method == "bidir-ring" else 1
         name = collective.name if isinstance(collective, Collective) else collective
-        if chunks is None and name == "allreduce":
-            default *= topo.num_ranks
+        default = default_chunks(method, name, topo.num_ranks)
         coll = _collective_for(collective, topo, chunks or default, root)
         return make_baseline(method, topo, coll)
     raise CollectiveError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")

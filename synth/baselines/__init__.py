@@ -18,7 +18,7 @@ from synth.baselines.trees import binomial_tree, recursive_doubling
 from synth.collectives import Collective, make_collective
 from topologies.model import Topology
 
-__all__ = ["BASELINES", "BaselineError", "hamiltonian_cycle", "make_baseline"]
+__all__ = ["BASELINES", "BaselineError", "default_chunks", "hamiltonian_cycle", "make_baseline"]
 
 Builder = Callable[[Topology, Collective], Algorithm]
 
@@ -43,6 +43,14 @@ def applies(kind: str, collective_name: str) -> bool:
     if collective_name == "reduce":
         return "broadcast" in direct_set
     return collective_name in direct_set
+
+
+def default_chunks(kind: str, collective_name: str, num_ranks: int) -> int:
+    """Chunks per rank a baseline is built with unless told otherwise: one per rank's piece (an
+    allreduce splits each rank's buffer in ``num_ranks`` so it can reduce-scatter), twice that for
+    the bidirectional ring, which sends half of each piece each way."""
+    pieces = num_ranks if collective_name == "allreduce" else 1
+    return 2 * pieces if kind == "bidir-ring" else pieces
 
 
 def make_baseline(kind: str, topology: Topology, collective: Collective) -> Algorithm:

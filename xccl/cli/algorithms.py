@@ -40,14 +40,12 @@ def algorithm_topology(algo: Algorithm, override: str | None, where: str) -> Top
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from synth.baselines import make_baseline
+    from synth.baselines import default_chunks, make_baseline
 
     topo = topology_from_args(args)
     chunks = args.chunks
     if chunks is None:
-        chunks = topo.num_ranks if args.collective == "allreduce" else 1
-        if args.kind == "bidir-ring":
-            chunks *= 2
+        chunks = default_chunks(args.kind, args.collective, topo.num_ranks)
     algo = make_baseline(args.kind, topo, collective_from_args(args, topo, chunks))
     if args.output:
         algo.save(args.output, force=args.force)
