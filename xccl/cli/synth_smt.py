@@ -99,7 +99,6 @@ def cmd_least_steps(args: argparse.Namespace) -> int:
     print(result.message())
     if result.algorithm is not None:
         save_algorithms([result.algorithm], args)
-        return 0
     return 0 if result.proven else EXIT_OPEN
 
 
