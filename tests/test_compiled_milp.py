@@ -1,6 +1,10 @@
-"""A compiled MILP schedule runs as the MILP planned it: the IR simulator (``runtime.sim``) within
-10% of the Algorithm model (``synth.cost.simulate``) at the size it was synthesized for, and the
-IR still passes the static checker and computes its collective."""
+"""A compiled MILP schedule runs as the MILP planned it: the IR simulator (``runtime.sim``) close
+to the Algorithm model (``synth.cost.simulate``) at the size it was synthesized for, and the IR
+still passes the static checker and computes its collective.
+
+The bounds are what the compiler reaches (``benchmarks/RESULTS.md``, "Compiled MILP schedules"):
+NDv2 x2 1.02x and DGX-A100 x2 1.00x the model; DGX-2 x2 1.26x, where head-of-line blocking in
+threadblocks and aggregated relays remain (see there)."""
 
 from __future__ import annotations
 
@@ -10,29 +14,34 @@ from codegen.check import check_ir
 from codegen.compiler import compile_algorithm
 from runtime.numpy import run
 from runtime.sim import simulate as simulate_ir
-from synth.cost import simulate
 from synth.milp import synthesize
 from topologies import load
 
 SIZE = 1 << 30
 
+CASES = {
+    # topology: (shipped sketch, largest compiled / model time at SIZE)
+    "ndv2x2": ("ndv2x2-relay", 1.05),
+    "dgx-a100x2": ("dgx-a100x2-direct", 1.05),
+    "dgx2x2": ("dgx2x2-relay", 1.30),
+}
 
-@pytest.fixture(scope="module")
-def ndv2x2_allgather():
-    topo = load("ndv2x2")
-    algo = synthesize(topo, "allgather", "ndv2x2-relay", SIZE).algorithm
-    return topo, algo, compile_algorithm(algo, topo)
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def compiled_allgather(request):
+    topo = load(request.param)
+    result = synthesize(topo, "allgather", CASES[request.param][0], SIZE)
+    return topo, result, compile_algorithm(result.algorithm, topo), CASES[request.param][1]
 
 
-def test_compiled_schedule_keeps_the_models_time(ndv2x2_allgather):
-    topo, algo, ir = ndv2x2_allgather
-    model = simulate(algo, topo, SIZE).time_us
+def test_compiled_schedule_keeps_the_models_time(compiled_allgather):
+    topo, result, ir, bound = compiled_allgather
+    model = result.makespan_us  # synth.cost.simulate's time of the algorithm (10 s on DGX-2 x2 to redo)
     compiled = simulate_ir(ir, topo, SIZE).time_us
-    assert compiled <= 1.10 * model, f"compiled {compiled:.0f} us vs model {model:.0f} us"
+    assert compiled <= bound * model, f"{topo.name}: compiled {compiled:.0f} us vs model {model:.0f} us"
 
 
-def test_compiled_schedule_is_checked_and_correct(ndv2x2_allgather):
-    _, _, ir = ndv2x2_allgather
+def test_compiled_schedule_is_checked_and_correct(compiled_allgather):
+    _, _, ir, _ = compiled_allgather
     check_ir(ir, "azure")
     assert run(ir, ir.nchunksperloop * 4 * 3, "int32").checked
-
