@@ -30,6 +30,23 @@ def cli():
     return run_cli
 
 
+@pytest.fixture
+def xccl(capsys):
+    """``xccl ARGS`` in this process (no interpreter start-up), as a completed process: for the many
+    error cases, where start-up would dominate."""
+    from xccl.cli.main import main
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+    return run
+
+
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
     """Exit 2, one line on stderr, no traceback, and the line names what it should."""
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)

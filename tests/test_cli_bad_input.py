@@ -4,7 +4,6 @@ solving starts, and with nothing of theirs overwritten (found by a sweep over ev
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from fractions import Fraction
 from pathlib import Path
 
@@ -16,24 +15,9 @@ from synth.collectives import make_collective
 from synth.milp import synthesis as milp_synthesis
 from synth.plots import PlotError, plot_front
 from topologies import load
-from xccl.cli.main import main
 
 NVIDIA_SMI = str(ROOT / "docs" / "examples" / "nvidia-smi-topo-dgx1.txt")
 
-
-@pytest.fixture
-def xccl(capsys):
-    """``xccl ARGS`` in this process (no interpreter start-up), as a completed process."""
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        try:
-            code = main(list(args))
-        except SystemExit as exc:
-            code = exc.code
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-    return run
 
 
 @pytest.fixture

@@ -2,30 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 
-import pytest
 from conftest import assert_one_line_error
 from test_xml_format import MSCCL_TOOLS_STYLE
 
 from codegen.formats import load_ir
-from xccl.cli.main import main
-
-
-@pytest.fixture
-def xccl(capsys):
-    """``xccl ARGS`` in this process (no interpreter start-up): for the many error cases."""
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        try:
-            code = main(list(args))
-        except SystemExit as exc:
-            code = exc.code
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-    return run
 
 
 def test_compile_an_example_and_check_it(tmp_path, cli):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 from conftest import assert_one_line_error
@@ -14,22 +13,6 @@ from runtime.bench import TABLE_HEADERS
 from synth.algorithm import Algorithm
 from synth.cost import simulate as simulate_algorithm
 from topologies import load
-from xccl.cli.main import main
-
-
-@pytest.fixture
-def xccl(capsys):
-    """``xccl ARGS`` in this process (no interpreter start-up): for the many error cases."""
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        try:
-            code = main(list(args))
-        except SystemExit as exc:
-            code = exc.code
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-    return run
 
 
 def _rows(stdout: str) -> list[list[str]]:
