@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from synth.collectives import COLLECTIVES, make_collective
 from xccl.cli.choices import DEFAULT_MAX_CHUNKS
-from xccl.cli.common import topology_from_args
+from xccl.cli.common import add_collective_args, collective_from_args, topology_from_args
 from xccl.cli.output import print_table
 from xccl.cli.solving import (
     EXIT_INTERRUPTED,
@@ -28,7 +27,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     from synth.smt import pareto_front
 
     topo = topology_from_args(args)
-    name = make_collective(args.collective, topo.num_ranks, 1, args.root).name
+    name = collective_from_args(args, topo, 1).name  # validates the name and --root
     check_targets(args, args.plot)
     show = Progress()
     front = pareto_front(
@@ -91,18 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="exit status: 0 done, 1 some instance timed out, 2 bad input, 130 interrupted "
         "(the algorithms found so far are still written)",
     )
-    p.add_argument(
-        "--topology", "-t", required=True, help="shipped machine, variant, family (ring:8) or JSON file"
-    )
-    p.add_argument(
-        "--collective",
-        "-C",
-        required=True,
-        choices=COLLECTIVES,
-        metavar="COLL",
-        help=f"one of {', '.join(COLLECTIVES)}",
-    )
-    p.add_argument("--root", type=int, default=None, help="root rank of rooted collectives (default 0)")
+    add_collective_args(p, chunks=False)
     p.add_argument(
         "--max-chunks",
         type=positive_int,
