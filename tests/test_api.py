@@ -115,3 +115,10 @@ def test_milp_takes_chunkup_not_chunks():
         xccl.synthesize("ndv2x2", "allgather", "milp", sketch="ndv2x2-relay", chunkup=0)
     algo = xccl.synthesize("ndv2x2", "allgather", "milp", sketch="ndv2x2-relay", size="1MiB", chunkup=2)
     assert algo.chunks == 2
+
+
+def test_every_call_takes_a_topology_dict():
+    pair = {"name": "pair", "ranks": 2, "links": [{"src": 0, "dst": 1, "bandwidth_GBps": 25, "alpha_us": 1}]}
+    algo = xccl.synthesize(pair, "allgather")
+    assert algo.num_steps == 1
+    assert xccl.lower_bound(pair, "allgather", "25MB") <= xccl.simulate(algo, pair, "25MB").time_us

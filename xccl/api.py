@@ -59,9 +59,14 @@ def topology(name_or_path: str | Path | dict | Topology) -> Topology:
     >>> topology(pair).num_ranks
     2
     """
-    if isinstance(name_or_path, dict):
-        return topology_from_dict(name_or_path, where=f"<topology {name_or_path.get('name', '?')}>")
-    return load(name_or_path)
+    return _load(name_or_path)
+
+
+def _load(given: str | Path | Topology | dict) -> Topology:
+    """What every call accepts where a topology goes: a name, a file, a Topology or a dict."""
+    if isinstance(given, dict):
+        return topology_from_dict(given, where=f"<topology {given.get('name', '?')}>")
+    return load(given)
 
 
 def collective(
@@ -110,7 +115,7 @@ def synthesize(
     >>> synthesize("ring:4", "allgather", "ring").provenance.method
     'baseline:ring'
     """
-    topo = load(topology)
+    topo = _load(topology)
     if method == "smt":
         return _smt(topo, collective, chunks or 1, root, steps, rounds, time_limit_s)
     if method == "milp":
@@ -190,7 +195,7 @@ def pareto(
     from synth.smt import DEFAULT_MAX_CHUNKS, pareto_front
 
     return pareto_front(
-        load(topology),
+        _load(topology),
         collective,
         root=root,
         max_chunks=max_chunks or DEFAULT_MAX_CHUNKS,
@@ -216,7 +221,7 @@ def compile(
     """
     if isinstance(source, Program):
         return compile_program(source, instances=instances, protocol=protocol, dialect=dialect)
-    topo = load(topology) if topology is not None else None
+    topo = _load(topology) if topology is not None else None
     return compile_algorithm(
         source, topo, inplace=inplace, instances=instances, protocol=protocol, dialect=dialect
     )
@@ -324,7 +329,7 @@ def bench(
     chosen = best_backend() if backend == "auto" else backend
     listed = parse_size_range(sizes) if isinstance(sizes, str) else list(sizes)
     aligned = [aligned_size(ir, s, dtype) for s in listed]
-    topo = load(topology) if topology is not None else None
+    topo = _load(topology) if topology is not None else None
     place = (not ir.outofplace) if inplace is None else inplace
     return run_bench(
         ir,
@@ -348,7 +353,7 @@ def lower_bound(
     >>> round(lower_bound("ring:4", "allgather", "1MiB"), 2)  # 3/4 MiB over 2 links of 25 GB/s
     15.73
     """
-    topo = load(topology)
+    topo = _load(topology)
     return lower_bound_us(topo, _collective_for(collective, topo, 1, None), parse_size(size))
 
 
@@ -366,9 +371,9 @@ def simulate(
 
     if topology is None:
         try:
-            topology = load(algorithm.topology)
+            topology = _load(algorithm.topology)
         except TopologyError:
             raise TopologyError(
                 f"{algorithm.name}: topology {algorithm.topology!r} is not shipped; pass topology=(its file)"
             ) from None
-    return simulate_algorithm(algorithm, load(topology), parse_size(size))
+    return simulate_algorithm(algorithm, _load(topology), parse_size(size))
