@@ -12,32 +12,17 @@ from msccl_xml_rules import violations
 from codegen.compiler import compile_algorithm
 from codegen.dialects import DIALECTS
 from codegen.formats import read_ir, write_ir
-from synth.baselines import BASELINES, BaselineError, applies, default_chunks, make_baseline
+from runtime.suite import baseline_cases
+from synth.baselines import BASELINES, default_chunks, make_baseline
 from synth.collectives import COLLECTIVES, make_collective
 from topologies import load
-
-TOPOLOGIES = ("ring:4", "dgx1", "ndv2x2", "hypercube:3", "fully-connected:4", "star:5", "line:4")
 
 
 @cache
 def _cases() -> tuple[tuple[str, str, str], ...]:
-    out = []
-    for name in TOPOLOGIES:
-        topo = load(name)
-        for kind in BASELINES:
-            for coll in COLLECTIVES:
-                if not applies(kind, coll):
-                    continue
-                try:
-                    make_baseline(
-                        kind,
-                        topo,
-                        make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks)),
-                    )
-                except BaselineError:
-                    continue
-                out.append((name, kind, coll))
-    return tuple(out)
+    """(topology, kind, collective) for every baseline that builds on the suite's topologies (the
+    runtime suite's list, out of place: one case per schedule)."""
+    return tuple((c.topology, c.kind, c.collective) for c in baseline_cases() if not c.inplace)
 
 
 def _algo(name: str, kind: str, coll: str):

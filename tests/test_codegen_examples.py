@@ -13,15 +13,9 @@ from codegen.dialects import DIALECTS
 from codegen.examples import ring_allreduce
 from codegen.formats import read_ir, write_ir
 from codegen.loader import example_names, load_program
+from runtime.suite import EXAMPLE_PARAMS
 
-SMALL = {
-    "ring_allreduce": {"num_ranks": 6},
-    "allpairs_allreduce": {"num_ranks": 4},
-    "recursive_doubling_allgather": {"num_ranks": 8, "chunks": 2},
-    "binomial_tree_broadcast": {"num_ranks": 5, "chunks": 2},
-    "hierarchical_allreduce": {"topology": "dgx-a100x2"},
-    "two_step_alltoall": {"topology": "dgx-a100x2"},
-}
+SMALL = EXAMPLE_PARAMS
 
 
 def test_every_example_is_covered():
