@@ -1,16 +1,23 @@
-# The two commands of the README. Each creates .venv on first use and installs the project into it.
+# The two commands of the README. Each creates .venv on first use and installs the project into it,
+# every dependency at the version constraints.txt pins (written by pip-compile: `make lock`).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK := constraints.txt
+LATEST := .venv-latest
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-latest lock lint bench clean
 
-$(STAMP): pyproject.toml
+define need_python
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "xccl-synth needs Python 3.11 or newer (found " + sys.version.split()[0] + "); run: make PYTHON=python3.11 ...")'
+endef
+
+$(STAMP): pyproject.toml $(LOCK)
+	$(need_python)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip setuptools wheel
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) --no-build-isolation -e '.[dev]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -19,6 +26,22 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# Not in CI: the suite on the newest versions pyproject allows, in a venv of its own, so that a new
+# release that breaks us is seen here before a user installs it.
+test-latest:
+	$(need_python)
+	@test -x $(LATEST)/bin/python || $(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
+	$(LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade --upgrade-strategy eager --no-build-isolation -e '.[dev]'
+	$(LATEST)/bin/python -m pip freeze --exclude-editable > $(LATEST)/versions.txt
+	$(LATEST)/bin/python -m pytest
+
+# Re-resolve every pin to the newest version pyproject.toml and constraints.in allow.
+lock: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip-tools
+	$(BIN)/pip-compile --quiet --upgrade --strip-extras --allow-unsafe --extra dev --no-emit-index-url \
+		--no-emit-find-links --output-file $(LOCK) pyproject.toml constraints.in
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
@@ -26,4 +49,4 @@ bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(LATEST) build *.egg-info .pytest_cache
