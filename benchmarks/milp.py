@@ -16,13 +16,13 @@ import argparse
 import sys
 import time
 
+from common.units import format_size, parse_size
 from sketches import load_sketch, shipped_sketches
 from synth.baselines import make_baseline
 from synth.bounds import lower_bound_us
 from synth.collectives import make_collective
 from synth.cost import algbw_GBps, simulate
 from synth.milp import Options, synthesize
-from synth.units import format_size, parse_size
 from topologies import load
 from xccl.cli.output import print_table, progress
 

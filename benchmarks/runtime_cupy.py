@@ -16,10 +16,10 @@ import statistics
 import sys
 
 from codegen import compile_algorithm
+from common.units import format_size, parse_size_range
 from runtime import samples
 from synth.baselines import make_baseline
 from synth.collectives import make_collective
-from synth.units import format_size, parse_size_range
 from topologies import load
 from xccl.cli.output import print_table, progress
 

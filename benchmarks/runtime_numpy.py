@@ -29,11 +29,11 @@ import numpy as np
 
 from codegen.compiler import compile_algorithm
 from codegen.ir import IR
+from common.units import format_size, parse_size
 from runtime.numpy import NumpyExecutor
 from runtime.reference import check_outputs, make_inputs, reference
 from synth.baselines import make_baseline
 from synth.collectives import make_collective
-from synth.units import format_size, parse_size
 from topologies import load
 from xccl.cli.output import print_table, progress
 

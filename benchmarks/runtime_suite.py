@@ -16,9 +16,9 @@ import sys
 import time
 from collections import defaultdict
 
+from common.errors import XcclError
 from runtime.numpy import run
 from runtime.suite import baseline_cases, calls, example_cases
-from topologies.errors import XcclError
 from xccl.cli.output import print_table, progress
 
 

@@ -15,7 +15,7 @@ Names are imported on first use, so that a small module (:mod:`codegen.dialects`
 
 from __future__ import annotations
 
-from topologies.lazy import lazy_exports
+from common.lazy import lazy_exports
 
 __all__ = [
     "DEFAULT_PIPELINE",

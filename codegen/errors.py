@@ -1,12 +1,12 @@
 """Errors of code generation: bad DSL programs, IRs the runtimes would reject, malformed files.
 
-All derive from :class:`topologies.errors.XcclError`, so the command line prints them on one line
+All derive from :class:`common.errors.XcclError`, so the command line prints them on one line
 and exits with status 2. Messages name the file or program, the field or op, and what was expected.
 """
 
 from __future__ import annotations
 
-from topologies.errors import XcclError
+from common.errors import XcclError
 
 __all__ = ["CodegenError", "DslError", "IRCheckError", "IRFormatError", "XmlFormatError"]
 

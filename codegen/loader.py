@@ -20,7 +20,7 @@ from pathlib import Path
 from codegen.dsl import Program
 from codegen.errors import DslError
 from codegen.examples import EXAMPLES_PREFIX, example_names
-from topologies.errors import XcclError
+from common.errors import XcclError
 
 __all__ = ["EXAMPLES_PREFIX", "example_names", "load_program", "parse_params"]
 

@@ -1,7 +1,7 @@
 """Lazy public names for a package: each loads its defining module on first use.
 
 Packages re-export their public names (``from topologies import Topology``) but must stay cheap to
-import, so that ``topologies.errors`` (the root of every exception) and the command line start
+import, so that the error modules and the command line start
 without networkx, numpy or the solvers. A package declares where each name lives and installs the
 two module hooks this returns (PEP 562).
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from topologies.errors import XcclError
+from common.errors import XcclError
 
 __all__ = ["SizeError", "format_size", "parse_size", "parse_size_range"]
 

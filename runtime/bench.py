@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 from codegen.ir import IR
+from common.errors import XcclError
 from runtime.errors import DeadlockError, ExecutionMismatch, UninitializedRead
 from runtime.program import collective_of
 from runtime.reference import check_outputs, executor_inputs, parse_dtype, parse_op, reference
 from synth.cost import algbw_GBps
-from topologies.errors import XcclError
 from topologies.model import Topology
 
 __all__ = [

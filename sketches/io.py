@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from common.files import read_json_file
 from sketches.model import (
     CONNECTION_KINDS,
     HYPEREDGE_POLICIES,
@@ -21,7 +22,6 @@ from sketches.model import (
     Sketch,
     SketchError,
 )
-from topologies.io import read_json_file
 
 __all__ = ["FORMAT", "load_sketch", "shipped_sketches", "sketch_from_dict", "sketch_to_dict"]
 

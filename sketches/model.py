@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topologies.errors import XcclError
+from common.errors import XcclError
 
 __all__ = [
     "CONNECTION_KINDS",

@@ -16,9 +16,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common.files import read_json_file, save_text
 from synth.collectives import Collective, CollectiveError, make_collective
 from synth.errors import AlgorithmFormatError
-from topologies.io import read_json_file, save_text
 
 if TYPE_CHECKING:
     from topologies.model import Topology

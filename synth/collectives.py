@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from common.errors import XcclError
 from synth.errors import InfeasibleError
-from topologies.errors import XcclError
 
 __all__ = [
     "COLLECTIVES",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from topologies.errors import XcclError
+from common.errors import XcclError
 
 __all__ = ["AlgorithmFormatError", "InfeasibleError", "SolverTimeout", "VerificationError"]
 

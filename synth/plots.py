@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
+from common.errors import XcclError
 from synth.algorithm import Algorithm
 from synth.baselines import BaselineError, make_baseline
 from synth.bounds import lower_bound_us
 from synth.collectives import make_collective
 from synth.cost import simulate
-from topologies.errors import XcclError
 from topologies.model import Topology
 
 __all__ = ["PLOT_SIZES", "PlotError", "plot_front", "plot_times"]

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from common.units import format_size
 from synth.algorithm import Algorithm
 from synth.cost import sccl_cost, simulate
-from synth.units import format_size
 from topologies.model import Topology
 
 __all__ = ["DEFAULT_SIZES", "REFERENCE_SIZE", "Row", "table"]

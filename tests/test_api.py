@@ -9,10 +9,10 @@ import pytest
 
 import xccl
 import xccl.api
+from common.errors import XcclError
 from synth.collectives import CollectiveError
 from synth.errors import InfeasibleError, SolverTimeout
 from topologies import TopologyError
-from topologies.errors import XcclError
 
 
 def test_docstring_examples_run():

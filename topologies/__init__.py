@@ -1,15 +1,16 @@
 """Topologies: the physical graph of ranks and switches, its JSON format, families and shipped machines.
 
-Names are imported on first use, so that importing :mod:`topologies.errors` (the root of every
+Names are imported on first use, so that importing :mod:`topologies.errors` (the root of the
 package's exceptions) loads neither networkx nor numpy: the command line starts without them.
 """
 
 from __future__ import annotations
 
+from common.lazy import lazy_exports
+
 # ``automorphisms`` is also its module's name: imported here, the function wins over the submodule
 # (a lazy name would be shadowed by the submodule once anything imports it). The module is light.
 from topologies.automorphisms import automorphisms, isomorphisms
-from topologies.lazy import lazy_exports
 
 __all__ = [
     "FAMILIES",
@@ -53,7 +54,7 @@ _HOME = {
     "switch": "topologies.builders",
     "torus": "topologies.builders",
     "TopologyError": "topologies.errors",
-    "XcclError": "topologies.errors",
+    "XcclError": "common.errors",
     "dump_topology": "topologies.io",
     "load_topology_file": "topologies.io",
     "topology_from_dict": "topologies.io",

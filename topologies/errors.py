@@ -1,16 +1,10 @@
-"""The one family of exceptions, rooted at the bottom of the import graph.
-
-Every package raises a subclass of :class:`XcclError`; the command line catches it, prints its
-message on one line and exits with status 2. Messages name the file, the field and what was expected.
-"""
+"""Errors of topology descriptions (the family's root, :class:`XcclError`, lives in :mod:`common`)."""
 
 from __future__ import annotations
 
-__all__ = ["TopologyError", "XcclError"]
+from common.errors import XcclError
 
-
-class XcclError(Exception):
-    """Base class of every error a user can cause (bad input, impossible request)."""
+__all__ = ["TopologyError"]
 
 
 class TopologyError(XcclError):

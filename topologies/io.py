@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from common.files import read_json_file
 from topologies.errors import TopologyError
 from topologies.model import SWITCH_KINDS, Link, Nic, Topology, Vertex
 
@@ -14,8 +15,6 @@ __all__ = [
     "FORMAT",
     "dump_topology",
     "load_topology_file",
-    "read_json_file",
-    "save_text",
     "topology_from_dict",
     "topology_to_dict",
 ]
@@ -25,34 +24,6 @@ _TOP_KEYS = ("format", "name", "description", "source", "ranks", "node_of", "swi
 _SWITCH_KEYS = ("name", "kind")
 _LINK_KEYS = ("src", "dst", "bandwidth_GBps", "alpha_us", "count", "bidirectional")
 _NIC_KEYS = ("name", "ranks", "bandwidth_GBps", "alpha_us")
-
-
-def read_json_file(path: str | Path, error: type[Exception] = TopologyError) -> Any:
-    """Parse a JSON file, turning I/O and syntax errors into one-line ``error``s naming the file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
-
-
-def save_text(
-    path: str | Path, text: str, force: bool = False, error: type[Exception] = TopologyError
-) -> Path:
-    """Write ``text``; an existing file is kept unless ``force`` (nothing the user wrote is lost)."""
-    path = Path(path)
-    if path.exists() and not force:
-        raise error(f"{path}: file already exists; use --force to overwrite")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    except OSError as exc:  # a parent that is a file, a folder in the way, no permission, a full disk
-        raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
-    return path
 
 
 class _Fields:
@@ -207,7 +178,7 @@ def topology_from_dict(data: Any, where: str = "<topology>") -> Topology:
 
 
 def load_topology_file(path: str | Path) -> Topology:
-    return topology_from_dict(read_json_file(path), where=str(path))
+    return topology_from_dict(read_json_file(path, TopologyError), where=str(path))
 
 
 def topology_to_dict(topo: Topology) -> dict[str, Any]:

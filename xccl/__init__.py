@@ -18,7 +18,7 @@ line, a subpackage) loads no solver, graph or array library until a function is 
 
 from __future__ import annotations
 
-from topologies.lazy import lazy_exports
+from common.lazy import lazy_exports
 
 __all__ = [
     "METHODS",

@@ -21,13 +21,13 @@ from typing import Any
 from codegen import compile_algorithm, compile_program, load_ir, save_ir
 from codegen.dsl import Program
 from codegen.ir import IR
+from common.units import parse_size, parse_size_range
 from synth.algorithm import Algorithm
 from synth.baselines import BASELINES, default_chunks, make_baseline
 from synth.bounds import lower_bound_us
 from synth.collectives import Collective, CollectiveError, make_collective
 from synth.cost import SimResult
 from synth.errors import InfeasibleError, SolverTimeout
-from synth.units import parse_size, parse_size_range
 from topologies import Topology, TopologyError, load, topology_from_dict
 
 __all__ = [

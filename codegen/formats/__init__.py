@@ -17,6 +17,7 @@ from codegen.formats.json_ir import read_ir_json, write_ir_json
 from codegen.formats.xml_reader import read_xml
 from codegen.formats.xml_writer import write_xml
 from codegen.ir import IR
+from common.files import read_text, save_text
 
 __all__ = ["FORMATS", "Format", "load_ir", "read_ir", "save_ir", "write_ir"]
 
@@ -60,15 +61,9 @@ def read_ir(text: str, where: str = "<ir>") -> IR:
 
 
 def load_ir(path: str | Path) -> IR:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise XmlFormatError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    return read_ir(text, str(path))
+    return read_ir(read_text(path, XmlFormatError), str(path))
 
 
 def save_ir(ir: IR, path: str | Path, fmt: str = "azure", force: bool = False) -> Path:
-    from topologies.io import save_text  # here: topologies.io loads networkx, which listing FORMATS needs not
 
     return save_text(path, write_ir(ir, fmt), force=force, error=CodegenError)

@@ -11,6 +11,7 @@ from typing import Any
 
 from codegen.errors import IRFormatError
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
+from common.files import parse_json
 
 __all__ = ["FORMAT", "read_ir_json", "write_ir_json"]
 
@@ -119,10 +120,7 @@ class _Reader:
 
 def read_ir_json(text: str, where: str = "<ir>") -> IR:
     """Parse our JSON IR; malformed input raises :class:`IRFormatError` naming the field."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise IRFormatError(f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    doc = parse_json(text, where, IRFormatError)
     r = _Reader(where)
     doc = r.obj(doc, "(top level)", ("format", *_HEAD, "gpus"))
     if doc["format"] != FORMAT:

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from codegen.ir import IR, Buffer
+from common.errors import XcclError
 from runtime import protocol
 from runtime.cupy.pack import Packed, pack, plan_buffers
 from runtime.errors import ExecutionError
 from runtime.program import build_program, call_aliases, chunk_elems
 from runtime.reference import parse_dtype, parse_op
-from topologies.errors import XcclError
 
 __all__ = [
     "DTYPES",

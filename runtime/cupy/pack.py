@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen.ir import IR, Buffer, OpType
-from topologies.errors import XcclError
+from common.errors import XcclError
 
 __all__ = [
     "BUF_CODES",

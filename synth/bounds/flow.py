@@ -20,6 +20,7 @@ import highspy
 import numpy as np
 
 from synth.errors import InfeasibleError
+from synth.milp.solvers.highs import new_highs
 from topologies.model import Topology, Vertex
 
 __all__ = ["flow_network", "max_rate"]
@@ -103,8 +104,7 @@ def max_rate(arcs: list[Arc], commodities: list[dict[Node, float]], shared: bool
     lp.a_matrix_.start_ = starts.astype(np.int32)
     lp.a_matrix_.index_ = r.astype(np.int32)
     lp.a_matrix_.value_ = v
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = new_highs()
     h.passModel(lp)
     h.run()
     status = h.getModelStatus()

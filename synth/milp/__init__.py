@@ -9,7 +9,7 @@ they are fast. Names are imported on first use, so that listing solver back ends
 
 from __future__ import annotations
 
-from topologies.lazy import lazy_exports
+from common.lazy import lazy_exports
 
 __all__ = [
     "BACKENDS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from synth.units import format_size, parse_size
+from common.units import format_size, parse_size
 from xccl.cli.choices import BASELINE_NAMES
 from xccl.cli.common import add_collective_args, add_output_args, collective_from_args, topology_from_args
 from xccl.cli.output import print_json, print_table

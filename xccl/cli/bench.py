@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from codegen.errors import DslError
 from codegen.examples import example_names
-from synth.units import format_size, parse_size, parse_size_range
+from common.units import format_size, parse_size, parse_size_range
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.choices import REDUCTIONS, RUNTIME_BACKENDS
 from xccl.cli.common import input_kind

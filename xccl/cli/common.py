@@ -7,12 +7,13 @@ packages a command runs on are imported inside it, so ``xccl --help`` loads no s
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from codegen.errors import DslError
 from codegen.examples import EXAMPLES_PREFIX
+from common.errors import XcclError
+from common.files import read_json_file
 from synth.collectives import COLLECTIVES, ROOTED, Collective, CollectiveError, make_collective
 
 if TYPE_CHECKING:
@@ -81,8 +82,8 @@ def input_kind(source: str) -> str:
         return "ir"
     if source.endswith(".json"):  # an IR says so in its format field; a missing file is reported later
         try:
-            fmt = json.loads(path.read_text()).get("format")
-        except (json.JSONDecodeError, AttributeError, OSError, UnicodeDecodeError):
+            fmt = read_json_file(path).get("format")
+        except (XcclError, AttributeError):
             fmt = None
         return "ir" if fmt == "xccl-ir/1" else "algorithm"
     raise DslError(

@@ -14,8 +14,8 @@ from codegen.examples import example_names
 from codegen.formats import FORMATS
 from codegen.passes import PASSES
 from codegen.protocols import PROTOCOLS
-from synth.units import parse_size
-from topologies.errors import XcclError
+from common.errors import XcclError
+from common.units import parse_size
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
 from xccl.cli.output import format_table
@@ -162,10 +162,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def load_ir_text(path: Path) -> str:
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CodegenError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    from common.files import read_text
+
+    return read_text(path, CodegenError)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

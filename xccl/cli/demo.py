@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.errors import XcclError
+from common.units import format_size, parse_size
 from synth.collectives import make_collective
-from synth.units import format_size, parse_size
-from topologies.errors import XcclError
 from xccl.cli.output import print_table, progress
 
 if TYPE_CHECKING:

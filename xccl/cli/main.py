@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from topologies.errors import XcclError
+from common.errors import XcclError
 from xccl.cli import algorithms, bench, compiler, demo, pareto, sketch, synth, topo
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from synth.units import format_size, parse_size
-from topologies.errors import XcclError
+from common.errors import XcclError
+from common.units import format_size, parse_size
 from xccl.cli.choices import MILP_COLLECTIVES, MILP_SOLVERS
 from xccl.cli.common import topology_from_args
 from xccl.cli.output import progress

@@ -38,9 +38,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_instance(args: argparse.Namespace) -> int:
+    from common.files import save_text
     from synth.smt import build_model, solve_instance
     from synth.smt.synthesizer import check_allreduce, check_instance
-    from topologies.io import save_text
 
     topo = topology_from_args(args)
     coll = collective_from_args(args, topo)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from topologies.errors import TopologyError
@@ -91,16 +90,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
+    from common.files import read_text, save_text
     from topologies import dump_topology, parse_nvidia_smi_topo
-    from topologies.io import save_text
 
     if args.file:
-        path = Path(args.file)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise TopologyError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        where = str(path)
+        text = read_text(args.file, TopologyError)
+        where = args.file
     else:
         exe = shutil.which("nvidia-smi")
         if exe is None:

@@ -7,12 +7,23 @@ import time
 
 import numpy as np
 
+from common.native_output import native_stdout_silenced
 from synth.milp.solvers.base import Backend
 from synth.milp.solvers.model import Model, Solution, Status
 
-__all__ = ["HighsBackend"]
+__all__ = ["HighsBackend", "new_highs"]
 
 POLL_S = 0.05
+
+
+def new_highs():
+    """A silent ``highspy.Highs``: its banner (printed by the constructor) and its log stay off stdout."""
+    import highspy
+
+    with native_stdout_silenced():
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+    return h
 
 
 class HighsBackend(Backend):
@@ -26,8 +37,7 @@ class HighsBackend(Backend):
         import highspy
 
         began = time.perf_counter()
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
+        h = new_highs()
         h.setOptionValue("time_limit", float(max(time_limit_s, 0.01)))
         h.setOptionValue("threads", int(max(threads, 1)))
         h.setOptionValue("mip_rel_gap", float(model.rel_gap))
