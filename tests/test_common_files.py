@@ -31,7 +31,7 @@ class Bad(XcclError):
 def test_a_bad_json_file_is_one_error_naming_it(tmp_path, content, fragment):
     path = tmp_path / "in.json"
     path.write_bytes(content)
-    with pytest.raises(Bad, match="in.json") as info:
+    with pytest.raises(Bad, match=r"in\.json") as info:
         read_json_file(path, Bad)
     assert fragment in str(info.value)
 
@@ -49,7 +49,7 @@ def test_an_input_over_the_limit_names_the_limit_and_how_to_raise_it(tmp_path, m
     path = tmp_path / "big.json"
     path.write_text("[" + "0," * 100 + "0]")
     monkeypatch.setenv("XCCL_MAX_INPUT_BYTES", "64")
-    with pytest.raises(Bad, match="larger than 64 bytes.*XCCL_MAX_INPUT_BYTES"):
+    with pytest.raises(Bad, match=r"larger than 64 bytes.*XCCL_MAX_INPUT_BYTES"):
         read_json_file(path, Bad)
     monkeypatch.setenv("XCCL_MAX_INPUT_BYTES", "4096")
     assert len(read_json_file(path, Bad)) == 101
@@ -57,7 +57,7 @@ def test_an_input_over_the_limit_names_the_limit_and_how_to_raise_it(tmp_path, m
 
 def test_parse_json_is_strict_and_names_where():
     assert parse_json('{"x": [1, 2.5]}', "w") == {"x": [1, 2.5]}
-    with pytest.raises(XcclError, match="^somewhere: invalid JSON: Infinity"):
+    with pytest.raises(XcclError, match=r"^somewhere: invalid JSON: Infinity"):
         parse_json("Infinity", "somewhere")
 
 
