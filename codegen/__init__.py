@@ -7,7 +7,8 @@ The functions most callers need:
 - :func:`load_ir` / :func:`read_ir` (MSCCL XML of either dialect or our JSON -> IR),
   :func:`write_ir` / :func:`save_ir` (IR -> text or file, formats in :data:`FORMATS`);
 - :func:`check_ir` / :func:`find_problems`, the static checker;
-- :class:`Program` and :func:`chunk`, the DSL; :func:`load_program` loads a DSL file.
+- :class:`Program` and :func:`chunk`, the DSL; :func:`custom_collective` states the result of a
+  schedule that is none of the named collectives; :func:`load_program` loads a DSL file.
 
 Names are imported on first use, so that a small module (:mod:`codegen.dialects`,
 :mod:`codegen.protocols`) loads alone: the command line builds its choices from them.
@@ -46,6 +47,7 @@ __all__ = [
     "compile_algorithm",
     "compile_program",
     "current_program",
+    "custom_collective",
     "example_names",
     "find_deadlock",
     "find_problems",
@@ -78,6 +80,7 @@ _HOME = {
     "WrongSlot": "codegen.dsl",
     "chunk": "codegen.dsl",
     "current_program": "codegen.dsl",
+    "custom_collective": "codegen.custom",
     "CodegenError": "codegen.errors",
     "DslError": "codegen.errors",
     "IRCheckError": "codegen.errors",

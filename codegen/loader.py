@@ -4,7 +4,8 @@ The file is run as a fresh module. It either defines ``program(**params)`` retur
 :class:`~codegen.dsl.Program` (called with the parameters given, e.g. ``-D num_ranks=4``), or builds
 exactly one ``Program`` while it runs (a module-level ``with Program(...) as prog:`` block).
 ``example:NAME`` names a shipped example (``codegen/examples/NAME.py``). An error inside the file
-is reported on one line with the file and line number.
+is reported on one line with the file and line number, and so is a file that exits
+(``sys.exit()``) instead of building a program.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def _where(exc: BaseException, path: Path) -> str:
     return f"{path}:{frames[-1].lineno}" if frames else str(path)
 
 
+def _exit_call(exc: SystemExit) -> str:
+    """``sys.exit(...)`` as the program called it (``raise SystemExit`` reads the same)."""
+    return "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
+
+
 def load_program(source: str | Path, params: dict[str, object] | None = None) -> Program:
     """The Program a DSL file defines (see the module docstring)."""
     path = _resolve(str(source))
@@ -89,6 +95,11 @@ def load_program(source: str | Path, params: dict[str, object] | None = None) ->
             raise type(exc)(f"{_where(exc, path)}: {exc}") from None
         except Exception as exc:
             raise DslError(f"{_where(exc, path)}: {type(exc).__name__}: {exc}") from None
+        except SystemExit as exc:  # sys.exit(), exit(), raise SystemExit: not a way to end loading
+            raise DslError(
+                f"{_where(exc, path)}: {path.name} called {_exit_call(exc)} while loading; a DSL program "
+                "defines program() or builds one Program, it does not exit"
+            ) from None
         if params:
             raise DslError(f"{path}: parameters were given but the file defines no program() function")
         built = list({id(v): v for v in vars(module).values() if isinstance(v, Program)}.values())

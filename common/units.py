@@ -1,12 +1,19 @@
-"""Sizes as users write them: ``1KiB``, ``256MiB``, ``1GiB``, ``4096B`` or a plain byte count."""
+"""Sizes as users write them: ``1KiB``, ``256MiB``, ``1GiB``, ``4096B`` or a plain byte count.
+
+Parsing is strict, because a size that is silently rounded or misread wastes a run: a size is a
+whole number of bytes from 1 to 2^63 - 1 (what the runtimes' int64 fields hold), written as an
+integer or as a string with an optional unit; fractions of a unit are exact (``1.5KiB`` is 1536)
+and must come out whole.
+"""
 
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from common.errors import XcclError
 
-__all__ = ["SizeError", "format_size", "parse_size", "parse_size_range"]
+__all__ = ["MAX_SIZE", "SizeError", "format_size", "parse_size", "parse_size_range"]
 
 _UNITS = {
     "b": 1,
@@ -18,43 +25,76 @@ _UNITS = {
     "mb": 10**6,
     "gb": 10**9,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE = re.compile(r"^\s*(\d{1,30}(?:\.\d{1,30})?)\s*([a-zA-Z]*)\s*$")
+_FACTOR = re.compile(r"^\s*\d{1,6}\s*$")
+MAX_SIZE = (1 << 63) - 1
+"""The largest size: the runtimes hold sizes (``minBytes``, ``maxBytes``, byte counts) in int64."""
+_EXPECTED = "expected a whole number of bytes with an optional unit B, KiB, MiB, GiB or TiB (like 1MiB)"
 
 
 class SizeError(XcclError):
     """A size that cannot be parsed."""
 
 
+def _shown(text: object) -> str:
+    """``text`` as an error message quotes it: at most 40 characters."""
+    shown = repr(text)
+    return shown if len(shown) <= 40 else f"{shown[:37]}..."
+
+
 def parse_size(text: str | int) -> int:
-    """Bytes in ``text`` (``1MiB`` -> 1048576); binary units are KiB, MiB, GiB."""
+    """Bytes in ``text`` (``1MiB`` -> 1048576, ``4096`` -> 4096); binary units are KiB, MiB, GiB, TiB.
+    Anything that is not a whole number of bytes in ``1 .. MAX_SIZE`` raises :class:`SizeError`."""
+    if isinstance(text, bool) or not isinstance(text, int | str):
+        raise SizeError(f"size {_shown(text)} ({type(text).__name__}): {_EXPECTED}")
     if isinstance(text, int):
-        return text
-    match = _SIZE.match(text)
-    unit = match[2].lower() if match else ""
-    if not match or (unit not in _UNITS and unit != ""):
-        raise SizeError(f"size {text!r}: expected a number with B, KiB, MiB or GiB (like 1MiB)")
-    value = float(match[1]) * _UNITS.get(unit or "b")
-    if value < 1 or value != int(value):
-        raise SizeError(f"size {text!r}: expected a whole number of bytes >= 1")
+        value: Fraction | int = text
+    else:
+        match = _SIZE.match(text)
+        unit = match[2].lower() if match else ""
+        if not match or (unit and unit not in _UNITS):
+            raise SizeError(f"size {_shown(text)}: {_EXPECTED}")
+        value = Fraction(match[1]) * _UNITS[unit or "b"]
+    if value != int(value):
+        raise SizeError(f"size {_shown(text)}: {_EXPECTED}; it is not a whole number of bytes")
+    if not 1 <= value <= MAX_SIZE:
+        raise SizeError(f"size {_shown(text)}: expected at least 1 byte and at most {MAX_SIZE} (2^63 - 1)")
     return int(value)
 
 
 def parse_size_range(text: str) -> list[int]:
-    """``1KiB:1GiB`` -> every power-of-two multiple from 1 KiB to 1 GiB; ``a,b,c`` -> a list."""
+    """``1KiB:1GiB`` -> every power-of-two multiple from 1 KiB to 1 GiB (``LOW:HIGH:FACTOR`` another
+    factor); ``a,b,c`` -> those sizes. At least one size, or :class:`SizeError`."""
+    if not isinstance(text, str):
+        raise SizeError(
+            f"sizes {_shown(text)} ({type(text).__name__}): expected a string like 1KiB:1MiB or 1KiB,4KiB"
+        )
     if ":" in text:
-        lo_text, _, rest = text.partition(":")
-        hi_text, _, factor_text = rest.partition(":")
-        lo, hi = parse_size(lo_text), parse_size(hi_text)
-        factor = int(factor_text) if factor_text else 2
+        parts = text.split(":")
+        if len(parts) > 3:
+            raise SizeError(f"sizes {_shown(text)}: expected LOW:HIGH[:FACTOR], got {len(parts)} fields")
+        lo, hi = parse_size(parts[0]), parse_size(parts[1])
+        if len(parts) == 3 and not _FACTOR.match(parts[2]):
+            raise SizeError(f"sizes {_shown(text)}: FACTOR {_shown(parts[2])}: expected a whole number >= 2")
+        factor = int(parts[2]) if len(parts) == 3 else 2
         if lo > hi or factor < 2:
-            raise SizeError(f"sizes {text!r}: expected LOW:HIGH[:FACTOR] with LOW <= HIGH and FACTOR >= 2")
+            raise SizeError(
+                f"sizes {_shown(text)}: expected LOW:HIGH[:FACTOR] with LOW <= HIGH and FACTOR >= 2"
+            )
         sizes = []
         size = lo
         while size <= hi:
             sizes.append(size)
             size *= factor
         return sizes
-    return [parse_size(part) for part in text.split(",") if part.strip()]
+    items = text.split(",")
+    for k, item in enumerate(items, 1):
+        if not item.strip():
+            what = "no size" if len(items) == 1 else f"item {k} of {len(items)} is empty"
+            raise SizeError(
+                f"sizes {_shown(text)}: {what}; expected LOW:HIGH[:FACTOR] or a list like 1KiB,4KiB"
+            )
+    return [parse_size(item) for item in items]
 
 
 def format_size(nbytes: float) -> str:

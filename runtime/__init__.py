@@ -6,4 +6,6 @@
 - ``runtime.bench``: :func:`~runtime.bench.bench` and the backend registry (numpy, sim, cupy).
 - ``runtime.reference``: inputs, expected outputs and the comparison every executor shares.
 - ``runtime.program`` / ``runtime.protocol``: the IR as the MSCCL runtime loads it; tiles and FIFOs.
+- ``runtime.selection``: whether the runtime selects an IR at a size (its minBytes/maxBytes window,
+  per dialect); ``runtime.limits``: the host-memory limit of one execution.
 """

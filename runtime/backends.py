@@ -1,5 +1,6 @@
 """The benchmark backends that need no GPU: ``numpy`` (wall-clock time of the reference executor,
-with its check) and ``sim`` (the alpha-beta timing simulator on a topology)."""
+with its check; ``max_memory`` its host-memory limit) and ``sim`` (the alpha-beta timing simulator
+on a topology: no data, so no memory limit and nothing to check)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,15 @@ class NumpyBackend(Backend):
     timing = "wall"
     checks = True
 
-    def __init__(self, tile_bytes: int | None = None, fifo_depth: int | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        tile_bytes: int | None = None,
+        fifo_depth: int | None = None,
+        seed: int = 0,
+        max_memory: int | str | None = None,
+    ) -> None:
         self.tile_bytes, self.fifo_depth, self.seed = tile_bytes, fifo_depth, seed
+        self.max_memory = max_memory
 
     def device(self, topology: Topology | None) -> str:
         cpu = platform.processor() or platform.machine()
@@ -48,6 +56,8 @@ class NumpyBackend(Backend):
             inplace=case.inplace,
             tile_bytes=self.tile_bytes,
             fifo_depth=self.fifo_depth,
+            declared=case.declared,
+            max_memory=self.max_memory,
         )
         return _NumpyTrial(ex, self.seed)
 
@@ -63,8 +73,9 @@ class _SimTrial(Trial):
     def run(self) -> float:
         return simulate(*self.args, **self.kwargs).time_us
 
-    def check(self) -> None:
-        """The model moves no data, so there is nothing to check."""
+    def check(self) -> bool:
+        """The model moves no data, so there is nothing to compare."""
+        return False
 
 
 @register_backend

@@ -1,5 +1,6 @@
-"""What can go wrong when an IR runs: it cannot run as asked, it deadlocks, it reads memory nothing
-wrote, or it computes the wrong result. All are :class:`XcclError`, so the CLI prints one line."""
+"""What can go wrong when an IR runs: it cannot run as asked (or not at this size, or not within the
+memory limit), it deadlocks, it reads memory nothing wrote, or it computes the wrong result. All are
+:class:`XcclError`, so the CLI prints one line."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ __all__ = [
     "DeadlockError",
     "ExecutionError",
     "ExecutionMismatch",
+    "MemoryLimitError",
+    "SizeNotSelected",
     "UninitializedRead",
 ]
 
@@ -22,6 +25,16 @@ _SHOWN = 8
 class ExecutionError(XcclError):
     """The IR cannot run as asked: malformed for the runtime, a size it would not select, a misused
     connection. The message names the IR, the rank, threadblock and op, and what was expected."""
+
+
+class SizeNotSelected(ExecutionError):
+    """The runtime would not select the IR at this size: outside its ``minBytes``/``maxBytes``
+    window, or not a whole number of its chunks. The benchmark skips such a size; ``run`` refuses it."""
+
+
+class MemoryLimitError(ExecutionError):
+    """Executing at this size would need more host memory than the limit allows (checked before
+    anything is allocated); the message names the limit and how to raise it."""
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from codegen.ir import IR, Buffer, Dep, OpType, Ref
-from runtime.errors import ExecutionError
-from synth.collectives import Collective, CollectiveError, make_collective
+from runtime.errors import ExecutionError, SizeNotSelected
+from synth.collectives import Chunk, Collective, CollectiveError, make_collective
 
 if TYPE_CHECKING:
     import numpy as np
@@ -116,10 +116,12 @@ class Program:
         return self._index[(rank, tb_id)]
 
 
-def collective_of(ir: IR) -> Collective | None:
-    """The collective the IR claims to implement (None for ``custom``), checked against its chunking."""
+def collective_of(ir: IR, declared: Collective | None = None) -> Collective | None:
+    """The collective the IR implements, checked against its chunking: the one it names, or for a
+    ``custom`` IR the one ``declared`` for it (a DSL program's custom collective, whose
+    postcondition is its expected result; None when nothing was declared)."""
     if ir.collective == "custom":
-        return None
+        return None if declared is None else _declared(ir, declared)
     n, ncpl = ir.num_ranks, ir.nchunksperloop
     if ncpl < 1:
         raise ExecutionError(f"{ir.name}: nchunksperloop: expected at least 1, got {ncpl}")
@@ -132,6 +134,28 @@ def collective_of(ir: IR) -> Collective | None:
             f"{ir.name}: nchunksperloop: {coll.name} on {n} ranks needs a multiple of {n}, got {ncpl}"
         )
     return coll
+
+
+def _declared(ir: IR, coll: Collective) -> Collective:
+    """``coll`` for the custom IR, refined to the IR's chunks when it was compiled with several
+    instances (chunk ``x`` became chunks ``x * k + i``, as ``replicate_instances`` does)."""
+    ncpl, size = ir.nchunksperloop, coll.size_chunks
+    if coll.num_ranks != ir.num_ranks or ncpl < size or ncpl % size:
+        raise ExecutionError(
+            f"{ir.name}: the declared collective ({coll.num_ranks} ranks, {size} chunks per buffer) does "
+            f"not fit the IR ({ir.num_ranks} ranks, nchunksperloop {ncpl})"
+        )
+    k = ncpl // size
+    if k == 1:
+        return coll
+
+    def fine(slots: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        return tuple(None if x is None else x * k + i for x in slots for i in range(k))
+
+    chunks = tuple(Chunk(c.pre, c.post, c.address * k + i) for c in coll.chunks for i in range(k))
+    inputs = tuple(fine(row) for row in coll.inputs)
+    outputs = tuple(fine(row) for row in coll.outputs)
+    return Collective(coll.name, coll.num_ranks, coll.chunks_per_rank * k, coll.root, chunks, inputs, outputs)
 
 
 def _where(ir: IR, rank: int, tb: int, op: int | None = None, kind: OpType | None = None) -> str:
@@ -222,14 +246,15 @@ def _chunks(ir: IR, coll: Collective | None) -> tuple[dict[Buffer, int], ...]:
     return tuple(out)
 
 
-def build_program(ir: IR) -> Program:
-    """Validate ``ir`` for execution and fold it as the runtime's parser does.
+def build_program(ir: IR, declared: Collective | None = None) -> Program:
+    """Validate ``ir`` for execution and fold it as the runtime's parser does (``declared``: the
+    expected result of a ``custom`` IR, see :func:`collective_of`).
 
     Raises :class:`ExecutionError` for anything the runtime would reject or corrupt: a wrong
     number of gpus, bad peers, two threadblocks sharing a connection, send or receive steps without
     the peer, dependencies on missing ops, locations outside their buffer.
     """
-    coll = collective_of(ir)
+    coll = collective_of(ir, declared)
     if len(ir.gpus) != ir.num_ranks or any(g.rank != r for r, g in enumerate(ir.gpus)):
         raise ExecutionError(f"{ir.name}: gpus: expected ranks 0..{ir.num_ranks - 1} in order")
     chunks = _chunks(ir, coll)
@@ -269,10 +294,10 @@ def chunk_elems(ir: IR, size_bytes: int, dtype: np.dtype) -> int:
     item = dtype.itemsize
     ncpl = ir.nchunksperloop
     if size_bytes < 1 or size_bytes % item:
-        raise ExecutionError(f"{ir.name}: size {size_bytes} B: expected a positive multiple of {item} B")
+        raise SizeNotSelected(f"{ir.name}: size {size_bytes} B: expected a positive multiple of {item} B")
     elems = size_bytes // item
     if elems % ncpl:
-        raise ExecutionError(
+        raise SizeNotSelected(
             f"{ir.name}: size {size_bytes} B: {elems} {dtype.name} elements are not divisible by "
             f"nchunksperloop {ncpl}, so the runtime would not select this algorithm "
             f"(use a multiple of {ncpl * item} B)"

@@ -18,10 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from codegen import compile_algorithm, compile_program, load_ir, save_ir
+from codegen import compile_algorithm, compile_program, save_ir
 from codegen.dsl import Program
 from codegen.ir import IR
-from common.units import parse_size, parse_size_range
+from common.units import SizeError, parse_size, parse_size_range
+from runtime.errors import ExecutionError
 from synth.algorithm import Algorithm
 from synth.baselines import BASELINES, default_chunks, make_baseline
 from synth.bounds import lower_bound_us
@@ -261,13 +262,28 @@ def best_backend() -> str:
     return "cupy" if _gpu_ready() else "numpy"
 
 
-def _ir(source: IR | str | Path) -> IR:
-    """``source`` as given, or the IR in an MSCCL XML (either dialect) or JSON IR file."""
-    return source if isinstance(source, IR) else load_ir(source)
+def _target(source: IR | Program | str | Path):
+    """What ``run`` and ``bench`` execute (``runtime.selection.run_target``): the IR, the result a
+    DSL program declares for a custom collective, the dialect whose size window applies."""
+    from runtime.selection import run_target
+
+    if not isinstance(source, IR | Program | str | Path):
+        raise ExecutionError(
+            f"{source!r} ({type(source).__name__}): expected an IR, a DSL Program or an IR file (.xml, .json)"
+        )
+    return run_target(source)
+
+
+def _placement(ir: IR, inplace: bool | None) -> bool:
+    if inplace is None:
+        return not ir.outofplace
+    if not isinstance(inplace, bool):
+        raise ExecutionError(f"inplace {inplace!r}: expected True, False or None (what the IR allows)")
+    return inplace
 
 
 def run(
-    ir: IR | str | Path,
+    ir: IR | Program | str | Path,
     size: str | int = "1MiB",
     *,
     backend: str = "auto",
@@ -275,36 +291,48 @@ def run(
     op: str = "sum",
     inplace: bool | None = None,
 ):
-    """Execute ``ir`` (an IR, or an XML or JSON IR file) once on random inputs at nccl-tests' ``size``
-    and check every output against the NumPy reference (raises ``ExecutionMismatch`` with rank,
-    buffer, chunk and index otherwise).
+    """Execute ``ir`` (an IR, a DSL program, or an XML or JSON IR file) once on random inputs at
+    nccl-tests' ``size`` (an integer number of bytes >= 1, or a string like ``"64KiB"``) and check
+    every output against the NumPy reference (raises ``ExecutionMismatch`` with rank, buffer, chunk
+    and index otherwise). A custom collective is checked against the result its program declares
+    (``codegen.custom_collective``); without one ``checked`` is False. A size outside the IR's
+    ``minBytes``/``maxBytes`` window raises ``SizeNotSelected``; one that needs more host memory
+    than the limit (``XCCL_MAX_MEMORY``) ``MemoryLimitError``, before anything is allocated.
     ``backend`` is ``numpy``, ``cupy`` or ``auto`` (the GPU if present). ``inplace`` defaults to
     what the IR allows (out of place when both are).
 
     >>> result = run(compile(synthesize("ring:4", "allreduce", "ring"), inplace=True), "64KiB")
     >>> result.checked, result.inplace
     (True, True)
+    >>> run(compile(synthesize("ring:4", "allreduce", "ring"), inplace=True), 1.5)
+    Traceback (most recent call last):
+    ...
+    common.units.SizeError: size 1.5 (float): expected a whole number of bytes ...
     """
     from runtime.bench import aligned_size
+    from runtime.selection import check_window
 
-    ir = _ir(ir)
+    nbytes = parse_size(size)
+    target = _target(ir)
+    ir = target.ir
+    if backend not in ("auto", "numpy", "cupy"):
+        raise ExecutionError(f"backend {backend!r}: run takes numpy, cupy or auto")
     chosen = best_backend() if backend == "auto" else backend
-    place = (not ir.outofplace) if inplace is None else inplace
-    nbytes = aligned_size(ir, parse_size(size), dtype)
+    place = _placement(ir, inplace)
+    nbytes = aligned_size(ir, nbytes, dtype)
+    check_window(ir, nbytes, target.dialect)
     if chosen == "cupy":
         from runtime import cupy as gpu
 
-        return gpu.run(ir, nbytes, dtype, op, inplace=place)
-    if chosen != "numpy":
-        raise CollectiveError(f"backend {chosen!r}: run takes numpy, cupy or auto")
+        return gpu.run(ir, nbytes, dtype, op, inplace=place, declared=target.declared)
     from runtime.numpy import run as cpu_run
 
-    return cpu_run(ir, nbytes, dtype, op, inplace=place)
+    return cpu_run(ir, nbytes, dtype, op, inplace=place, declared=target.declared)
 
 
 def bench(
-    ir: IR | str | Path,
-    sizes: str | list[int] = "1KiB:1MiB",
+    ir: IR | Program | str | Path,
+    sizes: str | list[int | str] = "1KiB:1MiB",
     *,
     backend: str = "auto",
     topology: str | Path | Topology | None = None,
@@ -314,33 +342,42 @@ def bench(
     warmup: int = 1,
     repeats: int = 5,
 ):
-    """An nccl-tests-style report (size, count, time, algbw, busbw, check) of ``ir`` (an IR or an IR
-    file) over ``sizes``
-    (``"1KiB:1GiB"`` is every power of two between). ``backend`` ``sim`` needs a ``topology``.
+    """An nccl-tests-style report (size, count, time, algbw, busbw, check) of ``ir`` (an IR, a DSL
+    program or an IR file) over ``sizes`` (``"1KiB:1GiB"`` is every power of two between; or a list
+    of sizes, each an integer number of bytes >= 1 or a string like ``"4KiB"``). ``backend``
+    ``sim`` needs a ``topology``. A size the runtime would not select the IR for (its window, its
+    chunks) or above the memory limit gets a ``skipped`` row with a ``note``; each row's ``check``
+    is one of ``runtime.bench.CHECKS``.
 
     >>> report = bench(compile(synthesize("ring:4", "allgather", "ring")), "4KiB,64KiB", backend="numpy")
     >>> [row.check for row in report.rows]
     ['ok', 'ok']
     """
-    from runtime.bench import aligned_size
     from runtime.bench import bench as run_bench
 
-    ir = _ir(ir)
+    if isinstance(sizes, str):
+        listed = parse_size_range(sizes)
+    elif isinstance(sizes, list | tuple):
+        listed = [parse_size(s) for s in sizes]
+    else:
+        raise SizeError(
+            f"sizes {sizes!r} ({type(sizes).__name__}): expected a string like 1KiB:1MiB or a list"
+        )
+    target = _target(ir)
     chosen = best_backend() if backend == "auto" else backend
-    listed = parse_size_range(sizes) if isinstance(sizes, str) else list(sizes)
-    aligned = [aligned_size(ir, s, dtype) for s in listed]
     topo = _load(topology) if topology is not None else None
-    place = (not ir.outofplace) if inplace is None else inplace
     return run_bench(
-        ir,
-        aligned,
+        target.ir,
+        listed,
         backend=chosen,
         dtype=dtype,
         op=op,
-        inplace=place,
+        inplace=_placement(target.ir, inplace),
         warmup=warmup,
         repeats=repeats,
         topology=topo,
+        declared=target.declared,
+        dialect=target.dialect,
     )
 
 

@@ -45,8 +45,10 @@ def run(
     devices: list[int] | None = None,
     tile_bytes: int | None = None,
     timeout_s: float = 10.0,
+    declared=None,
 ) -> GpuRunResult:
-    """Run ``ir`` once on the GPU(s); raises ``ExecutionMismatch`` or ``GpuExecutionError``."""
+    """Run ``ir`` once on the GPU(s); raises ``ExecutionMismatch`` or ``GpuExecutionError``.
+    ``declared``: the expected result of a ``custom`` IR (see ``runtime.program.collective_of``)."""
     from runtime.cupy.executor import CupyExecutor
     from runtime.numpy import execute
     from runtime.reference import check_outputs, executor_inputs, reference
@@ -60,6 +62,7 @@ def run(
         devices=devices,
         tile_bytes=tile_bytes,
         timeout_s=timeout_s,
+        declared=declared,
     )
     coll = ex.collective
     inputs = executor_inputs(ex, seed)
@@ -71,6 +74,6 @@ def run(
         check_outputs(reference(coll, inputs, ex.chunk_elems, ex.op), outputs, ir.name)
     matches = None
     if check and ex.dtype.kind in "iu":
-        expected = execute(ir, inputs, ex.op, inplace=inplace, tile_bytes=tile_bytes)
+        expected = execute(ir, inputs, ex.op, inplace=inplace, tile_bytes=tile_bytes, declared=declared)
         matches = all(np.array_equal(a, b) for a, b in zip(outputs, expected, strict=True))
     return GpuRunResult(ir.name, size_bytes, ex.dtype.name, ex.op, inplace, time_us, checked, matches)

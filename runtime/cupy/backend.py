@@ -52,5 +52,6 @@ class CupyBackend(Backend):
             inplace=case.inplace,
             devices=self.devices,
             tile_bytes=self.tile_bytes,
+            declared=case.declared,
         )
         return _CupyTrial(ex, self.seed)

@@ -23,6 +23,7 @@ from runtime.cupy.pack import Packed, pack, plan_buffers
 from runtime.errors import ExecutionError
 from runtime.program import build_program, call_aliases, chunk_elems
 from runtime.reference import parse_dtype, parse_op
+from synth.collectives import Collective
 
 __all__ = [
     "DTYPES",
@@ -122,9 +123,11 @@ class CupyExecutor:
         devices: list[int] | None = None,
         tile_bytes: int | None = None,
         timeout_s: float = 10.0,
+        declared: Collective | None = None,
     ) -> None:
         self.ir = ir
-        self.program = build_program(ir)  # the same validation and buffer sizes as the NumPy executor
+        # the same validation and buffer sizes as the NumPy executor (declared: a custom IR's result)
+        self.program = build_program(ir, declared)
         self.dtype = parse_dtype(dtype)
         self.op = parse_op(op)
         if self.dtype.name not in DTYPES:

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen.ir import IR, Buffer, OpType
+from common.units import format_size
 from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
+from runtime.limits import check_memory, memory_limit
 from runtime.numpy.memory import Message, RankMemory
 from runtime.numpy.ops import HANDLERS, Call
 from runtime.program import Connection, Program, TbProgram, build_program, call_aliases, chunk_elems
@@ -59,7 +61,10 @@ class _Tb:
 
 class NumpyExecutor:
     """Runs one IR at one size, dtype and reduction; :meth:`load` inputs, :meth:`execute`, read
-    :meth:`outputs`. ``tile_bytes`` and ``fifo_depth`` default to the IR protocol's values."""
+    :meth:`outputs`. ``tile_bytes`` and ``fifo_depth`` default to the IR protocol's values;
+    ``declared`` is the expected result of a ``custom`` IR (``runtime.program.collective_of``);
+    ``max_memory`` (bytes or a size) the host-memory limit, checked before anything is allocated
+    (default: ``runtime.limits.memory_limit()``)."""
 
     def __init__(
         self,
@@ -72,9 +77,11 @@ class NumpyExecutor:
         tile_bytes: int | None = None,
         fifo_depth: int | None = None,
         schedule_seed: int | None = None,
+        declared: Collective | None = None,
+        max_memory: int | str | None = None,
     ) -> None:
         self.ir = ir
-        self.program: Program = build_program(ir)
+        self.program: Program = build_program(ir, declared)
         self.dtype = parse_dtype(dtype)
         self.op = parse_op(op)
         self.ufunc = REDUCTIONS[self.op]
@@ -88,6 +95,8 @@ class NumpyExecutor:
             raise ExecutionError(f"fifo depth {self.fifo_depth}: expected at least 1 call")
         self.schedule_seed = schedule_seed
         aliases = call_aliases(self.program, inplace)
+        what = f"{ir.name}: executing at {format_size(size_bytes)} on {ir.num_ranks} ranks"
+        check_memory(what, self.footprint_bytes(aliases), memory_limit(max_memory))
         self.memory = [
             RankMemory(self.program.chunks[r], self.chunk_elems, self.layout.ntiles, self.dtype, aliases[r])
             for r in range(ir.num_ranks)
@@ -100,6 +109,23 @@ class NumpyExecutor:
     @property
     def collective(self) -> Collective | None:
         return self.program.collective
+
+    def footprint_bytes(self, aliases: Sequence[tuple[str, int] | None]) -> int:
+        """About the host memory one checked execution takes: every rank's buffers (in place, the
+        smaller inside the larger), the inputs kept to reload them, and the reference (its terms
+        are float64 for float reductions)."""
+        item, chunk = self.dtype.itemsize, self.chunk_elems
+        buffers = inputs = 0
+        for rank, alias in enumerate(aliases):
+            chunks = self.program.chunks[rank]
+            inp, out, scratch = chunks[Buffer.INPUT], chunks[Buffer.OUTPUT], chunks[Buffer.SCRATCH]
+            buffers += (max(inp, out) if alias is not None else inp + out) + scratch
+            inputs += inp
+        reference = 0
+        if self.collective is not None:
+            wide = 8 if self.dtype.kind == "f" else item
+            reference = inputs * (item + wide) + 2 * self.collective.num_addresses * 8
+        return (buffers + inputs) * chunk * item + reference * chunk
 
     def input_elems(self, rank: int) -> int:
         """Elements of ``rank``'s input buffer."""

@@ -13,6 +13,7 @@ from runtime.errors import ExecutionError
 from runtime.numpy.executor import NumpyExecutor
 from runtime.program import collective_of
 from runtime.reference import check_outputs, executor_inputs, reference
+from synth.collectives import Collective
 
 __all__ = ["RunResult", "execute", "run"]
 
@@ -20,7 +21,8 @@ __all__ = ["RunResult", "execute", "run"]
 @dataclass(frozen=True)
 class RunResult:
     """One checked execution. ``size_bytes`` and ``count`` as nccl-tests reports them (the larger
-    buffer; ``count`` its elements); ``checked`` is False only for ``custom`` IRs or ``check=False``."""
+    buffer; ``count`` its elements); ``checked`` is False only for ``custom`` IRs with no declared
+    collective, or ``check=False``."""
 
     ir_name: str
     collective: str
@@ -54,10 +56,14 @@ def run(
     tile_bytes: int | None = None,
     fifo_depth: int | None = None,
     schedule_seed: int | None = None,
+    declared: Collective | None = None,
+    max_memory: int | str | None = None,
 ) -> RunResult:
     """Run ``ir`` once at ``size_bytes`` (nccl-tests' size) on seeded random inputs and compare every
     output with the NumPy reference; raises ``ExecutionMismatch``, ``DeadlockError``,
-    ``UninitializedRead`` or ``ExecutionError``.
+    ``UninitializedRead`` or ``ExecutionError`` (``MemoryLimitError`` before allocating above
+    ``max_memory``). A ``custom`` IR is compared with the collective ``declared`` for it; without
+    one its outputs are not compared (``checked`` False).
 
     >>> from runtime.samples import ring_allgather
     >>> result = run(ring_allgather(4), 4096, "float32")
@@ -73,6 +79,8 @@ def run(
         tile_bytes=tile_bytes,
         fifo_depth=fifo_depth,
         schedule_seed=schedule_seed,
+        declared=declared,
+        max_memory=max_memory,
     )
     coll = ex.collective
     inputs = executor_inputs(ex, seed)
@@ -111,14 +119,16 @@ def execute(
     tile_bytes: int | None = None,
     fifo_depth: int | None = None,
     schedule_seed: int | None = None,
+    declared: Collective | None = None,
 ) -> list[np.ndarray]:
-    """Run ``ir`` on the given per-rank inputs (1-D, one dtype) and return every rank's output."""
+    """Run ``ir`` on the given per-rank inputs (1-D, one dtype) and return every rank's output
+    (``declared``: the collective of a ``custom`` IR, which sizes its buffers)."""
     arrays = [np.asarray(x).reshape(-1) for x in inputs]
     if not arrays:
         return []
     dtype = arrays[0].dtype
     elems = arrays[0].size
-    in_chunks = _input_chunks(ir)
+    in_chunks = _input_chunks(ir, declared)
     if in_chunks < 1 or elems % in_chunks:
         raise ExecutionError(f"{ir.name}: inputs of {elems} elements do not split into {in_chunks} chunks")
     size = elems // in_chunks * ir.nchunksperloop * dtype.itemsize
@@ -131,14 +141,15 @@ def execute(
         tile_bytes=tile_bytes,
         fifo_depth=fifo_depth,
         schedule_seed=schedule_seed,
+        declared=declared,
     )
     ex.load(arrays)
     ex.execute()
     return [out.copy() for out in ex.outputs()]
 
 
-def _input_chunks(ir: IR) -> int:
-    coll = collective_of(ir)
+def _input_chunks(ir: IR, declared: Collective | None) -> int:
+    coll = collective_of(ir, declared)
     if coll is not None:
         return coll.input_chunks
     return max(g.input_chunks for g in ir.gpus)

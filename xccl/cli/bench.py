@@ -1,20 +1,24 @@
 """``xccl bench`` (nccl-tests-style table over sizes) and ``xccl run`` (one checked execution).
 
 Both take an IR, an algorithm or a DSL program, compile what needs compiling, and run it on a
-backend of ``runtime.bench``'s registry. A wrong result (or a deadlock) exits with status 1 and
-one line naming rank, buffer, chunk and index (or the blocked steps); bad input exits with 2.
+backend of ``runtime.bench``'s registry. Every row's check is one of ``runtime.bench.CHECKS``
+(the same words in the table, the progress lines and the JSON). A wrong result (or a deadlock)
+exits with status 1 and one line naming rank, buffer, chunk and index (or the blocked steps); so
+does ``--check`` when some output was not compared; bad input exits with 2. ``run`` refuses a size
+the runtime would not select the IR for; ``bench`` skips it with a note.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from codegen.errors import DslError
 from codegen.examples import example_names
-from common.units import format_size, parse_size, parse_size_range
+from common.units import SizeError, format_size, parse_size, parse_size_range
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.choices import REDUCTIONS, RUNTIME_BACKENDS
 from xccl.cli.common import input_kind
@@ -23,6 +27,7 @@ from xccl.cli.output import print_json, print_table, progress
 if TYPE_CHECKING:
     from codegen.ir import IR
     from runtime.bench import BenchReport, BenchRow
+    from synth.collectives import Collective
     from topologies.model import Topology
 
 __all__ = ["Runnable", "load_runnable", "register"]
@@ -34,14 +39,19 @@ FILE_HELP = (
 )
 DTYPE_NAMES = ("f16", "f32", "f64", "i8", "u8", "i32", "u32", "i64", "u64")
 INTERRUPTED = 130
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Runnable:
-    """What a FILE argument gives: the IR to run and the topology it names (if any)."""
+    """What a FILE argument gives: the IR to run, the topology it names (if any), the expected
+    result a DSL program declares for a custom collective, and the dialect whose size window
+    applies (an XML file's own; else that of the runtime the IR was compiled for)."""
 
     ir: IR
     topology: Topology | None
+    declared: Collective | None = None
+    dialect: str = "azure"
 
 
 def load_runnable(
@@ -49,9 +59,9 @@ def load_runnable(
 ) -> Runnable:
     """The IR in (or compiled from) ``source``; algorithms are compiled for in-place calls when
     ``inplace``. ``topology`` overrides the one the algorithm or program names."""
-    from codegen.compiler import compile_algorithm, compile_program
-    from codegen.formats import load_ir
+    from codegen.compiler import compile_algorithm
     from codegen.loader import load_program
+    from runtime.selection import run_target
     from synth.algorithm import Algorithm
     from topologies import load
 
@@ -60,18 +70,15 @@ def load_runnable(
         what = "an IR" if kind == "ir" else "an algorithm"
         raise DslError(f"{source}: -D applies to DSL programs, not to {what}")
     topo = load(topology) if topology else None
-    if kind == "ir":
-        ir = load_ir(source)
-    elif kind == "program":
-        prog = load_program(source, params)
-        ir = compile_program(prog)
-        topo = topo or prog.topology
-    else:
-        algo = Algorithm.load(source)
-        topo = algorithm_topology(algo, topology, source)
-        algo.verify(topo)
-        ir = compile_algorithm(algo, topo, inplace=inplace)
-    return Runnable(ir, topo)
+    if kind in ("ir", "program"):
+        prog = load_program(source, params) if kind == "program" else None
+        target = run_target(prog or source)
+        topo = topo or (prog.topology if prog is not None else None)
+        return Runnable(target.ir, topo, target.declared, target.dialect)
+    algo = Algorithm.load(source)
+    topo = algorithm_topology(algo, topology, source)
+    algo.verify(topo)
+    return Runnable(compile_algorithm(algo, topo, inplace=inplace), topo)
 
 
 def _placement(ir: IR, inplace: bool) -> bool:
@@ -93,6 +100,14 @@ def _prepare(args: argparse.Namespace) -> tuple[Runnable, bool]:
     return runnable, _placement(runnable.ir, args.inplace)
 
 
+def _sizes(flag: str, parse: Callable[[str], T], text: str) -> T:
+    """``parse(text)``, its error naming the option it came from."""
+    try:
+        return parse(text)
+    except SizeError as exc:
+        raise SizeError(f"{flag}: {exc}") from None
+
+
 def _failure(row: BenchRow) -> str:
     return f"failed at {format_size(row.size_bytes)}: {row.error}"
 
@@ -101,16 +116,98 @@ def _report_json(args: argparse.Namespace, report: BenchReport) -> dict:
     return {"file": args.file, **report.to_json()}
 
 
-def _exit_status(report: BenchReport) -> int:
+def _backend_options(args: argparse.Namespace) -> dict:
+    """The backend's options; refuses, before any work, what cannot be honoured (``--check`` on a
+    backend that moves no data, ``--max-memory`` where it does not apply)."""
+    from runtime.bench import BenchError, backends
+
+    backend = backends()[args.backend]
+    if args.check and not backend.checks:
+        raise BenchError(f"--check: the {args.backend} backend moves no data, so no output can be compared")
+    options = {}
+    if args.max_memory is not None:
+        if args.backend != "numpy":
+            raise BenchError(
+                f"--max-memory: the {args.backend} backend does not hold every rank in host memory "
+                "(it applies to numpy)"
+            )
+        options["max_memory"] = _sizes("--max-memory", parse_size, args.max_memory)
+    return options
+
+
+def _bench_args(args: argparse.Namespace, runnable: Runnable, inplace: bool, options: dict) -> dict:
+    """The ``runtime.bench.bench`` arguments both commands share."""
+    return {
+        "backend": args.backend,
+        "dtype": args.dtype,
+        "op": args.op,
+        "inplace": inplace,
+        "topology": runnable.topology,
+        "options": options,
+        "declared": runnable.declared,
+        "dialect": runnable.dialect,
+    }
+
+
+def _unchecked(report: BenchReport) -> str:
+    """Why ``--check`` fails: how many sizes were not compared, and the first reason."""
+    rows = [row for row in report.rows if row.check != "ok"]
+    return (
+        f"--check: {len(rows)} of {len(report.rows)} size(s) not checked; "
+        f"{format_size(rows[0].size_bytes)} {rows[0].check}: {rows[0].note}"
+    )
+
+
+def _exit_status(report: BenchReport, check: bool, command: str) -> int:
+    """130 interrupted; 1 a size failed, or (``check``) some size was not compared; else 0.
+    The reason for a 1 goes to stderr as one line."""
     if report.interrupted:
         return INTERRUPTED
-    return 0 if report.ok else 1
+    failed = [row for row in report.rows if row.failed]
+    if failed:
+        print(f"xccl {command}: {_failure(failed[0])}", file=sys.stderr)
+        return 1
+    if check and not report.all_checked:
+        print(f"xccl {command}: {_unchecked(report)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _checked_line(report: BenchReport, checks: bool) -> str:
+    """What the header says about the check, from the rows themselves."""
+    if not checks:
+        return "outputs not checked (this backend moves no data)"
+    ran = report.ran
+    if ran and all(row.check == "not checked" for row in ran):
+        return f"outputs not checked ({ran[0].note})"
+    return "outputs checked against the NumPy reference"
+
+
+def _print_table(args: argparse.Namespace, ir: IR, inplace: bool, report: BenchReport) -> None:
+    from runtime.bench import TABLE_HEADERS, backends
+
+    print(
+        f"# {ir.name}: {ir.collective} on {ir.num_ranks} ranks, {_where(inplace)}, backend {report.backend}"
+    )
+    print(f"# device: {report.device}")
+    print(
+        f"# {report.timing} time, median of {report.repeats} run(s) after {report.warmup} "
+        f"warm-up run(s); {args.dtype} {args.op}; {_checked_line(report, backends()[report.backend].checks)}"
+    )
+    print_table(TABLE_HEADERS, [row.cells() for row in report.rows])
+    for row in report.rows:
+        if row.check == "skipped":
+            print(f"# skipped {format_size(row.size_bytes)}: {row.note}")
+    timed = [row.busbw_GBps for row in report.rows if row.busbw_GBps is not None]
+    if timed:
+        print(f"# Avg bus bandwidth    : {sum(timed) / len(timed):.3f} GB/s")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from runtime.bench import TABLE_HEADERS, BenchError, backends, bench
+    from runtime.bench import BenchError, backends, bench
 
-    sizes = parse_size_range(args.sizes)
+    sizes = _sizes("--sizes", parse_size_range, args.sizes)
+    options = _backend_options(args)
     runnable, inplace = _prepare(args)
     ir = runnable.ir
     if backends()[args.backend].needs_topology and runnable.topology is None:
@@ -118,66 +215,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"{args.file}: backend {args.backend} times the IR on a topology, and this file names none: "
             "pass --topology"
         )
+    kwargs = _bench_args(args, runnable, inplace, options)
     done = []
 
     def on_row(row: BenchRow) -> None:
         done.append(row)
         progress(f"[{len(done)}/{len(sizes)}] {format_size(row.size_bytes)}: {row.check}")
 
-    report = bench(
-        ir,
-        sizes,
-        backend=args.backend,
-        dtype=args.dtype,
-        op=args.op,
-        inplace=inplace,
-        warmup=args.warmup,
-        repeats=args.repeats,
-        topology=runnable.topology,
-        on_row=on_row,
-    )
+    report = bench(ir, sizes, warmup=args.warmup, repeats=args.repeats, on_row=on_row, **kwargs)
     if args.json:
         print_json(_report_json(args, report))
     else:
-        print(
-            f"# {ir.name}: {ir.collective} on {ir.num_ranks} ranks, {_where(inplace)}, backend {report.backend}"
-        )
-        print(f"# device: {report.device}")
-        checked = "outputs checked against the NumPy reference"
-        if not backends()[report.backend].checks:
-            checked = "outputs not checked (this backend moves no data)"
-        print(
-            f"# {report.timing} time, median of {report.repeats} run(s) after {report.warmup} "
-            f"warm-up run(s); {args.dtype} {args.op}; {checked}"
-        )
-        print_table(TABLE_HEADERS, [row.cells() for row in report.rows])
-        timed = [row.busbw_GBps for row in report.rows if row.busbw_GBps is not None]
-        if timed:
-            print(f"# Avg bus bandwidth    : {sum(timed) / len(timed):.3f} GB/s")
-    failed = [row for row in report.rows if row.failed]
-    if failed:
-        print(f"xccl bench: {_failure(failed[0])}", file=sys.stderr)
+        _print_table(args, ir, inplace, report)
     if report.interrupted:
         progress(f"interrupted: {len(report.rows)} of {len(sizes)} sizes done")
-    return _exit_status(report)
+    if not report.interrupted and not report.ran:
+        raise BenchError(f"{args.file}: no requested size ran; the first: {report.rows[0].note}")
+    return _exit_status(report, args.check, "bench")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from runtime.bench import bench
 
-    size = parse_size(args.size)
+    size = _sizes("--size", parse_size, args.size)
+    options = _backend_options(args)
     runnable, inplace = _prepare(args)
     ir = runnable.ir
     report = bench(
-        ir,
-        [size],
-        backend=args.backend,
-        dtype=args.dtype,
-        op=args.op,
-        inplace=inplace,
-        warmup=0,
-        repeats=1,
-        topology=runnable.topology,
+        ir, [size], warmup=0, repeats=1, skip=False, **_bench_args(args, runnable, inplace, options)
     )
     if report.interrupted:
         progress("interrupted")
@@ -185,17 +250,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     (row,) = report.rows
     if args.json:
         print_json(_report_json(args, report))
-    if row.failed:
-        print(f"xccl run: {_failure(row)}", file=sys.stderr)
-        return 1
-    if not args.json:
+    elif not row.failed:
         rounded = "" if row.size_bytes == size else f", rounded down from {format_size(size)}"
-        print(
-            f"ok: {ir.name}: {ir.collective} on {ir.num_ranks} ranks, {format_size(row.size_bytes)} "
-            f"({row.count} {row.dtype}{rounded}), {row.op}, {_where(inplace)}: every output matches "
-            f"the NumPy reference ({report.backend}, {row.time_us / 1e3:.2f} ms)"
+        what = (
+            f"{ir.name}: {ir.collective} on {ir.num_ranks} ranks, {format_size(row.size_bytes)} "
+            f"({row.count} {row.dtype}{rounded}), {row.op}, {_where(inplace)}"
         )
-    return 0
+        took = f"({report.backend}, {row.time_us / 1e3:.2f} ms)"
+        if row.check == "ok":
+            print(f"ok: {what}: every output matches the NumPy reference {took}")
+        else:
+            print(f"{row.check}: {what}: ran, outputs not compared: {row.note} {took}")
+    return _exit_status(report, args.check, "run")
 
 
 def _common(p: argparse.ArgumentParser, choices: list[str]) -> None:
@@ -236,6 +302,18 @@ def _common(p: argparse.ArgumentParser, choices: list[str]) -> None:
         "-D", "--define", action="append", default=[], metavar="NAME=VALUE", help="DSL program() parameter"
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 unless every output was compared with its expected result and matched "
+        "(without it, sizes not checked or skipped are reported and exit 0)",
+    )
+    p.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        help="host memory the numpy backend may use (default: $XCCL_MAX_MEMORY, else half the "
+        "physical memory); larger sizes are refused before anything is allocated",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
