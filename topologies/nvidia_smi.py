@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from topologies.errors import TopologyError
+from topologies.limits import bandwidth_problem
 from topologies.model import Link, Topology
 
 __all__ = ["parse_nvidia_smi_topo"]
@@ -30,8 +31,9 @@ def parse_nvidia_smi_topo(
     for H100 links as well). With ``pcie_GBps``, every GPU also joins one PCIe switch at that rate.
     """
     for field, rate in (("nvlink_GBps", nvlink_GBps), ("pcie_GBps", pcie_GBps)):
-        if rate is not None and not rate > 0:  # the topology format rejects such links too
-            raise TopologyError(f"{where}: {field}: expected a positive number of GB/s, got {rate:g}")
+        expected = None if rate is None else bandwidth_problem(rate)  # as the topology format's
+        if expected:
+            raise TopologyError(f"{where}: {field}: expected {expected}, got {rate:g}")
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header on a terminal
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
     # the header is indented (its first cell is empty); rows start with their GPU label
