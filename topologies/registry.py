@@ -11,6 +11,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from common.files import parse_json
 from topologies.builders import FAMILIES, multi_node
 from topologies.errors import TopologyError
 from topologies.io import load_topology_file, topology_from_dict
@@ -31,10 +32,9 @@ def shipped_machines() -> list[str]:
 
 @lru_cache(maxsize=64)
 def _shipped(name: str) -> Topology:
-    import json
-
     path = resources.files("topologies") / "machines" / f"{name}.json"
-    return topology_from_dict(json.loads(path.read_text()), where=f"topologies/machines/{name}.json")
+    where = f"topologies/machines/{name}.json"
+    return topology_from_dict(parse_json(path.read_text(encoding="utf-8"), where, TopologyError), where)
 
 
 def _shown(name: str) -> str:
