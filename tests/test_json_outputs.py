@@ -18,11 +18,14 @@ from xccl.cli.main import build_parser
 ALGORITHM = "ag.json"
 """A ring allgather on ring:4, written by ``xccl baseline`` in the cases' folder."""
 
+ONE_RANK = "one.json"
+"""A topology of one rank: its collectives take no time, their bandwidth is infinite (not JSON)."""
+
 CASES: dict[tuple[str, ...], list[list[str]]] = {
     ("topo", "list"): [[]],
     ("topo", "show"): [["ring:4"], ["ndv2x2"]],
     ("cost",): [[ALGORITHM, "--size", "1KiB"]],
-    ("bound",): [["-t", "dgx1", "-C", "allgather"], ["-t", "ring:4", "-C", "allreduce", "--size", "1KiB"]],
+    ("bound",): [["-t", "dgx1", "-C", "allgather"], ["-t", ONE_RANK, "-C", "allreduce", "--size", "1KiB"]],
     ("sketch", "show"): [["ndv2x2-relay"]],
     ("bench",): [[ALGORITHM, "--sizes", "1KiB", "--backend", "numpy"]],
     ("run",): [[ALGORITHM, "--size", "1KiB"]],
@@ -54,6 +57,7 @@ def folder(tmp_path_factory):
     path = tmp_path_factory.mktemp("json-outputs")
     proc = run_cli("baseline", "ring", "-t", "ring:4", "-C", "allgather", "-o", ALGORITHM, cwd=path)
     assert proc.returncode == 0, proc.stderr
+    (path / ONE_RANK).write_text(json.dumps({"name": "one", "ranks": 1, "links": []}))
     return path
 
 

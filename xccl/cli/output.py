@@ -8,6 +8,7 @@ Standard output may fail under us: closed, a full disk, or a pipe whose reader h
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -119,8 +120,20 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: st
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
+    """One JSON document; a number that is not finite (the bandwidth of a transfer that takes no
+    time) is written as ``null``, since NaN and Infinity are not JSON."""
+    json.dump(_finite(data), sys.stdout, indent=2, default=str, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(value) for value in data]
+    return data
 
 
 def progress(message: str) -> None:
