@@ -161,6 +161,13 @@ def test_a_tiny_bandwidth_never_reaches_a_division(tmp_path, xccl, command):
     assert_one_line_error(xccl(*(path if arg == "{}" else arg for arg in command)), "bandwidth_GBps")
 
 
+def test_cost_on_a_tiny_bandwidth_topology_is_one_line(tmp_path, xccl):
+    good, tiny = _file(tmp_path, _pair(), "pair.json"), _file(tmp_path, _pair(bandwidth_GBps=1e-320))
+    algorithm = str(tmp_path / "ring.json")
+    assert xccl("baseline", "ring", "-t", good, "-C", "allgather", "-o", algorithm).returncode == 0
+    assert_one_line_error(xccl("cost", algorithm, "-t", tiny), "bandwidth_GBps", "got 1e-320")
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [{"bandwidth_GBps": float("nan")}, {"bandwidth_GBps": 1e-320}, {"alpha_us": float("inf")}],
