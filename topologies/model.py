@@ -204,10 +204,12 @@ class Topology:
             )
 
     def _check_values(self, prefix: str) -> None:
-        """Values computed by builders and callers obey the same ranges as the file format's."""
-        named = [(f"links: {src} -> {dst}", link) for src, dst, link in self.links()]
-        named += [(f"nics: {nic.name}", nic) for nic in self.nics]
-        for what, item in named:
+        """Values computed by builders and callers obey the same ranges as the file format's.
+
+        Each distinct link value is checked once (a family has one), so that this stays cheap
+        for millions of links."""
+        distinct = {link for _, _, link in self.graph.edges(data="link")}
+        for item in [*distinct, *self.nics]:
             checks = [
                 ("bandwidth_GBps", item.bandwidth_GBps, limits.bandwidth_problem),
                 ("alpha_us", item.alpha_us, limits.alpha_problem),
@@ -217,7 +219,15 @@ class Topology:
             for field, value, problem in checks:
                 expected = problem(value)
                 if expected:
-                    raise TopologyError(f"{prefix}{what}: {field}: expected {expected}, got {value!r}")
+                    raise TopologyError(
+                        f"{prefix}{self._name_of(item)}: {field}: expected {expected}, got {value!r}"
+                    )
+
+    def _name_of(self, item: Link | Nic) -> str:
+        if isinstance(item, Nic):
+            return f"nics: {item.name}"
+        src, dst = next((s, d) for s, d, link in self.links() if link == item)
+        return f"links: {src} -> {dst}"
 
     # -- identity --------------------------------------------------------------------------
     def _key(self) -> tuple:
