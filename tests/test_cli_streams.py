@@ -51,3 +51,8 @@ def test_a_pipe_closed_midway_stops_quietly_with_141():
     proc = _bash('$XCCL topo show hypercube:9 | head -1; echo "status ${PIPESTATUS[0]}" >&2')
     assert proc.stdout == "hypercube:9: 512 ranks on 1 machine(s), 0 switch(es)\n"
     assert proc.stderr == "status 141\n"
+
+
+def test_a_closed_stderr_keeps_messages_off_stdout():
+    proc = _bash("$XCCL topo show ring:0 --json 2>&-")  # before: the error line came out on stdout
+    assert (proc.returncode, proc.stdout) == (2, "")

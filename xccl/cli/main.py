@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -36,6 +37,8 @@ SIGPIPE_STATUS = 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stderr is None:  # started with descriptor 2 closed: print(file=None) would write to stdout
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - held until the process exits
     if sys.stdout is None:  # started with descriptor 1 closed (``xccl topo list >&-``)
         print("xccl: error: cannot write to standard output: it is closed", file=sys.stderr)
         return 2
