@@ -104,8 +104,8 @@ def test_values_out_of_range_are_refused(tmp_path, xccl):
         (("compile", "example:ring_allreduce", "--channels", "0"), "--channels"),
         (("compile", "example:ring_allreduce", "--instances", "0"), "--instances"),
         (("check", str(ir), "--limit", "-1"), "--limit"),
-        (("topo", "detect", NVIDIA_SMI, "--nvlink-GBps", "0"), "nvlink_GBps: expected a positive number"),
-        (("topo", "detect", NVIDIA_SMI, "--pcie-GBps", "-16"), "pcie_GBps: expected a positive number"),
+        (("topo", "detect", NVIDIA_SMI, "--nvlink-GBps", "0"), "nvlink_GBps: expected a number of GB/s"),
+        (("topo", "detect", NVIDIA_SMI, "--pcie-GBps", "-16"), "pcie_GBps: expected a number of GB/s"),
         (("bound", "-t", "dgx1", "-C", "allgather", "--root", "3"), "--root: allgather has no root"),
         (("bound", "-t", "dgx1", "-C", "broadcast", "--root", "8"), "root: expected a rank in 0..7"),
     ]

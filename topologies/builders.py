@@ -2,12 +2,15 @@
 
 Every builder takes the per-link ``bandwidth_GBps`` and ``alpha_us`` (NVLink-like defaults) and
 returns a validated :class:`Topology`. ``FAMILIES`` maps the command-line name to the builder.
+Each builder multiplies out its ranks and links and refuses sizes past :mod:`topologies.limits`
+before it builds anything.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from topologies import limits
 from topologies.errors import TopologyError
 from topologies.model import Link, Topology, Vertex
 
@@ -32,14 +35,17 @@ def _both(links: dict, a: Vertex, b: Vertex, link: Link) -> None:
     links[(b, a)] = link
 
 
-def _need(n: int, least: int, family: str) -> None:
+def _need(n: int, least: int, family: str, links: int) -> None:
+    """At least ``least`` ranks; ``n`` ranks and ``links`` directed links within the limits."""
     if n < least:
         raise TopologyError(f"{family}: expected at least {least} ranks, got {n}")
+    limits.check_ranks(f"{family}:{n}", n)
+    limits.check_links(f"{family}:{n}", links)
 
 
 def ring(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
     """``n`` ranks in a bidirectional cycle (two ranks: both links of the cycle join 0 and 1)."""
-    _need(n, 2, "ring")
+    _need(n, 2, "ring", 2 * n)
     links: dict = {}
     for r in range(n):
         _both(links, r, (r + 1) % n, Link(bandwidth_GBps, alpha_us, 2 if n == 2 else 1))
@@ -48,7 +54,7 @@ def ring(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT
 
 def line(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
     """``n`` ranks in a bidirectional chain."""
-    _need(n, 2, "line")
+    _need(n, 2, "line", 2 * (n - 1))
     links: dict = {}
     for r in range(n - 1):
         _both(links, r, r + 1, Link(bandwidth_GBps, alpha_us))
@@ -59,14 +65,14 @@ def fully_connected(
     n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US
 ) -> Topology:
     """A dedicated link between every ordered pair of ranks."""
-    _need(n, 2, "fully-connected")
+    _need(n, 2, "fully-connected", n * (n - 1))
     links = {(a, b): Link(bandwidth_GBps, alpha_us) for a in range(n) for b in range(n) if a != b}
     return Topology.build(f"fully-connected:{n}", n, links, description=f"{n} ranks, all pairs linked")
 
 
 def star(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
     """Rank 0 is the hub, linked to every other rank."""
-    _need(n, 2, "star")
+    _need(n, 2, "star", 2 * (n - 1))
     links: dict = {}
     for r in range(1, n):
         _both(links, 0, r, Link(bandwidth_GBps, alpha_us))
@@ -75,7 +81,7 @@ def star(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT
 
 def switch(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
     """Every rank on one switch port: it sends at most one and receives at most one chunk per round."""
-    _need(n, 2, "switch")
+    _need(n, 2, "switch", 2 * n)
     links: dict = {}
     half = Link(bandwidth_GBps, alpha_us / 2)
     for r in range(n):
@@ -91,6 +97,8 @@ def torus(
     """An ``a x b`` 2D torus; rank ``i * b + j`` sits at row i, column j (wrap links deduplicated)."""
     if a < 2 or b < 2:
         raise TopologyError(f"torus: expected both dimensions >= 2, got {a}x{b}")
+    limits.check_ranks(f"torus:{a}x{b}", a * b)
+    limits.check_links(f"torus:{a}x{b}", 4 * a * b)
     links: dict = {}
     for i in range(a):
         for j in range(b):
@@ -104,7 +112,14 @@ def hypercube(d: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DE
     """``2**d`` ranks; ranks that differ in one bit are linked."""
     if d < 1:
         raise TopologyError(f"hypercube: expected dimension >= 1, got {d}")
+    if d >= limits.max_ranks().bit_length():  # 2**d is past the limit (and may not fit in memory)
+        raise TopologyError(
+            f"hypercube:{d}: 2**{d} ranks, more than the limit of {limits.max_ranks()} "
+            f"(set {limits.RANKS_ENV} to raise it)"
+        )
     n = 1 << d
+    limits.check_ranks(f"hypercube:{d}", n)
+    limits.check_links(f"hypercube:{d}", n * d)
     links = {(r, r ^ (1 << k)): Link(bandwidth_GBps, alpha_us) for r in range(n) for k in range(d)}
     return Topology.build(f"hypercube:{d}", n, links, description=f"{d}-dimensional hypercube, {n} ranks")
 
@@ -125,6 +140,13 @@ def multi_node(machine: Topology, k: int, name: str | None = None) -> Topology:
     if k > 1 and not machine.nics:
         raise TopologyError(f"{machine.name}: nics: expected at least one NIC to compose machines")
     g = machine.num_ranks
+    where = name or f"{machine.name}x{k}"
+    limits.check_ranks(where, g * k)
+    nic_links = 2 * sum(len(nic.ranks) + 1 for nic in machine.nics) if k > 1 else 0
+    limits.check_links(where, k * (machine.graph.number_of_edges() + nic_links))
+    if k > 1:  # the network joins every rank with a NIC to every such rank of the other machines
+        served = k * len({r for nic in machine.nics for r in nic.ranks})
+        limits.check_links(where, served * (served - 1), "rank-to-rank links (at most)")
     links: dict = {}
     switches: dict[str, str] = {}
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from common.files import read_json_file
+from topologies import limits
 from topologies.errors import TopologyError
 from topologies.model import SWITCH_KINDS, Link, Nic, Topology, Vertex
 
@@ -55,14 +56,12 @@ class _Fields:
             raise self.fail(field, f"an integer >= {minimum}", value)
         return value
 
-    def number(self, value: Any, field: str, positive: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise self.fail(field, "a number", value)
-        if positive and value <= 0:
-            raise self.fail(field, "a positive number", value)
-        if not positive and value < 0:
-            raise self.fail(field, "a number >= 0", value)
-        return float(value)
+    def value(self, value: Any, field: str, problem: Callable[[Any], str | None]) -> Any:
+        """``value`` if ``problem`` (one of :mod:`topologies.limits`) finds none, else the error."""
+        expected = problem(value)
+        if expected:
+            raise self.fail(field, expected, value)
+        return value
 
     def string(self, value: Any, field: str) -> str:
         if not isinstance(value, str) or not value:
@@ -91,6 +90,7 @@ def topology_from_dict(data: Any, where: str = "<topology>") -> Topology:
         raise f.fail("format", f'"{FORMAT}"', data["format"])
     name = f.string(data["name"], "name")
     n = f.integer(data["ranks"], "ranks", minimum=1)
+    limits.check_ranks(f"{where}: ranks", n)
 
     if "node_of" in data:
         raw = f.array(data["node_of"], "node_of")
@@ -127,7 +127,9 @@ def topology_from_dict(data: Any, where: str = "<topology>") -> Topology:
         raise f.fail(field, f"a rank 0..{n - 1} or a switch name", value)
 
     links: dict[tuple[Vertex, Vertex], Link] = {}
-    for i, entry in enumerate(f.array(data["links"], "links")):
+    entries = f.array(data["links"], "links")
+    limits.check_links(f"{where}: links", len(entries))
+    for i, entry in enumerate(entries):
         fld = f"links[{i}]"
         f.keys(entry, fld, _LINK_KEYS, ("src", "dst", "bandwidth_GBps", "alpha_us"))
         src = vertex(entry["src"], f"{fld}.src")
@@ -135,9 +137,11 @@ def topology_from_dict(data: Any, where: str = "<topology>") -> Topology:
         if src == dst:
             raise f.fail(f"{fld}.dst", "a vertex other than src (no self links)", entry["dst"])
         link = Link(
-            bandwidth_GBps=f.number(entry["bandwidth_GBps"], f"{fld}.bandwidth_GBps", positive=True),
-            alpha_us=f.number(entry["alpha_us"], f"{fld}.alpha_us"),
-            count=f.integer(entry.get("count", 1), f"{fld}.count", minimum=1),
+            bandwidth_GBps=float(
+                f.value(entry["bandwidth_GBps"], f"{fld}.bandwidth_GBps", limits.bandwidth_problem)
+            ),
+            alpha_us=float(f.value(entry["alpha_us"], f"{fld}.alpha_us", limits.alpha_problem)),
+            count=f.value(entry.get("count", 1), f"{fld}.count", limits.count_problem),
         )
         bidirectional = entry.get("bidirectional", True)
         if not isinstance(bidirectional, bool):
@@ -161,8 +165,10 @@ def topology_from_dict(data: Any, where: str = "<topology>") -> Topology:
             Nic(
                 name=f.string(entry["name"], f"{fld}.name"),
                 ranks=ranks,
-                bandwidth_GBps=f.number(entry["bandwidth_GBps"], f"{fld}.bandwidth_GBps", positive=True),
-                alpha_us=f.number(entry["alpha_us"], f"{fld}.alpha_us"),
+                bandwidth_GBps=float(
+                    f.value(entry["bandwidth_GBps"], f"{fld}.bandwidth_GBps", limits.bandwidth_problem)
+                ),
+                alpha_us=float(f.value(entry["alpha_us"], f"{fld}.alpha_us", limits.alpha_problem)),
             )
         )
     description = data.get("description", "")

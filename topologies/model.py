@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import networkx as nx
 
+from topologies import limits
 from topologies.errors import TopologyError
 
 if TYPE_CHECKING:
@@ -83,8 +84,13 @@ class Topology:
     ) -> Topology:
         """Make a topology from directed links ``{(src, dst): Link}`` and ``{switch: kind}``.
 
-        ``where`` (a file name) prefixes any validation error.
+        ``where`` (a file name) prefixes any validation error. Sizes past :mod:`topologies.limits`
+        are refused before the graph is built.
         """
+        limits.check_ranks(where or name, num_ranks)
+        limits.check_links(where or name, len(links))
+        pairs = limits.logical_links_bound(num_ranks, links)
+        limits.check_links(where or name, pairs, "rank-to-rank links (at most)")
         switches = switches or {}
         graph = nx.DiGraph()
         graph.add_nodes_from(range(num_ranks), kind="rank")
@@ -170,7 +176,8 @@ class Topology:
 
     # -- validation ------------------------------------------------------------------------
     def check(self, where: str = "") -> None:
-        """Raise :class:`TopologyError` unless every rank can reach every other rank."""
+        """Raise :class:`TopologyError` unless every link value is in range and every rank can
+        reach every other rank."""
         prefix = f"{where or self.name}: "
         if self.num_ranks < 1:
             raise TopologyError(f"{prefix}ranks: expected at least 1 rank")
@@ -178,6 +185,7 @@ class Topology:
             raise TopologyError(
                 f"{prefix}node_of: expected {self.num_ranks} entries, got {len(self.node_of)}"
             )
+        self._check_values(prefix)
         logical = self.logical()
         reach = nx.DiGraph()
         reach.add_nodes_from(self.ranks)
@@ -194,6 +202,32 @@ class Topology:
             raise TopologyError(
                 f"{prefix}links: rank {source} cannot reach rank {unreached}; every rank must reach every other"
             )
+
+    def _check_values(self, prefix: str) -> None:
+        """Values computed by builders and callers obey the same ranges as the file format's.
+
+        Each distinct link value is checked once (a family has one), so that this stays cheap
+        for millions of links."""
+        distinct = {link for _, _, link in self.graph.edges(data="link")}
+        for item in [*distinct, *self.nics]:
+            checks = [
+                ("bandwidth_GBps", item.bandwidth_GBps, limits.bandwidth_problem),
+                ("alpha_us", item.alpha_us, limits.alpha_problem),
+            ]
+            if isinstance(item, Link):
+                checks.append(("count", item.count, limits.count_problem))
+            for field, value, problem in checks:
+                expected = problem(value)
+                if expected:
+                    raise TopologyError(
+                        f"{prefix}{self._name_of(item)}: {field}: expected {expected}, got {value!r}"
+                    )
+
+    def _name_of(self, item: Link | Nic) -> str:
+        if isinstance(item, Nic):
+            return f"nics: {item.name}"
+        src, dst = next((s, d) for s, d, link in self.links() if link == item)
+        return f"links: {src} -> {dst}"
 
     # -- identity --------------------------------------------------------------------------
     def _key(self) -> tuple:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 
 from topologies.errors import TopologyError
+from topologies.limits import COUNT_MAX, bandwidth_problem, check_links, check_ranks, count_problem
 from topologies.model import Link, Topology
 
 __all__ = ["parse_nvidia_smi_topo"]
 
-_NV = re.compile(r"^NV(\d+)$")
+_NV = re.compile(r"^NV([0-9]+)$")
 
 
 def parse_nvidia_smi_topo(
@@ -30,8 +31,9 @@ def parse_nvidia_smi_topo(
     for H100 links as well). With ``pcie_GBps``, every GPU also joins one PCIe switch at that rate.
     """
     for field, rate in (("nvlink_GBps", nvlink_GBps), ("pcie_GBps", pcie_GBps)):
-        if rate is not None and not rate > 0:  # the topology format rejects such links too
-            raise TopologyError(f"{where}: {field}: expected a positive number of GB/s, got {rate:g}")
+        expected = None if rate is None else bandwidth_problem(rate)  # as the topology format's
+        if expected:
+            raise TopologyError(f"{where}: {field}: expected {expected}, got {rate:g}")
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header on a terminal
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
     # the header is indented (its first cell is empty); rows start with their GPU label
@@ -47,6 +49,7 @@ def parse_nvidia_smi_topo(
     n = len(gpu_cols)
     if len(rows) != n:
         raise TopologyError(f"{where}: header names {n} GPUs but there are {len(rows)} GPU rows")
+    check_ranks(where, n)
     links: dict = {}
     for i, row in enumerate(rows):
         cells = [c.strip() for c in (row.split("\t") if "\t" in row else row.split())]
@@ -64,7 +67,13 @@ def parse_nvidia_smi_topo(
                 continue
             match = _NV.match(cell)
             if match:
-                links[(i, j)] = Link(nvlink_GBps, nvlink_alpha_us, int(match[1]))
+                bond = int(match[1]) if len(match[1]) <= 6 else COUNT_MAX + 1  # no 5,000-digit int
+                if count_problem(bond):
+                    raise TopologyError(
+                        f"{where}: row GPU{i} column GPU{j}: expected NV1 .. NV{COUNT_MAX}, got {cell[:20]}"
+                    )
+                links[(i, j)] = Link(nvlink_GBps, nvlink_alpha_us, bond)
+        check_links(where, len(links))
     for (i, j), link in links.items():
         if links.get((j, i)) != link:
             raise TopologyError(f"{where}: GPU{i}-GPU{j}: the matrix is not symmetric")

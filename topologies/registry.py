@@ -11,14 +11,17 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from common.files import parse_json
 from topologies.builders import FAMILIES, multi_node
 from topologies.errors import TopologyError
 from topologies.io import load_topology_file, topology_from_dict
+from topologies.limits import RANKS_ENV, max_ranks
 from topologies.model import Topology
 
 __all__ = ["load", "shipped_machines"]
 
-_MULTI = re.compile(r"^(?P<machine>.+?)x(?P<k>\d+)$")
+_MULTI = re.compile(r"^(?P<machine>.+?)x(?P<k>[0-9]+)$")
+_SIZE = {1: re.compile(r"[0-9]+"), 2: re.compile(r"[0-9]+x[0-9]+")}
 
 
 def shipped_machines() -> list[str]:
@@ -29,10 +32,27 @@ def shipped_machines() -> list[str]:
 
 @lru_cache(maxsize=64)
 def _shipped(name: str) -> Topology:
-    import json
-
     path = resources.files("topologies") / "machines" / f"{name}.json"
-    return topology_from_dict(json.loads(path.read_text()), where=f"topologies/machines/{name}.json")
+    where = f"topologies/machines/{name}.json"
+    return topology_from_dict(parse_json(path.read_text(encoding="utf-8"), where, TopologyError), where)
+
+
+def _shown(name: str) -> str:
+    """``name`` as an error message quotes it (a 5,000-digit size is cut short)."""
+    return repr(name if len(name) <= 60 else name[:50] + "...")
+
+
+def _sizes(name: str, digits: list[str]) -> list[int]:
+    """The integers of a name's size, refusing at once those too long to be within the limits
+    (Python would not even convert a number of more than 4,300 digits)."""
+    limit = max_ranks()
+    longest = max(len(d.lstrip("0")) for d in digits)
+    if longest > len(str(limit)):
+        raise TopologyError(
+            f"topology {_shown(name)}: a size of {longest} digits, more than the limit of {limit} ranks "
+            f"(set {RANKS_ENV} to raise it)"
+        )
+    return [int(d) for d in digits]
 
 
 def _family(name: str) -> Topology:
@@ -40,17 +60,18 @@ def _family(name: str) -> Topology:
     builder = FAMILIES.get(family.replace("_", "-"))
     if builder is None:
         raise TopologyError(
-            f"topology {name!r}: unknown family {family!r}; expected one of {', '.join(FAMILIES)}"
+            f"topology {_shown(name)}: unknown family {family!r}; expected one of {', '.join(FAMILIES)}"
         )
-    try:
-        dims = [int(x) for x in size.lower().split("x")]
-    except ValueError:
-        raise TopologyError(f"topology {name!r}: expected a size like {family}:8 (torus:4x4)") from None
-    expected = 2 if builder is FAMILIES["torus"] else 1
-    if len(dims) != expected:
-        shape = "AxB" if expected == 2 else "N"
-        raise TopologyError(f"topology {name!r}: expected {family}:{shape}")
-    return builder(*dims)
+    dims = 2 if builder is FAMILIES["torus"] else 1
+    size = size.lower()
+    if not _SIZE[dims].fullmatch(size):
+        shape = (
+            f"{family}:AxB, A and B whole numbers (torus:4x4)"
+            if dims == 2
+            else f"{family}:N, N a whole number ({family}:8)"
+        )
+        raise TopologyError(f"topology {_shown(name)}: expected {shape}")
+    return builder(*_sizes(name, size.split("x")))
 
 
 @lru_cache(maxsize=64)
@@ -62,9 +83,10 @@ def _load_name(name: str) -> Topology:
         return _shipped(name)
     match = _MULTI.match(name)
     if match and match["machine"] in machines:
-        return multi_node(_shipped(match["machine"]), int(match["k"]), name=name)
+        (k,) = _sizes(name, [match["k"]])
+        return multi_node(_shipped(match["machine"]), k, name=name)
     raise TopologyError(
-        f"unknown topology {name!r}: expected a shipped machine ({', '.join(machines)}), "
+        f"unknown topology {_shown(name)}: expected a shipped machine ({', '.join(machines)}), "
         f"a multi-machine variant like ndv2x2, a family with its size like ring:8 or torus:4x4, "
         f"or a path to a JSON file"
     )
@@ -76,8 +98,15 @@ def load(name_or_path: str | Path | Topology) -> Topology:
         return name_or_path
     text = str(name_or_path)
     path = Path(text)
-    if text.endswith(".json") or path.is_file():
-        if not path.is_file():
+    if text.endswith(".json") or "/" in text or _is_file(path):
+        if not path.exists():
             raise TopologyError(f"{path}: no such topology file")
-        return load_topology_file(path)
+        return load_topology_file(path)  # a folder or a device is reported by the reader
     return _load_name(text)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long to be a file's (ring:<5,000 digits>)
+        return False

@@ -9,18 +9,25 @@
 6. One table against the ring and the lower bound (the Algorithm model's times, and the compiled
    XML's in the IR simulator at 1 GiB), and plots, in ``./xccl-demo/``.
 
-The demo owns its output folder: it rewrites the files it wrote before and touches nothing else.
+The demo shares its output folder with whatever is there: it replaces a file only where it wrote
+that file itself and nobody changed it since (a list of what it wrote, with each file's SHA-256, is
+kept in ``.xccl-demo.json``), or with ``--force``; every file is written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.errors import XcclError
+from common.files import read_json_file, save, save_text
 from common.units import format_size, parse_size
 from synth.collectives import make_collective
 from xccl.cli.output import print_table, progress
@@ -36,8 +43,80 @@ RUN_SIZE = "1MiB"
 STAGES = 6
 
 
+FRONT_PNG = "dgx1-allgather-front.png"
+TIMES_PNG = "allgather-times.png"
+OUTPUTS = ("allgather-dgx1-s*-r*-c*.xml", "allgather-ndv2x2-s*-r*-c*.xml", FRONT_PNG, TIMES_PNG)
+"""Every name the demo may write (the XML names carry what the solvers found)."""
+MANIFEST = ".xccl-demo.json"
+MANIFEST_FORMAT = "xccl-demo-files/1"
+_TAKEN = "already exists and was not written by the demo; use --force to overwrite, or another --out"
+
+
 class DemoError(XcclError):
     """The demo cannot write its output folder."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class DemoFolder:
+    """The output folder: a file is replaced only if the demo wrote it and it is unchanged, or with
+    ``force``. ``known`` is what the manifest records; ``written``, this run's files."""
+
+    path: Path
+    force: bool = False
+    known: dict[str, str] = field(default_factory=dict)
+    written: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: Path, force: bool) -> DemoFolder:
+        """Read the manifest and refuse, before any work, a file the demo would replace but did not write."""
+        folder = cls(path, force)
+        manifest = path / MANIFEST
+        if manifest.exists():
+            try:
+                doc = read_json_file(manifest, DemoError)
+            except DemoError:
+                doc = None
+            files = (
+                doc.get("files") if isinstance(doc, dict) and doc.get("format") == MANIFEST_FORMAT else None
+            )
+            if isinstance(files, dict):
+                folder.known = {k: v for k, v in files.items() if isinstance(v, str)}
+            elif not force:
+                raise DemoError(f"{manifest}: {_TAKEN}")
+        for entry in sorted(path.iterdir()):
+            if any(fnmatch(entry.name, p) for p in OUTPUTS) and not (force or folder.ours(entry.name)):
+                raise DemoError(f"{entry}: {_TAKEN}")
+        return folder
+
+    def ours(self, name: str) -> bool:
+        digest = self.written.get(name, self.known.get(name))
+        path = self.path / name
+        return digest is not None and path.is_file() and _sha256(path.read_bytes()) == digest
+
+    def save(self, name: str, data: bytes) -> None:
+        if not (self.force or self.ours(name)) and (self.path / name).exists():
+            raise DemoError(f"{self.path / name}: {_TAKEN}")
+        save(self.path / name, data, force=True, error=DemoError)
+        self.written[name] = _sha256(data)
+
+    def finish(self) -> None:
+        """Record this run's files, and the earlier ones still as the demo wrote them."""
+        files = {n: h for n, h in self.known.items() if n not in self.written and self.ours(n)}
+        doc = {"format": MANIFEST_FORMAT, "files": dict(sorted((files | self.written).items()))}
+        save_text(self.path / MANIFEST, json.dumps(doc, indent=2) + "\n", force=True, error=DemoError)
+
+
+def _plot_bytes(plot, *args, **kwargs) -> bytes:
+    """The PNG ``plot`` draws, made in a scratch folder so that the demo's own :meth:`DemoFolder.save`
+    puts it in place atomically."""
+    with tempfile.TemporaryDirectory(prefix="xccl-demo-") as scratch:
+        path = Path(scratch) / "plot.png"
+        plot(path, *args, force=True, **kwargs)
+        return path.read_bytes()
 
 
 @dataclass(frozen=True)
@@ -69,7 +148,7 @@ def _execute(ir, backend: str) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from codegen import compile_algorithm, save_ir
+    from codegen import compile_algorithm, write_ir
     from runtime.sim import simulate as simulate_ir
     from synth.baselines import make_baseline
     from synth.bounds import lower_bound_us, rounds_per_chunk_bound, steps_lower_bound
@@ -85,6 +164,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DemoError(f"{out}: --out: expected a folder to write into: {exc.strerror or exc}") from None
+    folder = DemoFolder.open(out, args.force)
     sizes = [parse_size(s) for s in SIZES]
     backend = args.backend or best_backend()
     dgx1, ndv2x2 = load("dgx1"), load("ndv2x2")
@@ -115,7 +195,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for row in rows:
         ir = compile_algorithm(row.algorithm, row.machine, dialect="azure")
         name = f"{row.algorithm.file_stem}{'-ring' if row.label.startswith('ring') else ''}.xml"
-        save_ir(ir, out / name, "azure", force=True)
+        folder.save(name, write_ir(ir, "azure").encode("utf-8"))
         irs.append(ir)
     _done(t, f"{len(irs)} XML files, every one passed the checker")
 
@@ -147,24 +227,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
             ]
         )
     coll = make_collective("allgather", 8)
-    plot_front(
-        out / "dgx1-allgather-front.png",
+    front_png = _plot_bytes(
+        plot_front,
         dgx1,
         front.algorithms,
         front.found,
         steps_lower_bound(dgx1, coll),
         rounds_per_chunk_bound(dgx1, coll),
         "allgather on dgx1: SMT front",
-        force=True,
     )
-    plot_times(
-        out / "allgather-times.png",
+    times_png = _plot_bytes(
+        plot_times,
         [
             ("allgather on dgx1", dgx1, [(r.label, r.algorithm) for r in rows if r.machine is dgx1]),
             ("allgather on ndv2x2", ndv2x2, [(r.label, r.algorithm) for r in rows if r.machine is ndv2x2]),
         ],
-        force=True,
     )
+    folder.save(FRONT_PNG, front_png)
+    folder.save(TIMES_PNG, times_png)
+    folder.finish()
     _done(t, f"plots in {out}/")
     print()
     print_table(
@@ -187,7 +268,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         bound = [lower_bound_us(machine, make_collective("allgather", machine.num_ranks), s) for s in sizes]
         parts = (f"{x:.2f} us @{format_size(s)}" for x, s in zip(bound, sizes, strict=True))
         print(f"lower bound on {machine.name}: " + ", ".join(parts))
-    print(f"files: {', '.join(sorted(p.name for p in out.iterdir()))} in {out}/")
+    print(f"files: {', '.join(sorted(folder.written))} in {out}/")
     return 0
 
 
@@ -198,5 +279,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--backend", choices=("numpy", "cupy"), help="executor (default: cupy with a GPU, else numpy)"
+    )
+    p.add_argument(
+        "-f", "--force", action="store_true", help="replace files in --out that the demo did not write"
     )
     p.set_defaults(func=cmd_demo)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from common.errors import XcclError
 from xccl.cli import algorithms, bench, compiler, demo, pareto, sketch, synth, topo
+from xccl.cli.output import OutputError, discard_stdout, stdout_guarded
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
@@ -30,7 +32,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SIGPIPE_STATUS = 141
+"""128 + SIGPIPE: what a shell reports for a tool whose output pipe closed (``xccl ... | head -1``)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stderr is None:  # started with descriptor 2 closed: print(file=None) would write to stdout
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - held until the process exits
+    if sys.stdout is None:  # started with descriptor 1 closed (``xccl topo list >&-``)
+        print("xccl: error: cannot write to standard output: it is closed", file=sys.stderr)
+        return 2
+    try:
+        with stdout_guarded():
+            return _run(argv)
+    except OutputError as exc:
+        discard_stdout()
+        if exc.broken_pipe:  # the reader has gone: stop quietly, as tools killed by SIGPIPE do
+            return SIGPIPE_STATUS
+        print(f"xccl: error: cannot write to standard output: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # standard error's reader has gone (``xccl ... 2>&1 | head``)
+        discard_stdout()
+        return SIGPIPE_STATUS
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -41,8 +67,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("xccl: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

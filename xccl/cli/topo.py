@@ -59,9 +59,10 @@ def _show(topo: Topology) -> None:
     if topo.source:
         print(f"  source: {topo.source}")
     rows = []
+    capacity = topo.chunk_capacity().links  # derived once: it costs a pass over every link
     for (src, dst), link in sorted(topo.logical().links.items()):
         via = " > ".join(str(v) for v in link.path[1:-1]) or "direct"
-        cap = topo.chunk_capacity().links[src, dst]
+        cap = capacity[src, dst]
         rows.append([src, dst, f"{link.bandwidth_GBps:g}", f"{link.alpha_us:g}", cap, via])
     print()
     print_table(["src", "dst", "GB/s", "alpha_us", "chunks/round", "via"], rows, title="rank-to-rank links:")

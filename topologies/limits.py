@@ -1,0 +1,151 @@
+"""How large a topology may be, and which link values make sense: checked before anything is built.
+
+A name like ``hypercube:64`` or ``ring:99999999999999999999``, or a file declaring 10**9 ranks,
+would otherwise hang or exhaust memory while its graph is built. Sizes are multiplied out from the
+name or the file's counts first and refused above the limits, which an environment variable raises.
+Link values are kept in a range where every quantity derived from them (times, chunks per round)
+stays a finite, non-zero number.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from topologies.errors import TopologyError
+
+__all__ = [
+    "ALPHA_US_MAX",
+    "BANDWIDTH_GBPS_RANGE",
+    "COUNT_MAX",
+    "LINKS_ENV",
+    "MAX_LINKS",
+    "MAX_RANKS",
+    "RANKS_ENV",
+    "alpha_problem",
+    "bandwidth_problem",
+    "check_links",
+    "check_ranks",
+    "count_problem",
+    "logical_links_bound",
+    "max_links",
+    "max_ranks",
+]
+
+MAX_RANKS = 1 << 20
+"""1,048,576 ranks: 8x the largest family size in use (``hypercube:17``, 131,072 ranks)."""
+
+MAX_LINKS = 1 << 24
+"""16,777,216 directed links, physical or rank-to-rank (each costs a few hundred bytes: several GiB
+at the limit); ``hypercube:17`` has 2.2 million, ``torus:300x300`` 360,000."""
+
+RANKS_ENV = "XCCL_MAX_RANKS"
+LINKS_ENV = "XCCL_MAX_LINKS"
+
+BANDWIDTH_GBPS_RANGE = (1e-3, 1e6)
+"""1 MB/s to 1 PB/s per link. Below 1/1000 GB/s the integer capacity model (whose unit is a fraction
+of denominator at most 1000) rounds a rate to zero and divides by it; the ratio of the extremes
+(1e9) keeps chunks per round within 64-bit integers and every modeled time finite."""
+
+ALPHA_US_MAX = 1e6
+"""One second per transfer: far above any interconnect, and low enough that sums of latencies stay finite."""
+
+COUNT_MAX = 1024
+"""Parallel links between two vertices (an NVLink bond has at most 18)."""
+
+
+def _limit(env: str, default: int) -> int:
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise TopologyError(f"{env}: expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def max_ranks() -> int:
+    """:data:`MAX_RANKS`, or ``XCCL_MAX_RANKS`` where set."""
+    return _limit(RANKS_ENV, MAX_RANKS)
+
+
+def max_links() -> int:
+    """:data:`MAX_LINKS`, or ``XCCL_MAX_LINKS`` where set."""
+    return _limit(LINKS_ENV, MAX_LINKS)
+
+
+def check_ranks(where: str, ranks: int) -> None:
+    """Refuse more ranks than the limit, naming it and how to raise it."""
+    limit = max_ranks()
+    if ranks > limit:
+        raise TopologyError(
+            f"{where}: {ranks} ranks, more than the limit of {limit} (set {RANKS_ENV} to raise it)"
+        )
+
+
+def check_links(where: str, links: int, what: str = "links") -> None:
+    """Refuse more directed links (``what``: physical or rank-to-rank) than the limit."""
+    limit = max_links()
+    if links > limit:
+        raise TopologyError(
+            f"{where}: {links} {what}, more than the limit of {limit} (set {LINKS_ENV} to raise it)"
+        )
+
+
+def logical_links_bound(num_ranks: int, edges: Iterable[tuple[Any, Any]]) -> int:
+    """An upper bound on the rank-to-rank links of the logical view, in one pass over the edges.
+
+    A rank pair is linked directly or through a connected group of switches; every group
+    contributes at most ``r * (r - 1)`` pairs for the ``r`` ranks wired to it. A switch joins all its
+    ranks to each other (``switch:N`` has N*(N-1) rank pairs from 2N links), so this is checked
+    before the view is derived.
+    """
+    parent: dict[Any, Any] = {}
+
+    def root(v: Any) -> Any:
+        while parent.setdefault(v, v) != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    direct = 0
+    attached: list[tuple[Any, int]] = []
+    for src, dst in edges:
+        if isinstance(src, int) and isinstance(dst, int):
+            direct += 1
+        elif isinstance(src, int) or isinstance(dst, int):
+            attached.append((dst, src) if isinstance(src, int) else (src, dst))
+        else:
+            parent[root(src)] = root(dst)
+    groups: dict[Any, set[int]] = {}
+    for sw, rank in attached:
+        groups.setdefault(root(sw), set()).add(rank)
+    bound = direct + sum(len(r) * (len(r) - 1) for r in groups.values())
+    return min(bound, num_ranks * (num_ranks - 1))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def bandwidth_problem(value: Any) -> str | None:
+    """What a ``bandwidth_GBps`` is expected to be, or None when ``value`` is one."""
+    low, high = BANDWIDTH_GBPS_RANGE
+    if _finite(value) and low <= value <= high:
+        return None
+    return f"a number of GB/s from {low:g} to {high:g}"
+
+
+def alpha_problem(value: Any) -> str | None:
+    """What an ``alpha_us`` is expected to be, or None when ``value`` is one."""
+    if _finite(value) and 0 <= value <= ALPHA_US_MAX:
+        return None
+    return f"a number of microseconds from 0 to {ALPHA_US_MAX:g}"
+
+
+def count_problem(value: Any) -> str | None:
+    """What a link ``count`` is expected to be, or None when ``value`` is one."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= COUNT_MAX:
+        return None
+    return f"an integer from 1 to {COUNT_MAX}"
