@@ -1,0 +1,55 @@
+"""xccl's limits on the IRs it reads and checks, in one place.
+
+A file's counts decide how much the reader, the static checker and the symbolic execution
+allocate; a malformed or hostile file (``ngpus="1000000000"``) must be refused at once, with a
+message that names the limit and how to raise it, not after memory runs out. The defaults admit
+real schedules with room to spare (a 512-rank alltoall, a ring allreduce on 1024 ranks, buffers of
+32768 chunks: the runtimes store chunk offsets in 16 bits, so no runtime addresses more); each is
+raised by its environment variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from common.errors import XcclError
+
+__all__ = ["CHUNKS", "LIMITS", "RANKS", "SLOTS", "TRANSFERS", "Limit"]
+
+
+@dataclass(frozen=True)
+class Limit:
+    unit: str
+    """What is counted, as a message says it (``ranks``)."""
+    default: int
+    env: str
+    """The environment variable that raises it."""
+
+    @property
+    def value(self) -> int:
+        text = os.environ.get(self.env, "").strip()
+        return int(text) if text.isdigit() else self.default
+
+    def check(self, amount: int, what: str | Callable[[], str], error: type[XcclError]) -> None:
+        """Raise ``error`` naming ``what`` (a callable: worked out only then) when ``amount`` exceeds
+        the limit."""
+        if amount > self.value:
+            where = what() if callable(what) else what
+            raise error(
+                f"{where}: {amount} {self.unit} exceed xccl's limit of {self.value} "
+                f"(set {self.env} to raise it)"
+            )
+
+
+RANKS = Limit("ranks", 8192, "XCCL_MAX_RANKS")
+"""``ngpus`` / ``num_ranks`` a reader accepts."""
+CHUNKS = Limit("chunks", 1 << 15, "XCCL_MAX_CHUNKS")
+"""``nchunksperloop`` and each buffer's chunks (``i_chunks``, ``o_chunks``, ``s_chunks``)."""
+SLOTS = Limit("buffer chunks over all ranks", 1 << 20, "XCCL_MAX_SLOTS")
+"""Ranks times ``nchunksperloop``: the chunk slots the symbolic execution tracks."""
+TRANSFERS = Limit("chunk transfers", 1 << 23, "XCCL_MAX_TRANSFERS")
+"""Chunks moved by send and receive steps, summed: the calls the deadlock check orders."""
+
+LIMITS = (RANKS, CHUNKS, SLOTS, TRANSFERS)
