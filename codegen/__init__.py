@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 _HOME = {
-    "Problem": "codegen.check",
+    "Problem": "codegen.problems",
     "check_ir": "codegen.check",
     "find_deadlock": "codegen.check",
     "find_problems": "codegen.check",
