@@ -6,7 +6,8 @@ The functions most callers need:
   both statically checked for a target dialect (``"azure"`` by default, ``None`` for none);
 - :func:`load_ir` / :func:`read_ir` (MSCCL XML of either dialect or our JSON -> IR),
   :func:`write_ir` / :func:`save_ir` (IR -> text or file, formats in :data:`FORMATS`);
-- :func:`check_ir` / :func:`find_problems`, the static checker;
+- :func:`check_ir` / :func:`find_problems`, the static checker; :func:`check_result` /
+  :func:`find_wrong_result`, what an IR computes (symbolic execution);
 - :class:`Program` and :func:`chunk`, the DSL; :func:`load_program` loads a DSL file.
 
 Names are imported on first use, so that a small module (:mod:`codegen.dialects`,
@@ -42,6 +43,7 @@ __all__ = [
     "WrongSlot",
     "XmlFormatError",
     "check_ir",
+    "check_result",
     "chunk",
     "compile_algorithm",
     "compile_program",
@@ -49,6 +51,7 @@ __all__ = [
     "example_names",
     "find_deadlock",
     "find_problems",
+    "find_wrong_result",
     "load_ir",
     "load_program",
     "lower_algorithm",
@@ -67,6 +70,8 @@ _HOME = {
     "check_ir": "codegen.check",
     "find_deadlock": "codegen.check",
     "find_problems": "codegen.check",
+    "check_result": "codegen.semantics",
+    "find_wrong_result": "codegen.semantics",
     "compile_algorithm": "codegen.compiler",
     "compile_program": "codegen.compiler",
     "run_compiler": "codegen.compiler",

@@ -25,13 +25,12 @@ from codegen.limits import TRANSFERS
 from codegen.passes.size_buffers import buffer_sizes
 from codegen.problems import Problem
 from codegen.protocols import PROTOCOLS, fifo_calls
+from synth.collectives import ROOTED
 
 if TYPE_CHECKING:
     from codegen.formats.xml_reader import XmlFacts
 
 __all__ = ["Problem", "check_ir", "find_deadlock", "find_problems"]
-
-_ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
 
 
 def check_ir(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -> None:
@@ -74,7 +73,7 @@ def _check_collective(ir: IR) -> list[Problem]:
     """``nchunksperloop`` against the buffers it makes (a buffer said to hold more chunks than the
     user's buffer has lets steps run past its end) and the root of a rooted collective."""
     out = []
-    if ir.collective in _ROOTED and ir.root is not None and not 0 <= ir.root < ir.num_ranks:
+    if ir.collective in ROOTED and ir.root is not None and not 0 <= ir.root < ir.num_ranks:
         out.append(Problem(f"root {ir.root}: expected a rank in 0..{ir.num_ranks - 1}"))
     sizes = buffer_sizes(ir.collective, ir.num_ranks, ir.nchunksperloop)
     if sizes is None or ir.nchunksperloop < 1:

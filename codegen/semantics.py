@@ -25,7 +25,7 @@ from codegen.errors import IRCheckError
 from codegen.ir import IR, Buffer, Op, OpType, Ref
 from codegen.limits import SLOTS
 from codegen.problems import Problem
-from synth.collectives import COLLECTIVES, Collective, CollectiveError, make_collective
+from synth.collectives import COLLECTIVES, ROOTED, Collective, CollectiveError, make_collective
 
 __all__ = ["check_result", "find_wrong_result", "modes"]
 
@@ -56,7 +56,7 @@ def find_wrong_result(ir: IR) -> Problem | None:
     if ir.collective not in COLLECTIVES:
         return None
     SLOTS.check(ir.num_ranks * ir.nchunksperloop, f"{ir.name}: checking what it computes", IRCheckError)
-    if ir.collective in ("broadcast", "reduce", "gather", "scatter") and ir.root is None:
+    if ir.collective in ROOTED and ir.root is None:
         return Problem(f'{ir.collective} without a root, and none can be inferred: write root="r" in <algo>')
     try:
         layout = _Layout(ir, make_collective(ir.collective, ir.num_ranks, 1, ir.root))

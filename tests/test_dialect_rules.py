@@ -334,3 +334,16 @@ def test_check_rejects_what_the_parser_rejects(tmp_path, xccl, dialect, edit, fr
         assert proc.returncode == 1, proc.stdout
         assert f"problem(s) for the {dialect} runtime" in proc.stdout
         assert fragment in proc.stdout, proc.stdout
+
+
+def test_what_a_parser_does_not_read_it_does_not_require(tmp_path, xccl):
+    """The executor never reads name; the research runtime never reads outofplace and defaults
+    minBytes and maxBytes."""
+    azure = tmp_path / "azure.xml"
+    azure.write_text(_drop_attr("name")(_valid("azure")))
+    assert xccl("check", str(azure), "--dialect", "azure").returncode == 0
+    msccl = tmp_path / "msccl.xml"
+    msccl.write_text(_drop_attr("maxBytes")(_drop_attr("minBytes")(_valid("msccl"))))
+    assert 'outofplace="' not in msccl.read_text()
+    proc = xccl("check", str(msccl), "--dialect", "msccl")
+    assert proc.returncode == 0, proc.stdout

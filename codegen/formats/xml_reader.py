@@ -327,7 +327,9 @@ def read_xml_facts(text: str, where: str = "<xml>") -> tuple[IR, XmlFacts]:
         missing = next(r for r in range(ngpus) if r not in gpus)
         raise a.fail(f"ngpus={ngpus} but there is no <gpu> with id {missing}")
     ir = IR(
-        name=a.str("name") if "name" in root.attrs else PurePath(where).stem,
+        name=a.str("name")
+        if "name" in root.attrs
+        else (re.sub(r"[^\w.-]", "", PurePath(where).stem) or "algo"),
         collective=_collective(a),
         num_ranks=ngpus,
         nchunksperloop=ncpl,
