@@ -6,7 +6,8 @@ The functions most callers need:
   both statically checked for a target dialect (``"azure"`` by default, ``None`` for none);
 - :func:`load_ir` / :func:`read_ir` (MSCCL XML of either dialect or our JSON -> IR),
   :func:`write_ir` / :func:`save_ir` (IR -> text or file, formats in :data:`FORMATS`);
-- :func:`check_ir` / :func:`find_problems`, the static checker;
+- :func:`check_ir` / :func:`find_problems`, the static checker; :func:`check_result` /
+  :func:`find_wrong_result`, what an IR computes (symbolic execution);
 - :class:`Program` and :func:`chunk`, the DSL; :func:`custom_collective` states the result of a
   schedule that is none of the named collectives; :func:`load_program` loads a DSL file.
 
@@ -43,6 +44,7 @@ __all__ = [
     "WrongSlot",
     "XmlFormatError",
     "check_ir",
+    "check_result",
     "chunk",
     "compile_algorithm",
     "compile_program",
@@ -51,6 +53,7 @@ __all__ = [
     "example_names",
     "find_deadlock",
     "find_problems",
+    "find_wrong_result",
     "load_ir",
     "load_program",
     "lower_algorithm",
@@ -65,10 +68,12 @@ __all__ = [
 ]
 
 _HOME = {
-    "Problem": "codegen.check",
+    "Problem": "codegen.problems",
     "check_ir": "codegen.check",
     "find_deadlock": "codegen.check",
     "find_problems": "codegen.check",
+    "check_result": "codegen.semantics",
+    "find_wrong_result": "codegen.semantics",
     "compile_algorithm": "codegen.compiler",
     "compile_program": "codegen.compiler",
     "run_compiler": "codegen.compiler",

@@ -1,44 +1,36 @@
 """The static checker: prove what the runtimes need before an IR is written or run.
 
 Universal rules: threadblock ids 0..k-1, peers that exist, at most one threadblock per (channel,
-peer) and direction, ops that fit their threadblock's peers, offsets inside the buffers, dependencies
-that name existing steps; on every connection (sender, receiver, channel) the sender's counts equal
-the receiver's, in order; no cycle through dependencies, program order and connection order
-together (a cycle is a deadlock), also once every connection holds only as many calls as NCCL's
-FIFO does (``codegen.protocols``) and every step moves one call per chunk, as at large sizes.
-``final`` adds: every awaited step has ``has_dep``. A dialect adds its limits: steps per
-threadblock, threadblocks, channels, count, one dependency per step (extras in nops, each followed
-by a step with its own), dependency targets with id <= 127, collective names. Every problem names
-rank, threadblock and step.
+peer) and direction, ops that fit their threadblock's peers, offsets inside the buffers, buffers
+no larger than ``nchunksperloop`` makes them (and ``nchunksperloop`` a multiple of the ranks where
+each rank has a share), dependencies that name existing steps; on every connection (sender,
+receiver, channel) the sender's counts equal the receiver's, in order; no cycle through
+dependencies, program order and connection order together (a cycle is a deadlock), also once every
+connection holds only as many calls as NCCL's FIFO does (``codegen.protocols``) and every step moves
+one call per chunk, as at large sizes. ``final`` adds: every awaited step has ``has_dep``. A
+dialect adds the rules of its runtime (:mod:`codegen.dialects`, which owns them all), and an XML
+file's facts the rules on what the file says beyond its IR. Every problem names rank, threadblock
+and step. What the schedule computes is :mod:`codegen.semantics`'s to check.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from codegen.dialects import Dialect, get_dialect
+from codegen.dialects import Dialect, dialect_problems, file_problems, get_dialect
 from codegen.errors import IRCheckError
 from codegen.ir import IR, Buffer, Gpu, OpType
+from codegen.limits import TRANSFERS
+from codegen.passes.size_buffers import buffer_sizes
+from codegen.problems import Problem
 from codegen.protocols import PROTOCOLS, fifo_calls
+from synth.collectives import ROOTED
+
+if TYPE_CHECKING:
+    from codegen.formats.xml_reader import XmlFacts
 
 __all__ = ["Problem", "check_ir", "find_deadlock", "find_problems"]
-
-
-@dataclass(frozen=True)
-class Problem:
-    message: str
-    rank: int | None = None
-    tb: int | None = None
-    step: int | None = None
-
-    def __str__(self) -> str:
-        where = [
-            f"{k} {v}"
-            for k, v in (("rank", self.rank), ("threadblock", self.tb), ("step", self.step))
-            if v is not None
-        ]
-        return (", ".join(where) + ": " if where else "") + self.message
 
 
 def check_ir(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -> None:
@@ -49,8 +41,11 @@ def check_ir(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -
         raise IRCheckError(f"{ir.name}: {problems[0]}{more}")
 
 
-def find_problems(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -> list[Problem]:
-    """Every rule the IR breaks (empty: it is safe to run)."""
+def find_problems(
+    ir: IR, dialect: str | Dialect | None = None, final: bool = True, facts: XmlFacts | None = None
+) -> list[Problem]:
+    """Every rule the IR breaks (empty: it is safe to run). ``facts``: what the XML file it was
+    read from says beyond it, for the rules on the file (:func:`codegen.dialects.file_problems`)."""
     out: list[Problem] = []
     if ir.protocol not in PROTOCOLS:
         out.append(Problem(f"protocol {ir.protocol!r}: expected one of {', '.join(PROTOCOLS)}"))
@@ -59,14 +54,52 @@ def find_problems(ir: IR, dialect: str | Dialect | None = None, final: bool = Tr
     if len(ir.gpus) != ir.num_ranks or any(g.rank != r for r, g in enumerate(ir.gpus)):
         out.append(Problem(f"expected gpus 0..{ir.num_ranks - 1} in order, got {[g.rank for g in ir.gpus]}"))
         return out
+    out.extend(_check_collective(ir))
     for gpu in ir.gpus:
         out.extend(_check_gpu(ir, gpu, final))
     if not out:  # the flow checks need a sound structure
         out.extend(_check_connections(ir))
         if not out:
             out.extend(_check_deadlock(ir))
-    if dialect is not None:
-        out.extend(_check_dialect(ir, get_dialect(dialect)))
+    d = None if dialect is None else get_dialect(dialect)
+    if facts is not None:
+        out.extend(file_problems(ir, facts, d))
+    if d is not None:
+        out.extend(dialect_problems(ir, d))
+    return out
+
+
+def _check_collective(ir: IR) -> list[Problem]:
+    """``nchunksperloop`` against the buffers it makes (a buffer said to hold more chunks than the
+    user's buffer has lets steps run past its end) and the root of a rooted collective."""
+    out = []
+    if ir.collective in ROOTED and ir.root is not None and not 0 <= ir.root < ir.num_ranks:
+        out.append(Problem(f"root {ir.root}: expected a rank in 0..{ir.num_ranks - 1}"))
+    sizes = buffer_sizes(ir.collective, ir.num_ranks, ir.nchunksperloop)
+    if sizes is None or ir.nchunksperloop < 1:
+        return out
+    c = ir.chunk_factor
+    if c < 1 or (c != ir.nchunksperloop and c * ir.num_ranks != ir.nchunksperloop):
+        out.append(
+            Problem(
+                f"nchunksperloop={ir.nchunksperloop}: {ir.collective} on {ir.num_ranks} ranks needs a "
+                f"multiple of {ir.num_ranks} (each rank's share of the larger buffer)"
+            )
+        )
+        return out
+    for gpu in ir.gpus:
+        for what, declared, real, buffer in (
+            ("i_chunks", gpu.input_chunks, sizes[0], "input"),
+            ("o_chunks", gpu.output_chunks, sizes[1], "output"),
+        ):
+            if declared > real:
+                out.append(
+                    Problem(
+                        f"{what}={declared}, but nchunksperloop={ir.nchunksperloop} makes {ir.collective}'s "
+                        f"{buffer} {real} chunk(s): steps past them run outside the user's buffer",
+                        gpu.rank,
+                    )
+                )
     return out
 
 
@@ -241,6 +274,14 @@ def find_deadlock(ir: IR) -> Problem | None:
 def _check_deadlock(ir: IR) -> list[Problem]:
     """A cycle through program order, dependencies and connection order, with unbounded FIFOs; else
     one that NCCL's bounded FIFOs add (see :func:`_calls_graph`)."""
+    transfers = sum(
+        op.count
+        for g in ir.gpus
+        for tb in g.threadblocks
+        for op in tb.ops
+        if op.type.sends or op.type.receives
+    )
+    TRANSFERS.check(transfers, f"{ir.name}: the deadlock check", IRCheckError)
     for depth in (None, fifo_calls(ir.protocol) if ir.protocol in PROTOCOLS else None):
         name, preds = _calls_graph(ir, depth)
         cycle = _find_cycle(preds)
@@ -324,112 +365,3 @@ def _find_cycle(preds: list[list[int]]) -> list[int] | None:
         path.append(node)
         node = next(p for p in preds[node] if indegree[p] > 0)
     return list(reversed(path[seen[node] :]))
-
-
-def _check_dialect(ir: IR, d: Dialect) -> list[Problem]:
-    out = []
-    if d.xml_collective(ir.collective) is None:
-        known = ", ".join(ours for ours, _ in d.collectives)
-        out.append(Problem(f"the {d.name} runtime does not run {ir.collective} (it runs {known})"))
-    if ir.nchannels > d.max_channels:
-        out.append(Problem(f"{ir.nchannels} channels: the {d.name} runtime allows at most {d.max_channels}"))
-    if ir.max_bytes and ir.min_bytes > ir.max_bytes:
-        out.append(Problem(f"minBytes {ir.min_bytes} > maxBytes {ir.max_bytes}"))
-    if any(c in ir.name for c in '"<>&\n\r') or len(ir.name) > 255:
-        out.append(
-            Problem(
-                f"name {ir.name!r}: the runtimes' XML reader needs <= 255 characters without quotes or markup"
-            )
-        )
-    for gpu in ir.gpus:
-        r = gpu.rank
-        if not gpu.threadblocks:
-            out.append(Problem("no threadblock: the runtime would launch an empty grid", r))
-        if len(gpu.threadblocks) > d.max_threadblocks:
-            out.append(
-                Problem(
-                    f"{len(gpu.threadblocks)} threadblocks: the {d.name} runtime allows {d.max_threadblocks}",
-                    r,
-                )
-            )
-        if d.checks_buffer_sizes:
-            mult_in = ir.num_ranks if ir.collective == "allgather" else 1
-            mult_out = ir.num_ranks if ir.collective == "reducescatter" else 1
-            for what, n, mult in (
-                ("i_chunks", gpu.input_chunks, mult_in),
-                ("o_chunks", gpu.output_chunks, mult_out),
-            ):
-                if n and n * mult != ir.nchunksperloop:
-                    out.append(
-                        Problem(
-                            f"{what}={n} is neither 0 nor the whole buffer ({ir.nchunksperloop // mult})", r
-                        )
-                    )
-        sends = defaultdict(int)
-        recvs = defaultdict(int)
-        awaited = {(dep.tb, dep.op) for tb in gpu.threadblocks for op in tb.ops for dep in op.deps}
-        for tb in gpu.threadblocks:
-            if tb.send is not None:
-                sends[tb.channel] += 1
-            if tb.recv is not None:
-                recvs[tb.channel] += 1
-            if len(tb.ops) > d.max_steps:
-                out.append(
-                    Problem(
-                        f"{len(tb.ops)} steps: the {d.name} runtime allows {d.max_steps} per threadblock",
-                        r,
-                        tb.id,
-                    )
-                )
-            if tb.channel >= d.max_channels:
-                out.append(
-                    Problem(
-                        f"channel {tb.channel}: the {d.name} runtime allows channels below {d.max_channels}",
-                        r,
-                        tb.id,
-                    )
-                )
-            if tb.id > d.max_dep_threadblock and any((tb.id, k) in awaited for k in range(len(tb.ops))):
-                out.append(
-                    Problem(
-                        f"other threadblocks wait for it, but its id exceeds {d.max_dep_threadblock}",
-                        r,
-                        tb.id,
-                    )
-                )
-            pending = False
-            for k, op in enumerate(tb.ops):
-                at = (r, tb.id, k)
-                if len(op.deps) > 1:
-                    out.append(
-                        Problem(
-                            f"{len(op.deps)} dependencies: the runtime reads one per step (fold them into nops)",
-                            *at,
-                        )
-                    )
-                if op.type is not OpType.NOP and op.count > d.max_count:
-                    out.append(Problem(f"count {op.count}: the runtime allows at most {d.max_count}", *at))
-                if op.type is OpType.NOP:
-                    pending = pending or bool(op.deps)
-                elif pending and not op.deps:
-                    out.append(
-                        Problem(
-                            "follows nops with dependencies but has none itself: the runtime rejects it", *at
-                        )
-                    )
-                    pending = False
-                else:
-                    pending = False
-            if pending:
-                out.append(
-                    Problem("ends with a nop whose dependency no step takes", r, tb.id, len(tb.ops) - 1)
-                )
-        for ch in sorted(set(sends) | set(recvs)):
-            if max(sends[ch], recvs[ch]) > d.max_tbs_per_channel:
-                out.append(
-                    Problem(
-                        f"channel {ch}: more than {d.max_tbs_per_channel} sending or receiving threadblocks",
-                        r,
-                    )
-                )
-    return out

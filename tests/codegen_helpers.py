@@ -7,12 +7,14 @@ from dataclasses import replace
 from ir_interpreter import execute
 
 from codegen.compiler import compile_program
+from codegen.dialects import DIALECTS, file_problems
 from codegen.dsl import Program
 from codegen.ir import IR
 from codegen.passes import DEFAULT_PIPELINE
 from codegen.pipeline import CompileOptions, run_pipeline
+from codegen.semantics import find_wrong_result
 
-__all__ = ["compile_and_run", "map_ops", "stage_after", "steps_of"]
+__all__ = ["assert_loads_and_computes", "compile_and_run", "map_ops", "stage_after", "steps_of"]
 
 
 def stage_after(program: Program, last: str, **options) -> object:
@@ -44,3 +46,13 @@ def map_ops(ir: IR, change) -> IR:
         for g in ir.gpus
     )
     return replace(ir, gpus=gpus)
+
+
+def assert_loads_and_computes(text: str, dialect: str, ir: IR) -> None:
+    """``text``, written for ``dialect``, breaks none of that runtime's rules on files (the writer
+    checked the IR's), and ``ir`` computes its collective by :mod:`codegen.semantics` too."""
+    from codegen.formats.xml_reader import read_xml_facts
+
+    read, facts = read_xml_facts(text)
+    assert file_problems(read, facts, DIALECTS[dialect]) == []
+    assert find_wrong_result(ir) is None

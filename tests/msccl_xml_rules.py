@@ -17,6 +17,7 @@ __all__ = ["violations"]
 
 MAX_ATTRS = 16
 MAX_SUBS = 1024
+MAX_NODES = 4096
 MAX_STR = 255
 RUNTIMES = {
     "msccl": {
@@ -232,15 +233,27 @@ def violations(text: str, runtime: str) -> list[str]:
             out.append(f"{key} must be a non-negative integer")
     if runtime == "msccl" and algo.get("maxBytes") is not None and _int(algo.get("maxBytes")) == 0:
         out.append("maxBytes=0 would make the research runtime never select the algorithm")
+    if runtime == "msccl":  # topo.cc: maxBytes defaults to 128 MiB; nthreads must fill whole warps
+        low, high = _int(algo.get("minBytes") or "0"), _int(algo.get("maxBytes") or str(1 << 27))
+        if low is not None and high is not None and low > high:
+            out.append("minBytes cannot be greater than maxBytes")
+        if algo.get("nthreads") is not None and (_int(algo.get("nthreads")) or 0) % 32:
+            out.append("nthreads must be a multiple of 32")
     if None in (ngpus, ncpl, nchannels) or not 0 < nchannels <= 32:
         return [*out, "ngpus, nchunksperloop, nchannels must be integers, 1 <= nchannels <= 32"]
     gpus = [g for g in algo.subs if g.name == "gpu"]
-    ids = sorted(_int(g.get("id")) or 0 for g in gpus)
+    if any(_int(g.get("id")) is None for g in gpus):
+        return [*out, "<gpu>: attribute id not found"]
+    ids = sorted(_int(g.get("id")) for g in gpus)
     if ids != list(range(ngpus)):
         out.append(f"gpu ids {ids} are not 0..{ngpus - 1}")
     conns: dict[tuple[int, int, int], dict[str, list[int]]] = defaultdict(lambda: {"send": [], "recv": []})
     for g in gpus:
         out.extend(_gpu(g, rt, runtime, ngpus, ncpl, nchannels, coll, conns))
+        tbs = [t for t in g.subs if t.name == "tb"]
+        nodes = 1 + len(gpus) + len(tbs) + sum(1 for t in tbs for s in t.subs if s.name == "step")
+        if nodes >= MAX_NODES:  # the load of rank g (its own tbs and steps) fails on reaching it
+            out.append(f"gpu {g.get('id')}: {nodes} nodes to load, the parser holds fewer than {MAX_NODES}")
     for (a, b, ch), seqs in sorted(conns.items()):
         if seqs["send"] != seqs["recv"]:
             out.append(
@@ -270,6 +283,8 @@ def _gpu(
     tbs = [t for t in g.subs if t.name == "tb"]
     if not tbs:
         out.append(f"{where}: no threadblock")
+    if any(_int(t.get("id")) is None for t in tbs):
+        return [*out, f"{where}: <tb> attribute id not found"]
     tb_ids = sorted(_int(t.get("id")) for t in tbs)
     if tb_ids != list(range(len(tbs))) or len(tbs) > rt["max_tb"]:
         out.append(f"{where}: threadblock ids {tb_ids[:5]}... not contiguous from 0 or over {rt['max_tb']}")

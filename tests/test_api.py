@@ -122,3 +122,21 @@ def test_every_call_takes_a_topology_dict():
     algo = xccl.synthesize(pair, "allgather")
     assert algo.num_steps == 1
     assert xccl.lower_bound(pair, "allgather", "25MB") <= xccl.simulate(algo, pair, "25MB").time_us
+
+
+@pytest.mark.parametrize(
+    ("source", "shown"),
+    [(42, "int 42"), ("ring.json", "str 'ring.json'"), (None, "NoneType None"), ([1], "list [1]")],
+)
+def test_compile_refuses_what_it_cannot_compile(source, shown):
+    with pytest.raises(XcclError) as info:
+        xccl.compile(source)
+    assert str(info.value) == f"compile: source: expected an Algorithm or a DSL Program, got {shown}"
+
+
+def test_compile_refuses_a_wrong_inplace_and_dialect():
+    ring = xccl.synthesize("ring:4", "allgather", "ring")
+    with pytest.raises(XcclError, match=r"compile: inplace: expected True or False, got str 'yes'"):
+        xccl.compile(ring, inplace="yes")
+    with pytest.raises(XcclError, match=r"unknown dialect \['azure'\]: expected one of msccl, azure"):
+        xccl.compile(ring, dialect=["azure"])

@@ -6,12 +6,14 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
+from codegen_helpers import assert_loads_and_computes
 from ir_interpreter import execute
 from msccl_xml_rules import violations
 
 from codegen.compiler import compile_algorithm
 from codegen.dialects import DIALECTS
 from codegen.formats import read_ir, write_ir
+from codegen.semantics import find_wrong_result
 from runtime.suite import baseline_cases
 from synth.baselines import BASELINES, default_chunks, make_baseline
 from synth.collectives import COLLECTIVES, make_collective
@@ -48,6 +50,7 @@ def test_baseline_compiles_round_trips_and_runs(topology, kind, coll):
             continue
         text = write_ir(ir, dialect)
         assert violations(text, dialect) == []
+        assert_loads_and_computes(text, dialect, ir)
         assert read_ir(text) == ir
     assert read_ir(write_ir(ir, "json")) == ir
     execute(ir, seed=0)
@@ -62,3 +65,4 @@ def test_baselines_compiled_in_place_and_replicated_run(topology):
         ir = compile_algorithm(algo, topo, inplace=True, instances=2)
         assert ir.inplace and not ir.outofplace
         execute(ir, seed=1)
+        assert find_wrong_result(ir) is None

@@ -4,7 +4,7 @@ round-trips through XML and JSON, and computes its collective (symbolic executio
 from __future__ import annotations
 
 import pytest
-from codegen_helpers import compile_and_run
+from codegen_helpers import assert_loads_and_computes, compile_and_run
 from ir_interpreter import execute
 from msccl_xml_rules import violations
 
@@ -33,6 +33,7 @@ def test_example_compiles_checks_round_trips_and_runs(name, instances):
         ir = compile_program(prog, dialect=dialect, verify_each=True)
         text = write_ir(ir, dialect)
         assert violations(text, dialect) == []
+        assert_loads_and_computes(text, dialect, ir)
         assert read_ir(text) == ir
         assert read_ir(write_ir(ir, "json")) == ir
         assert ir.nchunksperloop == prog.collective.size_chunks * instances

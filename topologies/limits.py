@@ -10,19 +10,21 @@ stays a finite, non-zero number.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from typing import Any
 
+from common.limits import Limit
 from topologies.errors import TopologyError
 
 __all__ = [
     "ALPHA_US_MAX",
     "BANDWIDTH_GBPS_RANGE",
     "COUNT_MAX",
+    "LINKS",
     "LINKS_ENV",
     "MAX_LINKS",
     "MAX_RANKS",
+    "RANKS",
     "RANKS_ENV",
     "alpha_problem",
     "bandwidth_problem",
@@ -43,6 +45,9 @@ at the limit); ``hypercube:17`` has 2.2 million, ``torus:300x300`` 360,000."""
 
 RANKS_ENV = "XCCL_MAX_RANKS"
 LINKS_ENV = "XCCL_MAX_LINKS"
+RANKS = Limit("ranks", MAX_RANKS, RANKS_ENV)
+"""Ranks of a topology, and ``ngpus`` of an IR."""
+LINKS = Limit("links", MAX_LINKS, LINKS_ENV)
 
 BANDWIDTH_GBPS_RANGE = (1e-3, 1e6)
 """1 MB/s to 1 PB/s per link. Below 1/1000 GB/s the integer capacity model (whose unit is a fraction
@@ -56,41 +61,24 @@ COUNT_MAX = 1024
 """Parallel links between two vertices (an NVLink bond has at most 18)."""
 
 
-def _limit(env: str, default: int) -> int:
-    text = os.environ.get(env, "").strip()
-    if not text:
-        return default
-    if not text.isdigit() or int(text) < 1:
-        raise TopologyError(f"{env}: expected a positive integer, got {text!r}")
-    return int(text)
-
-
 def max_ranks() -> int:
     """:data:`MAX_RANKS`, or ``XCCL_MAX_RANKS`` where set."""
-    return _limit(RANKS_ENV, MAX_RANKS)
+    return RANKS.value
 
 
 def max_links() -> int:
     """:data:`MAX_LINKS`, or ``XCCL_MAX_LINKS`` where set."""
-    return _limit(LINKS_ENV, MAX_LINKS)
+    return LINKS.value
 
 
 def check_ranks(where: str, ranks: int) -> None:
     """Refuse more ranks than the limit, naming it and how to raise it."""
-    limit = max_ranks()
-    if ranks > limit:
-        raise TopologyError(
-            f"{where}: {ranks} ranks, more than the limit of {limit} (set {RANKS_ENV} to raise it)"
-        )
+    RANKS.check(ranks, where, TopologyError)
 
 
 def check_links(where: str, links: int, what: str = "links") -> None:
     """Refuse more directed links (``what``: physical or rank-to-rank) than the limit."""
-    limit = max_links()
-    if links > limit:
-        raise TopologyError(
-            f"{where}: {links} {what}, more than the limit of {limit} (set {LINKS_ENV} to raise it)"
-        )
+    LINKS.check(links, where, TopologyError, unit=what)
 
 
 def logical_links_bound(num_ranks: int, edges: Iterable[tuple[Any, Any]]) -> int:

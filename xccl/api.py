@@ -20,6 +20,7 @@ from typing import Any
 
 from codegen import compile_algorithm, compile_program, save_ir
 from codegen.dsl import Program
+from codegen.errors import CodegenError
 from codegen.ir import IR
 from common.units import SizeError, parse_size, parse_size_range
 from runtime.errors import ExecutionError
@@ -219,13 +220,30 @@ def compile(
     >>> ir = compile(synthesize("ring:4", "allgather", "ring"))
     >>> ir.num_ranks, ir.collective
     (4, 'allgather')
+    >>> compile("ring.json")
+    Traceback (most recent call last):
+    ...
+    codegen.errors.CodegenError: compile: source: expected an Algorithm or a DSL Program, got str 'ring.json'
     """
+    if not isinstance(source, Algorithm | Program):
+        raise CodegenError(
+            f"compile: source: expected an Algorithm or a DSL Program, got {type(source).__name__} {_shown(source)}"
+        )
+    if not isinstance(inplace, bool):
+        raise CodegenError(
+            f"compile: inplace: expected True or False, got {type(inplace).__name__} {_shown(inplace)}"
+        )
     if isinstance(source, Program):
         return compile_program(source, instances=instances, protocol=protocol, dialect=dialect)
     topo = _load(topology) if topology is not None else None
     return compile_algorithm(
         source, topo, inplace=inplace, instances=instances, protocol=protocol, dialect=dialect
     )
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def export(ir: IR, path: str | Path, dialect: str = "azure", force: bool = False) -> Path:

@@ -2,7 +2,8 @@
 
 ``write_ir(ir, "azure" | "msccl" | "json")`` prints, ``read_ir(text)`` parses either kind (JSON
 starts with ``{``), ``load_ir(path)`` and ``save_ir(ir, path, fmt, force)`` do the file handling
-(an existing file is kept unless ``force``).
+(an existing file is kept unless ``force``). ``read_ir_facts`` / ``load_ir_facts`` also return what
+an XML file says beyond its IR, for the rules of each runtime (``codegen.dialects.file_problems``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from pathlib import Path
 from codegen.dialects import DIALECTS
 from codegen.errors import CodegenError, XmlFormatError
 from codegen.formats.json_ir import read_ir_json, write_ir_json
-from codegen.formats.xml_reader import read_xml
+from codegen.formats.xml_reader import XmlFacts, read_xml, read_xml_facts
 from codegen.formats.xml_writer import write_xml
 from codegen.ir import IR
 from common.files import read_text, save_text
 
-__all__ = ["FORMATS", "Format", "load_ir", "read_ir", "save_ir", "write_ir"]
+__all__ = ["FORMATS", "Format", "load_ir", "load_ir_facts", "read_ir", "read_ir_facts", "save_ir", "write_ir"]
 
 
 @dataclass(frozen=True)
@@ -55,13 +56,28 @@ def write_ir(ir: IR, fmt: str = "azure") -> str:
 
 def read_ir(text: str, where: str = "<ir>") -> IR:
     """Parse our JSON IR or MSCCL XML (either dialect)."""
-    if text.lstrip(" \n\r").startswith("{"):
+    if _is_json(text):
         return read_ir_json(text, where)
     return read_xml(text, where)
 
 
+def read_ir_facts(text: str, where: str = "<ir>") -> tuple[IR, XmlFacts | None]:
+    """As :func:`read_ir`, with what an XML file says beyond its IR (None for JSON)."""
+    if _is_json(text):
+        return read_ir_json(text, where), None
+    return read_xml_facts(text, where)
+
+
+def _is_json(text: str) -> bool:
+    return text.lstrip(" \n\r").startswith("{")
+
+
 def load_ir(path: str | Path) -> IR:
     return read_ir(read_text(path, XmlFormatError), str(path))
+
+
+def load_ir_facts(path: str | Path) -> tuple[IR, XmlFacts | None]:
+    return read_ir_facts(read_text(path, XmlFormatError), str(path))
 
 
 def save_ir(ir: IR, path: str | Path, fmt: str = "azure", force: bool = False) -> Path:

@@ -11,6 +11,7 @@ from typing import Any
 
 from codegen.errors import IRFormatError
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
+from codegen.limits import CHUNKS, RANKS
 from common.files import parse_json
 
 __all__ = ["FORMAT", "read_ir_json", "write_ir_json"]
@@ -87,6 +88,12 @@ class _Reader:
             )
         return value
 
+    def chunks(self, value: Any, field: str, lo: int = 0) -> int:
+        """A count of chunks, within xccl's limit (:data:`codegen.limits.CHUNKS`)."""
+        count = self.int(value, field, lo)
+        CHUNKS.check(count, f"{self.where}: {field}", IRFormatError)
+        return count
+
     def bool(self, value: Any, field: str) -> bool:
         if not isinstance(value, bool):
             raise self.fail(field, "true or false")
@@ -133,6 +140,7 @@ def read_ir_json(text: str, where: str = "<ir>") -> IR:
         raise r.fail("name/collective/protocol", "strings")
     if not isinstance(doc["gpus"], list):
         raise r.fail("gpus", "a list")
+    RANKS.check(r.int(doc["num_ranks"], "num_ranks", 1), f"{where}: num_ranks", IRFormatError)
     gpus = []
     for g, gdoc in enumerate(doc["gpus"]):
         gd = r.obj(
@@ -158,9 +166,9 @@ def read_ir_json(text: str, where: str = "<ir>") -> IR:
         gpus.append(
             Gpu(
                 r.int(gd["rank"], f"gpus[{g}].rank", 0),
-                r.int(gd["input_chunks"], f"gpus[{g}].input_chunks", 0),
-                r.int(gd["output_chunks"], f"gpus[{g}].output_chunks", 0),
-                r.int(gd["scratch_chunks"], f"gpus[{g}].scratch_chunks", 0),
+                r.chunks(gd["input_chunks"], f"gpus[{g}].input_chunks"),
+                r.chunks(gd["output_chunks"], f"gpus[{g}].output_chunks"),
+                r.chunks(gd["scratch_chunks"], f"gpus[{g}].scratch_chunks"),
                 tuple(tbs),
             )
         )
@@ -168,7 +176,7 @@ def read_ir_json(text: str, where: str = "<ir>") -> IR:
         name=doc["name"],
         collective=doc["collective"],
         num_ranks=r.int(doc["num_ranks"], "num_ranks", 1),
-        nchunksperloop=r.int(doc["nchunksperloop"], "nchunksperloop", 1),
+        nchunksperloop=r.chunks(doc["nchunksperloop"], "nchunksperloop", 1),
         gpus=tuple(gpus),
         protocol=doc["protocol"],
         inplace=r.bool(doc["inplace"], "inplace"),

@@ -2,56 +2,92 @@
 
 The reader only parses. It accepts what the runtimes' tiny XML reader accepts (reference section
 3.1) and refuses the rest with one :class:`XmlFormatError` naming the file and line: an XML
-declaration, single quotes, attributes split over lines, tabs between elements, a missing
-attribute, an unknown step type or buffer, integers that are not integers. Integers are read as
-``strtol(s, 0)`` reads them (``0x10`` is 16, ``010`` is 8). Steps are numbered by position, as the
-runtimes do. Unknown elements are skipped, as the runtimes skip them.
+declaration, single quotes, attributes split over lines, tabs between elements, names and values
+longer than the reader's buffers, a missing attribute (only the first 16 of an element count, as
+in the runtimes), an unknown step type or buffer, integers that are not integers, counts over
+xccl's limits (:mod:`codegen.limits`, checked before anything is built for them). Integers are read
+as ``strtol(s, 0)`` reads them (``0x10`` is 16, ``010`` is 8). Steps are numbered by position, as
+the runtimes do. Unknown elements are skipped, as the runtimes skip them; elements may nest to any
+depth (the reader keeps a stack, not a recursion), and it takes time linear in the text.
 
 The dialect follows from the file: ``outofplace`` is written only for the Azure executor. What
 other tools write is kept as written (usage-based ``i_chunks``, ``o_chunks="0"`` of in-place
-programs; the static checker says which runtime rejects them), with two readings: a missing
-``maxBytes`` means the research runtime's default (128 MiB) and the research dialect's "no limit"
-value means no limit; an ``rrc`` whose local operand lies outside its buffer (the reference
-compiler writes the *sender's* location there, e.g. ``srcbuf="s"`` on a GPU without scratch) is
-read with its destination as local operand, which is what that compiler meant.
+programs, a missing ``name``: the file's stem; the static checker says which runtime rejects them),
+with two readings: a missing ``maxBytes`` means the research runtime's default (128 MiB) and the
+research dialect's "no limit" value means no limit; an ``rrc`` whose local operand lies outside its
+buffer (the reference compiler writes the *sender's* location there, e.g. ``srcbuf="s"`` on a GPU
+without scratch) is read with its destination as local operand, which is what that compiler meant.
+:func:`read_xml_facts` also returns what the file says beyond the IR (:class:`XmlFacts`: the
+``<algo>`` attributes as written, the step numbers), for the rules of each runtime.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
+from pathlib import PurePath
 
-from codegen.dialects import DIALECTS
+from codegen.dialects import DIALECTS, MAX_ATTRIBUTES, MAX_NAME, MAX_VALUE, strtol
 from codegen.errors import XmlFormatError
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
+from codegen.limits import CHUNKS, RANKS
 
-__all__ = ["read_xml", "strtol", "xml_dialect"]
+__all__ = ["XmlFacts", "read_xml", "read_xml_facts", "strtol", "xml_dialect"]
 
 MSCCL_DEFAULT_MAX_BYTES = 1 << 27
-_SPACE = " \n\r"
 _ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
 _STEP_ATTRS = ("s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep")
+_SPACE = re.compile(r"[ \n\r]*")
+_NAME = re.compile(r"[^ />\n\r\t]*")
+_KEY = re.compile(r'[^="<> \n\r]*')
+_ATTR = re.compile(r'([^="<> \n\r]*)="([^"\n]*)"')
+_PAIR = re.compile(r' ([^="<> \n\r]+)="([^"\n]*)"')
+_ELEMENT = re.compile(r'<([^ />\n\r\t?!]+)((?: [^="<> \n\r]+="[^"\n]*")*)(/?)>')
 
 
 @dataclass
 class _Node:
     name: str
-    line: int
+    pos: int
+    """Offset of its ``<`` in the text (lines are counted only for messages)."""
     attrs: dict[str, str] = field(default_factory=dict)
+    """The attributes the runtimes read: the first ``MAX_ATTRIBUTES``."""
+    ignored: list[str] = field(default_factory=list)
+    """Attributes past those, which the runtimes skip."""
     children: list[_Node] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class XmlFacts:
+    """What a file says that its IR does not keep, for the rules of each runtime
+    (:func:`codegen.dialects.file_problems`)."""
+
+    algo: dict[str, str]
+    """``<algo>``'s attributes as the runtimes read them (the first ``MAX_ATTRIBUTES``)."""
+    algo_ignored: tuple[str, ...]
+    """``<algo>``'s attributes past those."""
+    step_numbers: dict[tuple[int, int], tuple[int, ...]]
+    """The ``s`` of every step, per (rank, threadblock id)."""
+
+    @property
+    def dialect(self) -> str:
+        """The dialect the file is written in: ``azure`` if ``<algo>`` carries ``outofplace``."""
+        return "azure" if "outofplace" in self.algo else "msccl"
+
+
 class _Lexer:
+    """The runtimes' tiny XML reader (reference section 3.1), over a string, without recursion."""
+
     def __init__(self, text: str, where: str) -> None:
         self.text = text
         self.where = where
         self.i = 0
 
-    @property
-    def line(self) -> int:
-        return self.text.count("\n", 0, self.i) + 1
+    def line(self, pos: int) -> int:
+        return self.text.count("\n", 0, pos) + 1
 
-    def fail(self, message: str, line: int | None = None) -> XmlFormatError:
-        return XmlFormatError(f"{self.where}:{line or self.line}: {message}")
+    def fail(self, message: str, pos: int | None = None) -> XmlFormatError:
+        return XmlFormatError(f"{self.where}:{self.line(self.i if pos is None else pos)}: {message}")
 
     def peek(self) -> str:
         return self.text[self.i] if self.i < len(self.text) else ""
@@ -65,8 +101,7 @@ class _Lexer:
 
     def skip_space(self) -> None:
         while True:
-            while self.peek() and self.peek() in _SPACE:
-                self.i += 1
+            self.i = _SPACE.match(self.text, self.i).end()
             if self.text.startswith("<!--", self.i):
                 end = self.text.find("-->", self.i + 4)
                 if end < 0:
@@ -75,18 +110,39 @@ class _Lexer:
                 continue
             return
 
-    def token(self, stops: str) -> str:
-        start = self.i
-        while self.peek() and self.peek() not in stops:
-            self.i += 1
-        return self.text[start : self.i]
+    def name(self, what: str) -> str:
+        end = _NAME.match(self.text, self.i).end()
+        name = self.text[self.i : end]
+        if len(name) > MAX_NAME:
+            raise self.fail(
+                f"{what} {name[:20]}... is longer than {MAX_NAME} characters, the runtimes' limit"
+            )
+        self.i = end
+        return name
 
     def element(self) -> tuple[_Node, bool] | None:
         """The next element start (node, self-closing), or None at a closing tag (consumed by caller)."""
         self.skip_space()
         if not self.peek():
             return None
-        line = self.line
+        m = _ELEMENT.match(self.text, self.i)
+        if m is not None:  # the common case in one match; anything unusual is read char by char
+            name, attrs, slash = m.groups()
+            pairs = _PAIR.findall(attrs)
+            if (
+                len(name) <= MAX_NAME
+                and len(pairs) <= MAX_ATTRIBUTES
+                and all(len(k) <= MAX_NAME and len(v) <= MAX_VALUE for k, v in pairs)
+                and len({k for k, _ in pairs}) == len(pairs)
+            ):
+                node = _Node(name, self.i, dict(pairs))
+                self.i = m.end()
+                return node, bool(slash)
+        return self.element_by_char()
+
+    def element_by_char(self) -> tuple[_Node, bool] | None:
+        """:meth:`element` one character at a time, saying what is wrong where."""
+        pos = self.i
         if self.take() != "<":
             raise self.fail(
                 f"expected '<', got {self.text[self.i - 1]!r} (only spaces and newlines may separate elements)"
@@ -95,31 +151,20 @@ class _Lexer:
             raise self.fail("an XML declaration (<?xml ...?>) is not accepted by the MSCCL runtimes")
         if self.peek() == "/":
             return None
-        name = self.token(" />\n\r\t")
+        name = self.name("element name")
         if not name:
             raise self.fail("expected an element name after '<'")
-        node = _Node(name, line)
+        node = _Node(name, pos)
+        read = 0
         while self.peek() == " ":
             self.i += 1
             if self.peek() in "/>":
                 break
             if self.peek() == " ":
-                continue  # the runtimes read a double space as an empty attribute
-            key = self.token('="<> \n\r')
-            if self.take() != "=":
-                raise self.fail(f"<{name}>: expected '=' after attribute {key!r}")
-            if self.take() != '"':
-                raise self.fail(f"<{name}>: attribute {key}: expected a double-quoted value")
-            end = self.text.find('"', self.i)
-            if end < 0:
-                raise self.fail(f"<{name}>: attribute {key}: unterminated value")
-            value = self.text[self.i : end]
-            if "\n" in value:
-                raise self.fail(f"<{name}>: attribute {key}: a value may not span lines")
-            self.i = end + 1
-            if key in node.attrs:
-                raise self.fail(f"<{name}>: attribute {key} given twice")
-            node.attrs[key] = value
+                read += 1  # the runtimes read a double space as an empty attribute
+                continue
+            self.attribute(node, read < MAX_ATTRIBUTES)
+            read += 1
         c = self.take()
         if c == "/":
             if self.take() != ">":
@@ -130,42 +175,67 @@ class _Lexer:
             raise self.fail(  # reported at the element's line: the attributes belong there
                 f"<{name}>: expected ' ', '/>' or '>' after an attribute, got {what} "
                 "(all attributes of an element go on its line, separated by single spaces)",
-                line,
+                pos,
             )
         return node, False
 
-    def children(self, parent: _Node) -> None:
-        while True:
+    def attribute(self, node: _Node, kept: bool) -> None:
+        m = _ATTR.match(self.text, self.i)
+        if m is None:  # say what is wrong
+            key = self.text[self.i : _KEY.match(self.text, self.i).end()]
+            self.i += len(key)
+            if self.take() != "=":
+                raise self.fail(f"<{node.name}>: expected '=' after attribute {key!r}")
+            if self.take() != '"':
+                raise self.fail(f"<{node.name}>: attribute {key}: expected a double-quoted value")
+            end = self.text.find('"', self.i)
+            if end < 0:
+                raise self.fail(f"<{node.name}>: attribute {key}: unterminated value")
+            raise self.fail(f"<{node.name}>: attribute {key}: a value may not span lines")
+        key, value = m.groups()
+        if len(key) > MAX_NAME or len(value) > MAX_VALUE:
+            what, limit = ("name", MAX_NAME) if len(key) > MAX_NAME else ("value", MAX_VALUE)
+            raise self.fail(
+                f"<{node.name}>: attribute {key[:20]}: its {what} is longer than {limit} characters, "
+                "the runtimes' limit"
+            )
+        if key in node.attrs or key in node.ignored:
+            raise self.fail(f"<{node.name}>: attribute {key} given twice")
+        if kept:
+            node.attrs[key] = value
+        else:
+            node.ignored.append(key)
+        self.i = m.end()
+
+    def document(self) -> _Node:
+        """The ``<algo>`` element with everything inside it; nothing may follow it."""
+        got = self.element()
+        if got is None or got[0].name != "algo":
+            raise self.fail("the first element must be <algo ...>", 0)
+        root, single = got
+        open_ = [] if single else [root]
+        while open_:  # a stack, not recursion: any depth of nesting reads in constant stack
             got = self.element()
-            if got is None:
-                if not self.peek():
-                    raise self.fail(f"<{parent.name}> (line {parent.line}) is never closed")
-                self.i += 1  # '/'
-                name = self.token(">")
-                self.take()
-                if name != parent.name:
-                    raise self.fail(f"</{name}> closes <{parent.name}> (line {parent.line})")
-                return
-            node, single = got
-            parent.children.append(node)
-            if not single:
-                self.children(node)
-
-
-def strtol(text: str) -> int:
-    """``strtol(text, NULL, 0)`` for a whole string: decimal, ``0x`` hex, leading-zero octal."""
-    s = text.strip()
-    sign = -1 if s.startswith("-") else 1
-    body = s[1:] if s[:1] in "+-" else s
-    if body.lower().startswith("0x"):
-        value = int(body[2:], 16)
-    elif len(body) > 1 and body.startswith("0"):
-        value = int(body[1:], 8)
-    else:
-        if not body.isdigit():
-            raise ValueError(text)
-        value = int(body)
-    return sign * value
+            if got is not None:
+                node, single = got
+                open_[-1].children.append(node)
+                if not single:
+                    open_.append(node)
+                continue
+            parent = open_.pop()
+            if not self.peek():
+                raise self.fail(f"<{parent.name}> (line {self.line(parent.pos)}) is never closed")
+            self.i += 1  # '/'
+            end = self.text.find(">", self.i)
+            name = self.text[self.i : end if end >= 0 else len(self.text)]
+            self.i += len(name)
+            self.take()
+            if name != parent.name:
+                raise self.fail(f"</{name[:40]}> closes <{parent.name}> (line {self.line(parent.pos)})")
+        self.skip_space()
+        if self.peek():
+            raise self.fail("unexpected content after </algo>")
+        return root
 
 
 class _Attrs:
@@ -173,9 +243,21 @@ class _Attrs:
         self.lex = lex
         self.node = node
 
+    def at(self, key: str) -> str:
+        """``file:line: <element>: key``, for messages."""
+        return f"{self.lex.where}:{self.lex.line(self.node.pos)}: <{self.node.name}>: {key}"
+
+    def fail(self, message: str) -> XmlFormatError:
+        return self.lex.fail(f"<{self.node.name}>: {message}", self.node.pos)
+
     def str(self, key: str) -> str:
         if key not in self.node.attrs:
-            raise self.lex.fail(f"<{self.node.name}>: attribute {key} is missing", self.node.line)
+            late = (
+                f" (it comes after the first {MAX_ATTRIBUTES} attributes, all that the runtimes read)"
+                if key in self.node.ignored
+                else ""
+            )
+            raise self.fail(f"attribute {key} is missing{late}")
         return self.node.attrs[key]
 
     def int(self, key: str, lo: int | None = None) -> int:
@@ -183,22 +265,25 @@ class _Attrs:
         try:
             value = strtol(raw)
         except ValueError:
-            raise self.lex.fail(
-                f"<{self.node.name}>: attribute {key}: expected an integer, got {raw!r}", self.node.line
-            ) from None
+            raise self.fail(f"attribute {key}: expected an integer, got {raw!r}") from None
         if lo is not None and value < lo:
-            raise self.lex.fail(
-                f"<{self.node.name}>: attribute {key}: expected >= {lo}, got {value}", self.node.line
-            )
+            raise self.fail(f"attribute {key}: expected >= {lo}, got {value}")
+        return value
+
+    def chunks(self, key: str) -> int:
+        value = self.int(key, 0)
+        CHUNKS.check(value, lambda: self.at(key), XmlFormatError)
         return value
 
 
-def _collective(coll: str, lex: _Lexer, node: _Node) -> str:
+def _collective(a: _Attrs) -> str:
+    coll = a.str("coll")
     for d in DIALECTS.values():
         ours = d.our_collective(coll)
         if ours is not None:
             return ours
-    raise lex.fail(f"<algo>: coll {coll!r} is not a collective either runtime runs", node.line)
+    known = sorted({xml for d in DIALECTS.values() for _, xml in d.collectives})
+    raise a.fail(f"coll {coll!r}: expected one of {', '.join(known)}")
 
 
 def xml_dialect(text: str, where: str = "<xml>") -> str:
@@ -211,48 +296,43 @@ def xml_dialect(text: str, where: str = "<xml>") -> str:
 
 def read_xml(text: str, where: str = "<xml>") -> IR:
     """The IR an MSCCL XML text describes (see the module docstring for what is read how)."""
+    return read_xml_facts(text, where)[0]
+
+
+def read_xml_facts(text: str, where: str = "<xml>") -> tuple[IR, XmlFacts]:
+    """The IR and what else the file says that the runtimes' rules need (:class:`XmlFacts`)."""
     lex = _Lexer(text, where)
-    got = lex.element()
-    if got is None or got[0].name != "algo":
-        raise lex.fail("the first element must be <algo ...>")
-    root, single = got
-    if not single:
-        lex.children(root)
-    lex.skip_space()
-    if lex.peek():
-        raise lex.fail("unexpected content after </algo>")
+    root = lex.document()
     a = _Attrs(lex, root)
-    azure = "outofplace" in root.attrs
-    dialect = DIALECTS["azure" if azure else "msccl"]
     ngpus = a.int("ngpus", 1)
+    RANKS.check(ngpus, lambda: a.at("ngpus"), XmlFormatError)
+    ncpl = a.chunks("nchunksperloop")
+    if ncpl < 1:
+        raise a.fail(f"attribute nchunksperloop: expected >= 1, got {ncpl}")
+    a.int("nchannels", 1)
+    azure = "outofplace" in root.attrs
     inplace = bool(a.int("inplace", 0))
     max_bytes = a.int("maxBytes", 0) if "maxBytes" in root.attrs else MSCCL_DEFAULT_MAX_BYTES
-    if max_bytes == dialect.unlimited_max_bytes:
+    if max_bytes == DIALECTS["azure" if azure else "msccl"].unlimited_max_bytes:
         max_bytes = 0
+    steps: dict[tuple[int, int], tuple[int, ...]] = {}
     gpus: dict[int, Gpu] = {}
     for node in root.children:
-        if node.name != "gpu":
-            continue
-        g = _Attrs(lex, node)
-        rank = g.int("id", 0)
-        if rank >= ngpus or rank in gpus:
-            raise lex.fail(f"<gpu>: id {rank}: expected each of 0..{ngpus - 1} once", node.line)
-        sizes = {
-            Buffer.INPUT: g.int("i_chunks", 0),
-            Buffer.OUTPUT: g.int("o_chunks", 0),
-            Buffer.SCRATCH: g.int("s_chunks", 0),
-        }
-        tbs = [_threadblock(lex, t, sizes) for t in node.children if t.name == "tb"]
-        gpus[rank] = Gpu(rank, sizes[Buffer.INPUT], sizes[Buffer.OUTPUT], sizes[Buffer.SCRATCH], tuple(tbs))
-    if sorted(gpus) != list(range(ngpus)):
-        missing = sorted(set(range(ngpus)) - set(gpus))
-        raise lex.fail(f"<algo>: ngpus={ngpus} but there is no <gpu> with id {missing[0]}", root.line)
-    collective = _collective(a.str("coll"), lex, root)
+        if node.name == "gpu":
+            gpu = _gpu(lex, node, ngpus, steps)
+            if gpu.rank in gpus:
+                raise lex.fail(f"<gpu>: id {gpu.rank}: expected each of 0..{ngpus - 1} once", node.pos)
+            gpus[gpu.rank] = gpu
+    if len(gpus) != ngpus:
+        missing = next(r for r in range(ngpus) if r not in gpus)
+        raise a.fail(f"ngpus={ngpus} but there is no <gpu> with id {missing}")
     ir = IR(
-        name=a.str("name"),
-        collective=collective,
+        name=a.str("name")
+        if "name" in root.attrs
+        else (re.sub(r"[^\w.-]", "", PurePath(where).stem) or "algo"),
+        collective=_collective(a),
         num_ranks=ngpus,
-        nchunksperloop=a.int("nchunksperloop", 1),
+        nchunksperloop=ncpl,
         gpus=tuple(gpus[r] for r in range(ngpus)),
         protocol=a.str("proto"),
         inplace=inplace,
@@ -261,64 +341,81 @@ def read_xml(text: str, where: str = "<xml>") -> IR:
         min_bytes=a.int("minBytes", 0) if "minBytes" in root.attrs else 0,
         max_bytes=max_bytes,
     )
-    a.int("nchannels", 1)
     if ir.collective in _ROOTED and ir.root is None:
         ir = _infer_root(ir)
-    return ir
+    return ir, XmlFacts(dict(root.attrs), tuple(root.ignored), steps)
 
 
-def _threadblock(lex: _Lexer, node: _Node, sizes: dict[Buffer, int]) -> Threadblock:
+def _gpu(lex: _Lexer, node: _Node, ngpus: int, steps: dict[tuple[int, int], tuple[int, ...]]) -> Gpu:
+    g = _Attrs(lex, node)
+    rank = g.int("id", 0)
+    if rank >= ngpus:
+        raise g.fail(f"id {rank}: expected each of 0..{ngpus - 1} once")
+    sizes = {Buffer.INPUT: g.chunks("i_chunks"), Buffer.OUTPUT: g.chunks("o_chunks")}
+    sizes[Buffer.SCRATCH] = g.chunks("s_chunks")
+    tbs = []
+    for t in node.children:
+        if t.name == "tb":
+            tb, numbers = _threadblock(lex, t, sizes)
+            tbs.append(tb)
+            steps[(rank, tb.id)] = numbers
+    return Gpu(rank, sizes[Buffer.INPUT], sizes[Buffer.OUTPUT], sizes[Buffer.SCRATCH], tuple(tbs))
+
+
+def _threadblock(lex: _Lexer, node: _Node, sizes: dict[Buffer, int]) -> tuple[Threadblock, tuple[int, ...]]:
+    """The threadblock and the ``s`` of each of its steps."""
     t = _Attrs(lex, node)
     send, recv = t.int("send", -1), t.int("recv", -1)
     ops = []
+    numbers = []
     for step in node.children:
         if step.name != "step":
             continue
         s = _Attrs(lex, step)
         for key in _STEP_ATTRS:
             s.str(key)
-        kind = s.str("type")
-        try:
-            op_type = OpType(kind)
-        except ValueError:
-            hint = " (ra is parsed but never executed by the research runtime)" if kind == "ra" else ""
-            raise lex.fail(
-                f"<step>: type {kind!r} is not a step type the runtimes execute{hint}", step.line
-            ) from None
-        refs = []
-        for buf_key, off_key in (("srcbuf", "srcoff"), ("dstbuf", "dstoff")):
-            try:
-                buffer = Buffer(s.str(buf_key))
-            except ValueError:
-                raise lex.fail(
-                    f"<step>: {buf_key} {s.str(buf_key)!r}: expected i, o or s", step.line
-                ) from None
-            refs.append(Ref(buffer, s.int(off_key, -1)))
-        src, dst = refs
-        hasdep = s.int("hasdep", 0)
-        if hasdep not in (0, 1):
-            raise lex.fail(f"<step>: hasdep must be 0 or 1, got {hasdep}", step.line)
-        depid, deps = s.int("depid", -1), s.int("deps", -1)
-        if depid >= 0 and deps < 0:
-            raise lex.fail(f"<step>: depid {depid} needs deps >= 0", step.line)
-        if (
-            op_type is OpType.RECV_REDUCE_COPY
-            and not 0 <= src.index < sizes[src.buffer]
-            and 0 <= dst.index < sizes[dst.buffer]
-        ):
-            src = dst  # the reference compiler's srcbuf: the sender's location; it meant the local one
-        ops.append(
-            Op(
-                op_type,
-                src if op_type.reads_src else None,
-                dst if op_type.writes_dst else None,
-                s.int("cnt", 0),
-                (Dep(depid, deps),) if depid >= 0 else (),
-                bool(hasdep),
-            )
-        )
-    return Threadblock(
+        numbers.append(s.int("s"))
+        ops.append(_op(s, sizes))
+    tb = Threadblock(
         t.int("id", 0), None if send < 0 else send, None if recv < 0 else recv, t.int("chan", 0), tuple(ops)
+    )
+    return tb, tuple(numbers)
+
+
+def _op(s: _Attrs, sizes: dict[Buffer, int]) -> Op:
+    kind = s.str("type")
+    try:
+        op_type = OpType(kind)
+    except ValueError:
+        hint = " (ra is parsed but never executed by the research runtime)" if kind == "ra" else ""
+        raise s.fail(f"type {kind!r} is not a step type the runtimes execute{hint}") from None
+    refs = []
+    for buf_key, off_key in (("srcbuf", "srcoff"), ("dstbuf", "dstoff")):
+        try:
+            buffer = Buffer(s.str(buf_key))
+        except ValueError:
+            raise s.fail(f"{buf_key} {s.str(buf_key)!r}: expected i, o or s") from None
+        refs.append(Ref(buffer, s.int(off_key, -1)))
+    src, dst = refs
+    hasdep = s.int("hasdep", 0)
+    if hasdep not in (0, 1):
+        raise s.fail(f"hasdep must be 0 or 1, got {hasdep}")
+    depid, deps = s.int("depid", -1), s.int("deps", -1)
+    if depid >= 0 and deps < 0:
+        raise s.fail(f"depid {depid} needs deps >= 0")
+    if (
+        op_type is OpType.RECV_REDUCE_COPY
+        and not 0 <= src.index < sizes[src.buffer]
+        and 0 <= dst.index < sizes[dst.buffer]
+    ):
+        src = dst  # the reference compiler's srcbuf: the sender's location; it meant the local one
+    return Op(
+        op_type,
+        src if op_type.reads_src else None,
+        dst if op_type.writes_dst else None,
+        s.int("cnt", 0),
+        (Dep(depid, deps),) if depid >= 0 else (),
+        bool(hasdep),
     )
 
 

@@ -70,6 +70,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             if value:
                 raise DslError(f"{args.input}: {flag} applies to programs and algorithms, not to an IR")
         ir = load_ir(args.input)
+        _check_what_it_computes(ir, args.input)
         if args.protocol:
             ir = replace(ir, protocol=args.protocol)
         result = run_pipeline(
@@ -118,6 +119,20 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_what_it_computes(ir: IR, where: str) -> None:
+    """An IR given as input is re-emitted only if it computes its collective: its structure first
+    (the symbolic execution needs it), then every call it is marked for."""
+    from codegen.check import check_ir
+    from codegen.errors import IRCheckError
+    from codegen.semantics import check_result
+
+    try:
+        check_ir(ir, final=False)
+        check_result(ir)
+    except IRCheckError as exc:
+        raise IRCheckError(f"{where}: {exc}") from None
+
+
 def _target(fmt: str) -> str:
     return f"the {fmt} runtime" if fmt in DIALECTS else "every runtime's universal rules"
 
@@ -133,26 +148,29 @@ def _summary(ir: IR) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from codegen.check import find_problems
-    from codegen.formats import read_ir
-    from codegen.formats.xml_reader import xml_dialect
+    from codegen.formats import load_ir_facts
+    from codegen.semantics import find_wrong_result
 
     path = Path(args.file)
-    text = load_ir_text(path)
-    ir = read_ir(text, str(path))
+    ir, facts = load_ir_facts(path)
     if args.dialect == "auto":
-        dialect = None if text.lstrip(" \n\r").startswith("{") else xml_dialect(text, str(path))
+        dialect = None if facts is None else facts.dialect
     else:
         dialect = None if args.dialect == "none" else args.dialect
-    problems = find_problems(ir, dialect)
+    problems = find_problems(ir, dialect, facts=facts)
+    wrong = None if problems else find_wrong_result(ir)  # both before any output: limits refuse at once
     target = f"the {dialect} runtime" if dialect else "the universal rules"
     print(f"{path}: {_summary(ir)}")
     deps = sum(len(op.deps) for g in ir.gpus for tb in g.threadblocks for op in tb.ops)
     print(
         f"  protocol {ir.protocol}, {ir.nchunksperloop} chunks per loop, {deps} cross-threadblock dependencies"
     )
-    if not problems:
-        print(f"  ok: passes the static checks of {target}")
+    if not problems and wrong is None:
+        print(f"  ok: passes the static checks of {target}; {_computes(ir)}")
         return 0
+    if wrong is not None:
+        print(f"  passes the static checks of {target}, but computes a wrong result:\n  - {wrong}")
+        return 1
     print(f"  {len(problems)} problem(s) for {target}:")
     for p in problems[: args.limit]:
         print(f"  - {p}")
@@ -161,10 +179,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1
 
 
-def load_ir_text(path: Path) -> str:
-    from common.files import read_text
+def _computes(ir: IR) -> str:
+    from codegen.semantics import modes
 
-    return read_text(path, CodegenError)
+    calls = " and ".join("in-place" if place else "out-of-place" for place in modes(ir))
+    if ir.collective == "custom":
+        return "what a custom collective computes is not checked"
+    if not calls:
+        return "marked for no call (inplace=0, outofplace=0), so nothing it computes is checked"
+    return f"computes {ir.collective} for {calls} calls"
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,27 @@
+"""xccl's limits on the IRs it reads and checks, in one place.
+
+A file's counts decide how much the reader, the static checker and the symbolic execution
+allocate; a malformed or hostile file (``ngpus="1000000000"``) must be refused at once, with a
+message that names the limit and how to raise it, not after memory runs out. The defaults admit
+real schedules with room to spare (a 512-rank alltoall, a ring allreduce on 1024 ranks, buffers of
+32768 chunks: the runtimes store chunk offsets in 16 bits, so no runtime addresses more); each is
+raised by its environment variable.
+"""
+
+from __future__ import annotations
+
+from common.limits import Limit
+from topologies.limits import RANKS
+
+__all__ = ["CHUNKS", "LIMITS", "RANKS", "SLOTS", "TRANSFERS"]
+
+
+# RANKS, ``ngpus`` / ``num_ranks`` a reader accepts, is the topologies' limit: one number of ranks.
+CHUNKS = Limit("chunks", 1 << 15, "XCCL_MAX_CHUNKS")
+"""``nchunksperloop`` and each buffer's chunks (``i_chunks``, ``o_chunks``, ``s_chunks``)."""
+SLOTS = Limit("buffer chunks over all ranks", 1 << 20, "XCCL_MAX_SLOTS")
+"""Ranks times ``nchunksperloop``: the chunk slots the symbolic execution tracks."""
+TRANSFERS = Limit("chunk transfers", 1 << 23, "XCCL_MAX_TRANSFERS")
+"""Chunks moved by send and receive steps, summed: the calls the deadlock check orders."""
+
+LIMITS = (RANKS, CHUNKS, SLOTS, TRANSFERS)
