@@ -19,6 +19,7 @@ from functools import cached_property
 
 from common.errors import XcclError
 from synth.errors import InfeasibleError
+from synth.limits import check_limit
 
 __all__ = [
     "COLLECTIVES",
@@ -29,6 +30,25 @@ __all__ = [
     "CollectiveError",
     "make_collective",
 ]
+
+
+MAX_CHUNKS = 1 << 20
+"""Most chunks a collective may have (ranks x chunks per rank; x ranks again for alltoall and
+reducescatter). A 512-rank alltoall has 262,144; a million chunks take about 2 GB to describe.
+``XCCL_MAX_CHUNKS`` raises it."""
+MAX_SLOTS = 1 << 24
+"""Most buffer slots over all ranks (ranks x the larger buffer, in chunks). A 512-rank allgather
+with 64 chunks per rank has 16.8 million, which take about 1.5 GB. ``XCCL_MAX_SLOTS`` raises it."""
+_WIDTH = {  # (chunks, the larger buffer in chunks) of n ranks with c chunks per rank
+    "allgather": lambda n, c: (n * c, n * c),
+    "allreduce": lambda n, c: (n * c, c),
+    "reducescatter": lambda n, c: (n * n * c, n * c),
+    "alltoall": lambda n, c: (n * n * c, n * c),
+    "broadcast": lambda n, c: (c, c),
+    "reduce": lambda n, c: (n * c, c),
+    "gather": lambda n, c: (n * c, n * c),
+    "scatter": lambda n, c: (n * c, n * c),
+}
 
 
 class CollectiveError(XcclError):
@@ -241,6 +261,10 @@ def make_collective(
         raise CollectiveError(f"{key}: expected at least 1 rank, got {num_ranks}")
     if chunks_per_rank < 1:
         raise CollectiveError(f"{key}: chunks per rank: expected at least 1, got {chunks_per_rank}")
+    chunks, width = _WIDTH[key](num_ranks, chunks_per_rank)
+    where = f"{key} on {num_ranks} ranks with {chunks_per_rank} chunks per rank"
+    check_limit(f"{where}: chunks", chunks, MAX_CHUNKS, "XCCL_MAX_CHUNKS")
+    check_limit(f"{where}: buffer slots", num_ranks * width, MAX_SLOTS, "XCCL_MAX_SLOTS")
     if key in ROOTED:
         root = 0 if root is None else root
         if not 0 <= root < num_ranks:
