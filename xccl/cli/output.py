@@ -44,7 +44,9 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: st
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
+    """One JSON document on stdout. NaN and infinities are not JSON: a caller that passes one has a
+    bug, and ``allow_nan=False`` makes it raise instead of printing what no parser reads."""
+    json.dump(data, sys.stdout, indent=2, default=str, allow_nan=False)
     sys.stdout.write("\n")
 
 
