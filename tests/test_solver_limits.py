@@ -187,6 +187,17 @@ def test_ctrl_c_in_the_scheduling_stage_exits_130_and_keeps_the_result(xccl, tmp
     assert dict(algo.provenance.params)["interrupted"] is True
 
 
+def test_ctrl_c_before_an_allreduce_has_both_halves_writes_nothing(xccl, tmp_path, monkeypatch):
+    """The allgather half is interrupted: an allgather alone is no allreduce, so nothing is kept."""
+    monkeypatch.setitem(BACKENDS, "highs", _CtrlCWhileScheduling())
+    out = tmp_path / "ar.json"
+    proc = xccl("synth", "milp", "-t", "ndv2x2", "-k", "ndv2x2-relay", "-C", "allreduce", "-s", "64KiB",
+                "-o", str(out))  # fmt: skip
+    assert proc.returncode == 130, proc.stderr
+    assert "nothing written" in proc.stderr and "reducescatter" not in proc.stderr
+    assert not out.exists()
+
+
 # -- 4. values and size limits ----------------------------------------------------------------
 
 SMT = ("synth", "smt", "instance", "-t", "ring:4", "-C", "allgather", "-s", "2")
