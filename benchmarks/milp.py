@@ -42,7 +42,7 @@ def measure(sketch_name: str, collective: str, size: int, solver: str | None, ti
     topo = load(sketch.topology)
     began = time.perf_counter()
     result = synthesize(
-        topo, collective, sketch, size, options=Options(solver=solver, time_limit_s=time_limit)
+        topo, collective, sketch, size, options=Options(solver=solver, stage_time_limit_s=time_limit)
     )
     seconds = time.perf_counter() - began
     algo = result.algorithm

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 
 from common.errors import XcclError
 
-__all__ = ["Limit"]
+__all__ = ["Limit", "LimitError"]
+
+
+class LimitError(XcclError):
+    """A request beyond a size limit (the message names the limit and how to raise it)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,11 @@ class Limit:
         return int(text)
 
     def check(
-        self, amount: int, what: str | Callable[[], str], error: type[XcclError], unit: str | None = None
+        self,
+        amount: int,
+        what: str | Callable[[], str],
+        error: type[XcclError] = LimitError,
+        unit: str | None = None,
     ) -> None:
         """Raise ``error`` naming ``what`` (a callable is worked out only then) when ``amount``
         exceeds the limit; ``unit`` words the amount where it differs from the limit's own."""

@@ -89,7 +89,11 @@ def _machines(topo: Topology) -> tuple[int, list[list[int]]]:
 
 
 def _check_topology_field(sketch: Sketch, topo: Topology) -> None:
-    if sketch.topology is None or sketch.topology == topo.name:
+    """The topology a sketch was written for (its ``topology`` field) must have the ranks and
+    machines of the one it is used with. A shipped name is compared by shape even when the
+    topology in use carries the same name (a user's file reusing it); another name must be the
+    topology in use."""
+    if sketch.topology is None:
         return
     from topologies.errors import TopologyError
     from topologies.registry import load
@@ -97,6 +101,8 @@ def _check_topology_field(sketch: Sketch, topo: Topology) -> None:
     try:
         named = load(sketch.topology)
     except TopologyError:
+        if sketch.topology == topo.name:
+            return  # the user's own topology, named in the sketch
         raise sketch.fail(
             "topology",
             f"the topology in use ({topo.name!r}) or a shipped one, got {sketch.topology!r}; "

@@ -10,12 +10,14 @@ slot (``copy``) or reduces into it (``reduce``).
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common.errors import XcclError
 from common.files import read_json_file, save_text
 from synth.collectives import Collective, CollectiveError, make_collective
 from synth.errors import AlgorithmFormatError
@@ -161,55 +163,27 @@ class Algorithm:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "<algorithm>") -> Algorithm:
-        def fail(fld: str, expected: str) -> AlgorithmFormatError:
-            return AlgorithmFormatError(f"{where}: {fld}: expected {expected}")
-
+        """Read the JSON form, checking every field (docs/algorithm-format.md); an error names
+        ``where`` and the field."""
+        r = _Fields(where)
         if not isinstance(data, dict):
-            raise fail("(top level)", "an object")
+            raise r.fail("(top level)", "an object")
         if data.get("format") != FORMAT:
-            raise fail("format", f'"{FORMAT}"')
+            raise r.fail("format", f'"{FORMAT}"')
         for key in ("collective", "topology", "schedule"):
             if key not in data:
-                raise fail(key, "a value (required)")
-        spec = data["collective"]
-        if not isinstance(spec, dict) or not {"name", "ranks", "chunks_per_rank"} <= set(spec):
-            raise fail("collective", "an object with name, ranks, chunks_per_rank (and root)")
-        try:
-            collective = make_collective(
-                spec["name"], spec["ranks"], spec["chunks_per_rank"], spec.get("root")
-            )
-        except (CollectiveError, TypeError) as exc:
-            raise AlgorithmFormatError(f"{where}: collective: {exc}") from None
+                raise r.fail(key, "a value (required)")
+        collective = r.collective(data["collective"])
         if not isinstance(data["topology"], str):
-            raise fail("topology", "a topology name")
+            raise r.fail("topology", "a topology name")
         if not isinstance(data["schedule"], list):
-            raise fail("schedule", "a list of steps")
-        steps = []
-        for i, step in enumerate(data["schedule"]):
-            if not isinstance(step, dict) or set(step) != {"rounds", "sends"}:
-                raise fail(f"schedule[{i}]", 'an object {"rounds": R, "sends": [...]}')
-            rounds = step["rounds"]
-            if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-                raise fail(f"schedule[{i}].rounds", "an integer >= 1")
-            sends = []
-            for j, s in enumerate(step["sends"] if isinstance(step["sends"], list) else [None]):
-                fld = f"schedule[{i}].sends[{j}]"
-                ok = (
-                    isinstance(s, list)
-                    and len(s) in (4, 5)
-                    and all(isinstance(x, int) and not isinstance(x, bool) for x in s[:3])
-                )
-                if not ok or s[3] not in OPS or (len(s) == 5 and not isinstance(s[4], int | float)):
-                    raise fail(fld, '[chunk, src, dst, "copy"|"reduce"] with an optional start time in us')
-                sends.append(Send(s[0], s[1], s[2], s[3], float(s[4]) if len(s) == 5 else None))
-            steps.append(Step(rounds, tuple(sends)))
-        prov = data.get("provenance") or {"method": "unknown"}
-        if not isinstance(prov, dict) or "method" not in prov:
-            raise fail("provenance", "an object with a method")
-        algo = cls(collective, data["topology"], tuple(steps), Provenance.from_dict(prov))
+            raise r.fail("schedule", "a list of steps")
+        steps = tuple(r.step(step, f"schedule[{i}]") for i, step in enumerate(data["schedule"]))
+        prov = r.provenance(data.get("provenance") or {"method": "unknown"})
+        algo = cls(collective, data["topology"], steps, prov)
         for key, value in (("steps", algo.num_steps), ("rounds", algo.rounds), ("chunks", algo.chunks)):
-            if key in data and data[key] != value:
-                raise fail(key, f"{value} (what the schedule holds), got {data[key]}")
+            if key in data and (r.integer(data[key], key, 0) != value):
+                raise r.fail(key, f"{value} (what the schedule holds), got {data[key]}")
         return algo
 
     @classmethod
@@ -222,6 +196,80 @@ class Algorithm:
         for i, st in enumerate(self.steps):
             lines.append(f"(step {i}, rounds={st.rounds}) " + " ".join(str(s) for s in st.sends))
         return "\n".join(lines)
+
+
+class _Fields:
+    """Typed reading of the JSON form: every number checked (finite, in range), errors naming the field."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, field: str, expected: str) -> AlgorithmFormatError:
+        return AlgorithmFormatError(f"{self.where}: {field}: expected {expected}")
+
+    def integer(self, value: Any, field: str, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(field, f"an integer >= {minimum}, got {json.dumps(value)}")
+        return value
+
+    def seconds(self, value: Any, field: str, unit: str) -> float:
+        """A time: a finite number >= 0 (NaN, infinities and negative times are refused)."""
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not math.isfinite(value) or value < 0:
+            shown = value if ok else json.dumps(value)
+            raise self.fail(field, f"a finite number of {unit} >= 0, got {shown}")
+        return float(value)
+
+    def collective(self, spec: Any) -> Collective:
+        if not isinstance(spec, dict) or not {"name", "ranks", "chunks_per_rank"} <= set(spec):
+            raise self.fail("collective", "an object with name, ranks, chunks_per_rank (and root)")
+        if not isinstance(spec["name"], str):
+            raise self.fail("collective.name", "a collective name")
+        ranks = self.integer(spec["ranks"], "collective.ranks", 1)
+        chunks = self.integer(spec["chunks_per_rank"], "collective.chunks_per_rank", 1)
+        root = spec.get("root")
+        if root is not None:
+            root = self.integer(root, "collective.root", 0)
+        try:
+            return make_collective(spec["name"], ranks, chunks, root)
+        except XcclError as exc:  # unknown name, root out of range, beyond the size limits
+            raise AlgorithmFormatError(f"{self.where}: collective: {exc}") from None
+
+    def step(self, step: Any, field: str) -> Step:
+        if not isinstance(step, dict) or set(step) != {"rounds", "sends"}:
+            raise self.fail(field, 'an object {"rounds": R, "sends": [...]}')
+        rounds = self.integer(step["rounds"], f"{field}.rounds", 1)
+        if not isinstance(step["sends"], list):
+            raise self.fail(f"{field}.sends", "a list of sends")
+        return Step(rounds, tuple(self.send(s, f"{field}.sends[{j}]") for j, s in enumerate(step["sends"])))
+
+    def send(self, s: Any, field: str) -> Send:
+        if not isinstance(s, list) or len(s) not in (4, 5) or s[3] not in OPS:
+            raise self.fail(field, '[chunk, src, dst, "copy"|"reduce"] with an optional start time in us')
+        chunk, src, dst = (self.integer(x, f"{field}[{k}]", 0) for k, x in enumerate(s[:3]))
+        start = self.seconds(s[4], f"{field}[4] (start time)", "microseconds") if len(s) == 5 else None
+        return Send(chunk, src, dst, s[3], start)
+
+    def provenance(self, prov: Any) -> Provenance:
+        if not isinstance(prov, dict) or not isinstance(prov.get("method"), str):
+            raise self.fail("provenance", "an object with a method")
+        for key in ("solver", "via"):
+            if prov.get(key) is not None and not isinstance(prov[key], str):
+                raise self.fail(f"provenance.{key}", "a string")
+        if prov.get("solve_time_s") is not None:
+            self.seconds(prov["solve_time_s"], "provenance.solve_time_s", "seconds")
+        if prov.get("optimal") is not None and not isinstance(prov["optimal"], bool):
+            raise self.fail("provenance.optimal", "true, false or null")
+        params = prov.get("params") or {}
+        if not isinstance(params, dict):
+            raise self.fail("provenance.params", "an object of names to values")
+        for key, value in params.items():
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (value is None or isinstance(value, str | bool) or (number and math.isfinite(value))):
+                raise self.fail(
+                    f"provenance.params.{key}", f"a string, finite number, boolean or null, got {value}"
+                )
+        return Provenance.from_dict(prov)
 
 
 def invert(dual: Algorithm, primal: Collective) -> Algorithm:

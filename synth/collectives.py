@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from common.errors import XcclError
+from common.limits import Limit
 from synth.errors import InfeasibleError
 
 __all__ = [
@@ -29,6 +30,25 @@ __all__ = [
     "CollectiveError",
     "make_collective",
 ]
+
+
+CHUNKS = Limit("chunks", 1 << 20, "XCCL_MAX_CHUNKS")
+"""Most chunks a collective may have (ranks x chunks per rank; x ranks again for alltoall and
+reducescatter). A 512-rank alltoall has 262,144; a million chunks take about 2 GB to describe."""
+SLOTS = Limit("buffer chunks over all ranks", 1 << 24, "XCCL_MAX_SLOTS")
+"""Most buffer slots over all ranks (ranks x the larger buffer, in chunks): what a collective
+describes and what the symbolic execution of an IR tracks. A 512-rank allgather with 64 chunks per
+rank has 16.8 million, which take about 1.5 GB."""
+_WIDTH = {  # (chunks, the larger buffer in chunks) of n ranks with c chunks per rank
+    "allgather": lambda n, c: (n * c, n * c),
+    "allreduce": lambda n, c: (n * c, c),
+    "reducescatter": lambda n, c: (n * n * c, n * c),
+    "alltoall": lambda n, c: (n * n * c, n * c),
+    "broadcast": lambda n, c: (c, c),
+    "reduce": lambda n, c: (n * c, c),
+    "gather": lambda n, c: (n * c, n * c),
+    "scatter": lambda n, c: (n * c, n * c),
+}
 
 
 class CollectiveError(XcclError):
@@ -241,6 +261,10 @@ def make_collective(
         raise CollectiveError(f"{key}: expected at least 1 rank, got {num_ranks}")
     if chunks_per_rank < 1:
         raise CollectiveError(f"{key}: chunks per rank: expected at least 1, got {chunks_per_rank}")
+    chunks, width = _WIDTH[key](num_ranks, chunks_per_rank)
+    where = f"{key} on {num_ranks} ranks with {chunks_per_rank} chunks per rank"
+    CHUNKS.check(chunks, where)
+    SLOTS.check(num_ranks * width, where)
     if key in ROOTED:
         root = 0 if root is None else root
         if not 0 <= root < num_ranks:

@@ -32,6 +32,7 @@ def chunk_bytes(collective: Collective, size_bytes: float) -> float:
 
 
 def algbw_GBps(size_bytes: float, time_us: float) -> float:
+    """nccl-tests' algbw; infinite when nothing takes time (one rank: nothing moves)."""
     return size_bytes / (time_us * BYTES_PER_US_PER_GBPS) if time_us > 0 else float("inf")
 
 
@@ -48,7 +49,7 @@ class SCCLCost:
 def sccl_cost(algo: Algorithm, topology: Topology, size_bytes: float) -> SCCLCost:
     """``S * alpha`` with the slowest logical link's alpha, plus ``R`` rounds of one chunk at the
     capacity unit of :meth:`Topology.chunk_capacity` (``R / C * L * beta``)."""
-    alpha = max(link.alpha_us for link in topology.logical().links.values())
+    alpha = max((link.alpha_us for link in topology.logical().links.values()), default=0.0)
     unit = topology.chunk_capacity().unit_GBps
     per_round = chunk_bytes(algo.collective, size_bytes) / (unit * BYTES_PER_US_PER_GBPS)
     return SCCLCost(algo.num_steps * alpha, algo.rounds * per_round)

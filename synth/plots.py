@@ -8,11 +8,13 @@ against buffer size for each front algorithm, next to the ring baseline and the 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
 from common.errors import XcclError
+from common.files import check_writable, save
 from synth.algorithm import Algorithm
 from synth.baselines import BaselineError, make_baseline
 from synth.bounds import lower_bound_us
@@ -59,9 +61,7 @@ def plot_front(
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    path = Path(path)
-    if path.exists() and not force:
-        raise PlotError(f"{path}: file already exists; use --force to overwrite")
+    path = check_writable(path, force, PlotError)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     others = [a for a in found if a not in front]
     left.scatter(
@@ -100,8 +100,7 @@ def plot_front(
     right.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    _save(fig, path)
-    return path
+    return _save(fig, path, force)
 
 
 def plot_times(
@@ -117,9 +116,7 @@ def plot_times(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    if path.exists() and not force:
-        raise PlotError(f"{path}: file already exists; use --force to overwrite")
+    path = check_writable(path, force, PlotError)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
     xs_mib = [s / (1 << 20) for s in sizes]
     for ax, (title, topology, algos) in zip(axes[0], panels, strict=True):
@@ -135,18 +132,17 @@ def plot_times(
         ax.set_ylabel("modeled time (us)")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, path)
-    return path
+    return _save(fig, path, force)
 
 
-def _save(fig, path: Path) -> None:
-    """Write the figure as PNG; a path that cannot be written is one :class:`PlotError`."""
+def _save(fig, path: Path, force: bool) -> Path:
+    """Render the figure as PNG in memory, then write it atomically (:func:`common.files.save`):
+    a failed write leaves no half-written file, and an existing one is kept unless ``force``."""
     import matplotlib.pyplot as plt
 
+    buffer = io.BytesIO()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png", dpi=100, metadata={"Software": "xccl-synth"})
-    except OSError as exc:
-        raise PlotError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        fig.savefig(buffer, format="png", dpi=100, metadata={"Software": "xccl-synth"})
     finally:
         plt.close(fig)
+    return save(path, buffer.getvalue(), force, PlotError)

@@ -17,18 +17,27 @@ def test_baselines():
 
 def test_smt_names():
     from synth.smt.pareto import DEFAULT_MAX_CHUNKS
-    from synth.smt.synthesizer import ALLREDUCE_METHODS
+    from synth.smt.synthesizer import (
+        ALLREDUCE_METHODS,
+        DEFAULT_INSTANCE_TIME_LIMIT_S,
+        DEFAULT_TIME_LIMIT_S,
+    )
 
     assert tuple(ALLREDUCE_METHODS) == choices.ALLREDUCE_METHODS
     assert choices.DEFAULT_MAX_CHUNKS == DEFAULT_MAX_CHUNKS
+    assert choices.SMT_TIME_LIMIT_S == DEFAULT_TIME_LIMIT_S
+    assert choices.SMT_INSTANCE_TIME_LIMIT_S == DEFAULT_INSTANCE_TIME_LIMIT_S
 
 
 def test_milp_names():
+    from synth.milp.pipeline import DEFAULT_STAGE_TIME_LIMIT_S, DEFAULT_TIME_LIMIT_S
     from synth.milp.solvers import BACKENDS
     from synth.milp.synthesis import SUPPORTED
 
     assert tuple(SUPPORTED) == choices.MILP_COLLECTIVES
     assert tuple(BACKENDS) == choices.MILP_SOLVERS
+    assert choices.MILP_TIME_LIMIT_S == DEFAULT_TIME_LIMIT_S
+    assert choices.MILP_STAGE_TIME_LIMIT_S == DEFAULT_STAGE_TIME_LIMIT_S
 
 
 def test_runtime_names():

@@ -130,7 +130,7 @@ def test_nchunksperloop_that_disagrees_with_the_buffers_fails_check(tmp_path, xc
         (
             'nchunksperloop="4"',
             'nchunksperloop="4000000000"',
-            "nchunksperloop: 4000000000 chunks, more than the limit of 32768 (set XCCL_MAX_CHUNKS",
+            "nchunksperloop: 4000000000 chunks, more than the limit of 32768 (set XCCL_MAX_BUFFER_CHUNKS",
         ),
         ('i_chunks="4"', 'i_chunks="99999999999"', "<gpu>: i_chunks: 99999999999 chunks, more than"),
         ('s_chunks="0"', 's_chunks="0x7fffffff"', "<gpu>: s_chunks: 2147483647 chunks, more than"),
@@ -148,7 +148,7 @@ def test_huge_counts_are_refused_at_once_naming_the_limit(tmp_path, xccl, old, n
 def test_the_limits_are_raised_by_their_variables(tmp_path, xccl, monkeypatch):
     path = _write(tmp_path, _ring_allreduce())
     for var, fragment in (
-        ("XCCL_MAX_CHUNKS", "nchunksperloop: 4 chunks, more than the limit of 3"),
+        ("XCCL_MAX_BUFFER_CHUNKS", "nchunksperloop: 4 chunks, more than the limit of 3"),
         ("XCCL_MAX_RANKS", "ngpus: 4 ranks, more than the limit of 3"),
         ("XCCL_MAX_SLOTS", "16 buffer chunks over all ranks, more than the limit of 3"),
         ("XCCL_MAX_TRANSFERS", "chunk transfers, more than the limit of 3"),
@@ -165,7 +165,7 @@ def test_a_json_ir_with_huge_counts_is_refused(tmp_path, xccl):
     assert_one_line_error(xccl("check", str(path)), "num_ranks: 123456789 ranks, more than", "XCCL_MAX_RANKS")
     path = _write(tmp_path, text.replace('"nchunksperloop": 4', '"nchunksperloop": 123456789'), "big2.json")
     assert_one_line_error(
-        xccl("compile", str(path)), "nchunksperloop: 123456789 chunks, more than", "XCCL_MAX_CHUNKS"
+        xccl("compile", str(path)), "nchunksperloop: 123456789 chunks, more than", "XCCL_MAX_BUFFER_CHUNKS"
     )
 
 

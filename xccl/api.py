@@ -71,6 +71,17 @@ def _load(given: str | Path | Topology | dict) -> Topology:
     return load(given)
 
 
+def _size_bytes(size: str | int, what: str = "size") -> int:
+    """A buffer size in bytes from ``"1MiB"`` or an int; zero, negative and non-integer sizes raise
+    :class:`common.units.SizeError` (Python would take them, and every bound would be nonsense)."""
+    if isinstance(size, bool) or not isinstance(size, int | str):
+        raise SizeError(f"{what}: expected bytes as an int or a string like '1MiB', got {size!r}")
+    nbytes = parse_size(size)
+    if nbytes < 1:
+        raise SizeError(f"{what}: expected at least 1 byte, got {size!r}")
+    return nbytes
+
+
 def collective(
     name: str | Collective, num_ranks: int, chunks: int = 1, root: int | None = None
 ) -> Collective:
@@ -107,8 +118,10 @@ def synthesize(
     name like ``"ndv2x2-relay"``, a file, or a :class:`sketches.Sketch`) for buffers of ``size``,
     splitting each chunk into ``chunkup`` pieces (default: the sketch's); a baseline name
     (``"ring"``, ``"bidir-ring"``, ``"direct"``, ``"recursive-doubling"``, ``"binomial-tree"``,
-    ``"hierarchical"``) builds that baseline. Raises ``InfeasibleError`` when no
-    algorithm exists within the limits and ``SolverTimeout`` when the time limit stopped the search.
+    ``"hierarchical"``) builds that baseline. ``time_limit_s`` bounds the whole search in wall time
+    (default 600 s for SMT and MILP; MILP then returns the best verified result found). Raises
+    ``InfeasibleError`` when no algorithm exists within the limits and ``SolverTimeout`` when the
+    time limit stopped the search.
 
     >>> synthesize("ring:4", "allgather", steps=1)
     Traceback (most recent call last):
@@ -143,8 +156,10 @@ def _collective_for(coll: str | Collective, topo: Topology, chunks: int, root: i
 
 def _smt(topo, coll, chunks, root, steps, rounds, time_limit_s) -> Algorithm:
     from synth.smt import least_steps, solve_instance
+    from synth.smt.synthesizer import DEFAULT_TIME_LIMIT_S
 
     c = _collective_for(coll, topo, chunks, root)
+    time_limit_s = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     if steps is None:
         result = least_steps(topo, c, time_limit_s=time_limit_s)
         if result.algorithm is None:
@@ -174,7 +189,7 @@ def _milp(topo, coll, root, sketch, size, chunkup, time_limit_s, solver) -> Algo
     limit = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
     options = Options(solver=solver, chunkup=chunkup, **limit)
     result = milp_synthesize(
-        topo, name, load_sketch(sketch), size_bytes=parse_size(size), root=root, options=options
+        topo, name, load_sketch(sketch), size_bytes=_size_bytes(size), root=root, options=options
     )
     return result.algorithm
 
@@ -188,20 +203,22 @@ def pareto(
     time_limit_s: float | None = None,
 ):
     """The Pareto-optimal front in (steps, rounds per chunk) by SMT, walked as SCCL does; its
-    ``algorithms`` are verified and ``stop`` says why the walk ended.
+    ``algorithms`` are verified and ``stop`` says why the walk ended (``time limit`` after
+    ``time_limit_s``, default 600 s of wall time; each instance gets at most 60 s).
 
     >>> front = pareto("ring:4", "allgather")
     >>> [(a.num_steps, a.rounds, a.chunks) for a in front.algorithms], front.stop
     ([(2, 3, 2)], 'bandwidth optimal')
     """
     from synth.smt import DEFAULT_MAX_CHUNKS, pareto_front
+    from synth.smt.synthesizer import DEFAULT_TIME_LIMIT_S
 
     return pareto_front(
         _load(topology),
         collective,
         root=root,
         max_chunks=max_chunks or DEFAULT_MAX_CHUNKS,
-        time_limit_s=time_limit_s,
+        time_limit_s=DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s,
     )
 
 
@@ -409,7 +426,7 @@ def lower_bound(
     15.73
     """
     topo = _load(topology)
-    return lower_bound_us(topo, _collective_for(collective, topo, 1, None), parse_size(size))
+    return lower_bound_us(topo, _collective_for(collective, topo, 1, None), _size_bytes(size))
 
 
 def simulate(
@@ -431,4 +448,4 @@ def simulate(
             raise TopologyError(
                 f"{algorithm.name}: topology {algorithm.topology!r} is not shipped; pass topology=(its file)"
             ) from None
-    return simulate_algorithm(algorithm, _load(topology), parse_size(size))
+    return simulate_algorithm(algorithm, _load(topology), _size_bytes(size))

@@ -14,6 +14,7 @@ import heapq
 from dataclasses import dataclass
 
 from synth.cost import BYTES_PER_US_PER_GBPS
+from synth.deadline import NO_DEADLINE, Deadline
 from topologies.model import Topology
 
 __all__ = ["PRIORITIES", "Schedule", "TimedSend", "list_schedule", "offsets"]
@@ -88,10 +89,12 @@ def list_schedule(
     piece_index: dict[int, int],
     levels: tuple[int, ...],
     priority: str = "critical",
+    deadline: Deadline = NO_DEADLINE,
 ) -> Schedule:
     """Schedule every tree arc (module docstring): ``sources[chunk]`` and ``piece_index[chunk]`` say
     where each piece starts and which of its chunk's pieces it is; ``levels`` are the rotation group
-    sizes the offsets are taken in (see :data:`PRIORITIES`)."""
+    sizes the offsets are taken in (see :data:`PRIORITIES`). Past the ``deadline`` it raises
+    :class:`synth.deadline.OutOfTime`."""
     if priority not in PRIORITIES:
         raise ValueError(f"unknown ordering rule {priority!r}: expected one of {', '.join(PRIORITIES)}")
     logical = topology.logical()
@@ -122,7 +125,7 @@ def list_schedule(
         return (-remaining[i], *tie)
 
     ranks = [key(i) for i in range(count)]
-    start, arrive, used = _run(topology, arcs, parents, children, ranks, piece_bytes)
+    start, arrive, used = _run(topology, arcs, parents, children, ranks, piece_bytes, deadline)
     order = sorted(range(count), key=lambda i: (start[i], ranks[i]))
     new_index = {old: new for new, old in enumerate(order)}
     sends = tuple(
@@ -143,6 +146,8 @@ def list_schedule(
 
 EPS = 1e-9
 """The simulator's tolerance: a send whose resources free within EPS of its turn starts then."""
+CHECK_EVERY = 1024
+"""Instants of the event loop between two looks at the deadline."""
 
 
 def _run(
@@ -152,6 +157,7 @@ def _run(
     children: list[list[int]],
     ranks: list[tuple],
     piece_bytes: float,
+    deadline: Deadline,
 ) -> tuple[list[float], list[float], dict[tuple, list[int]]]:
     """Event-driven non-delay list scheduling with :func:`synth.cost.simulate`'s semantics.
 
@@ -186,7 +192,11 @@ def _run(
     events: list[tuple[float, int, int]] = [(0.0, 0, i) for i in range(count) if parents[i] < 0]
     heapq.heapify(events)
     READY, FREED = 0, 1
+    instants = 0
     while events:
+        instants += 1
+        if instants % CHECK_EVERY == 0:
+            deadline.check()
         now = events[0][0]
         candidates: list[tuple[int, int, int]] = []
         freed: set[int] = set()

@@ -16,10 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from common.limits import Limit
 from sketches.restrict import Restriction
 from synth.algorithm import Algorithm, Provenance
 from synth.bounds import lower_bound_us
 from synth.collectives import Collective, make_collective
+from synth.deadline import NO_DEADLINE, Deadline, OutOfTime
 from synth.milp.emit import to_algorithm
 from synth.milp.instance import Instance, build_instance
 from synth.milp.ordering import PRIORITIES, Schedule, list_schedule
@@ -28,11 +30,14 @@ from synth.milp.scheduling import Timing, schedule_times
 from synth.milp.solvers import Backend, Status
 
 __all__ = [
+    "DEFAULT_STAGE_TIME_LIMIT_S",
+    "DEFAULT_TIME_LIMIT_S",
     "MAX_SENDS",
     "MIN_PIECE_BYTES",
     "Options",
     "Outcome",
     "StageReport",
+    "check_chunkup",
     "chunkup_candidates",
     "run_stages",
 ]
@@ -42,6 +47,9 @@ MIN_PIECE_BYTES = 256
 MAX_SENDS = 40_000
 """Largest schedule the ordering and timing stages handle in seconds on a laptop core."""
 MAX_CHUNKUP = 64
+GIVEN_SENDS = Limit("sends", 400_000, "XCCL_MAX_MILP_SENDS")
+"""Largest schedule a chunkup the user chose (``--chunkup`` or the sketch's) may make: ten times
+:data:`MAX_SENDS`, minutes and gigabytes in the ordering stage."""
 TOLERANCE = 5e-4
 """A smaller chunkup within 0.05% of the best makespan is preferred; one beyond it ends the search."""
 EXPLORE_SHARE = 0.25
@@ -49,6 +57,16 @@ EXPLORE_SHARE = 0.25
 incumbents come early, and proving them optimal rarely changes the schedule."""
 PIPELINE_GAIN = 0.01
 """If the largest chunkup is not 1% faster than chunkup 1, the sizes between are not tried."""
+DEFAULT_TIME_LIMIT_S = 600.0
+"""Wall time of a whole synthesis: once it is spent no further chunkup is tried and no solve
+starts; the best verified result so far is returned (the ordering of the chosen routes and the
+verification still run after it: seconds at most, on 40,000 sends)."""
+DEFAULT_STAGE_TIME_LIMIT_S = 30.0
+"""Each MILP or LP solve stops after this long (or when the whole time is spent) with its best
+solution."""
+MIN_SOLVE_S = 0.05
+"""A solve started with less time left than this still gets it: the routing solver needs a moment
+to hand back its MIP start."""
 
 Log = Callable[[str], None]
 
@@ -58,8 +76,10 @@ class Options:
     """Knobs of MILP synthesis (the command line's flags)."""
 
     solver: str | None = None
-    time_limit_s: float = 30.0
-    """Per stage: each MILP or LP solve stops after this long and keeps its best solution."""
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
+    """The whole synthesis (every stage and chunkup, both halves of an allreduce); ``None``: none."""
+    stage_time_limit_s: float = DEFAULT_STAGE_TIME_LIMIT_S
+    """Each MILP or LP solve stops after this long and keeps its best solution."""
     threads: int = 1
     chunkup: int | None = None
     """Overrides the sketch's chunkup; ``None`` keeps the sketch's (which may be automatic)."""
@@ -97,6 +117,8 @@ class Outcome:
     timing: Timing | None = None
     reports: list[StageReport] = field(default_factory=list)
     interrupted: bool = False
+    timed_out: bool = False
+    """The time limit cut the search short (chunkups left untried, or the scheduling LP skipped)."""
     seconds: float = 0.0
 
 
@@ -112,11 +134,18 @@ def _sends_per_piece(inst: Instance) -> int:
     return max(1, total)
 
 
+def _solve_limit(deadline: Deadline, stage_s: float) -> float:
+    """One solve's time limit: the stage's, cut to what the deadline leaves (at least MIN_SOLVE_S)."""
+    return max(MIN_SOLVE_S, deadline.limit(stage_s) or 0.0)
+
+
 def chunkup_candidates(base: Instance, options: Options) -> list[int]:
     """Chunkups to try (module docstring): 1 first (cheap, and enough wherever it already meets the
     bound), then from the largest down; ``base`` is the instance at chunkup 1."""
     fixed = options.chunkup or base.restriction.sketch.chunkup
     if fixed:
+        sends = fixed * _sends_per_piece(base)
+        GIVEN_SENDS.check(sends, f"chunkup {fixed}: the schedule")
         return [fixed]
     by_sends = options.max_sends // _sends_per_piece(base)
     by_size = int(base.piece_bytes // MIN_PIECE_BYTES)
@@ -131,12 +160,31 @@ def chunkup_candidates(base: Instance, options: Options) -> list[int]:
     return out
 
 
-def _order(inst: Instance, routing: Routing, levels: tuple[int, ...]) -> tuple[Schedule, str]:
+def check_chunkup(
+    restriction: Restriction, name: str, size_bytes: float, root: int | None, options: Options
+) -> None:
+    """Refuse, before any solving, a chunkup the user chose that makes too large a schedule."""
+    n = restriction.topology.num_ranks
+    chunkup_candidates(build_instance(restriction, make_collective(name, n, 1, root), size_bytes), options)
+
+
+def _order(
+    inst: Instance, routing: Routing, levels: tuple[int, ...], deadline: Deadline
+) -> tuple[Schedule, str]:
+    """The best schedule over the ordering rules. Past the ``deadline`` the best of the rules done
+    so far is kept; with none done, :class:`synth.deadline.OutOfTime` propagates."""
     sources = {c: d.source for d in inst.demands for c in d.pieces}
     index = {c: i for d in inst.demands for i, c in enumerate(d.pieces)}
     best: tuple[Schedule, str] | None = None
     for rule in PRIORITIES:
-        sched = list_schedule(inst.topology, routing.trees, inst.piece_bytes, sources, index, levels, rule)
+        try:
+            sched = list_schedule(
+                inst.topology, routing.trees, inst.piece_bytes, sources, index, levels, rule, deadline
+            )
+        except OutOfTime:
+            if best is None:
+                raise
+            break
         if best is None or sched.makespan_us < best[0].makespan_us - 1e-9:
             best = (sched, rule)
     if best is None:  # PRIORITIES is never empty
@@ -153,8 +201,10 @@ def run_stages(
     options: Options,
     log: Log,
     label: str = "",
+    deadline: Deadline = NO_DEADLINE,
 ) -> Outcome:
-    """Stages 1-3 for a non-combining collective; the result is verified. Ctrl-C keeps the best."""
+    """Stages 1-3 for a non-combining collective; the result is verified. Ctrl-C and the
+    ``deadline`` keep the best candidate so far."""
     topo = restriction.topology
     n = topo.num_ranks
     levels = tuple(sorted({size for _, size in restriction.sketch.symmetry_offsets} | {n}))
@@ -165,12 +215,18 @@ def run_stages(
     began = time.perf_counter()
     try:
         for k in chunkup_candidates(base, options):
+            if tried and deadline.expired():
+                out.timed_out = True
+                log(
+                    f"{label}time limit reached: keeping the best of chunkups {', '.join(str(t[0]) for t in tried)}"
+                )
+                break
             inst = (
                 base if k == 1 else build_instance(restriction, make_collective(name, n, k, root), size_bytes)
             )
             log(f"{label}routing k={k}: {len(inst.reps)} of {len(inst.demands)} demands after symmetry")
-            limit = options.time_limit_s if len(tried) < 2 else options.time_limit_s * EXPLORE_SHARE
-            routing = route(inst, backend, limit, options.threads)
+            share = options.stage_time_limit_s * (1 if len(tried) < 2 else EXPLORE_SHARE)
+            routing = route(inst, backend, _solve_limit(deadline, share), options.threads)
             report = StageReport(
                 "routing",
                 k,
@@ -183,7 +239,12 @@ def run_stages(
             out.reports.append(report)
             log(f"{label}{report.line()}")
             t0 = time.perf_counter()
-            sched, rule = _order(inst, routing, levels)
+            try:  # the first chunkup must give a schedule; later ones may be cut by the deadline
+                sched, rule = _order(inst, routing, levels, deadline if tried else NO_DEADLINE)
+            except OutOfTime:
+                out.timed_out = True
+                log(f"{label}ordering k={k}: stopped at the time limit; chunkup {k} dropped")
+                break
             report = StageReport(
                 "ordering",
                 k,
@@ -215,18 +276,23 @@ def run_stages(
     )
     out.makespan_us, out.chunkup, out.routing = sched.makespan_us, k, routing
     timing = None
-    if not out.interrupted:
+    if not out.interrupted and deadline.expired():
+        out.timed_out = True
+        log(f"{label}scheduling k={out.chunkup}: skipped at the time limit; the ordering's times are kept")
+    elif not out.interrupted:
         try:
             timing = schedule_times(
                 topo,
                 sched,
                 inst.piece_bytes,
                 backend,
-                options.time_limit_s,
+                _solve_limit(deadline, options.stage_time_limit_s),
                 options.threads,
                 options.overhead_us,
             )
         except KeyboardInterrupt:
+            out.interrupted = True
+        if timing is not None and timing.interrupted:  # the solver caught Ctrl-C and kept its best
             out.interrupted = True
     if timing is not None:
         out.timing = timing

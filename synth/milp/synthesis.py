@@ -22,8 +22,9 @@ from sketches.restrict import Restriction, restrict
 from synth.algorithm import Algorithm, Step, compose, invert
 from synth.collectives import COLLECTIVES, make_collective
 from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes
+from synth.deadline import Deadline
 from synth.errors import InfeasibleError
-from synth.milp.pipeline import Log, Options, Outcome, StageReport, run_stages
+from synth.milp.pipeline import Log, Options, Outcome, StageReport, check_chunkup, run_stages
 from synth.milp.solvers import Backend, get_backend
 from topologies.model import Topology
 
@@ -44,6 +45,8 @@ class MilpResult:
     interrupted: bool
     seconds: float
     """Wall time of the synthesis (kept out of the algorithm file, which is deterministic)."""
+    timed_out: bool = False
+    """The time limit cut the search short; the algorithm is the best found by then."""
 
 
 def _makespan(out: Outcome) -> float:
@@ -78,12 +81,12 @@ def _via_dual(
     backend: Backend,
     options: Options,
     log: Log,
+    deadline: Deadline,
 ) -> tuple[Algorithm, Outcome]:
     """``name``'s dual synthesized on the reversed topology, inverted; verified on the original."""
     dual_name = make_collective(name, restriction.num_ranks, 1, root).dual().name
-    out = run_stages(
-        restriction.reverse(), dual_name, size, root, backend, options, log, f"{name} via {dual_name}: "
-    )
+    label = f"{name} via {dual_name}: "
+    out = run_stages(restriction.reverse(), dual_name, size, root, backend, options, log, label, deadline)
     dual = out.algorithm
     if dual is None:  # run_stages always returns one; keeps type checkers honest
         raise InfeasibleError(f"no {dual_name} found")
@@ -92,6 +95,18 @@ def _via_dual(
     primal = _time_reversed(primal, dual, restriction.topology.reverse(), piece_bytes, _makespan(out))
     primal.verify(restriction.topology)
     return primal, out
+
+
+def _check_chunkup(
+    restriction: Restriction, name: str, size: float, root: int | None, options: Options
+) -> None:
+    """The chunkup limit, checked on what is routed first: allreduce's allgather, a combining
+    collective's dual on the reversed topology."""
+    first = "allgather" if name == "allreduce" else name
+    if first in ("reducescatter", "reduce"):
+        first = make_collective(first, restriction.num_ranks, 1, root).dual().name
+        restriction = restriction.reverse()
+    check_chunkup(restriction, first, size, root, options)
 
 
 def _shifted(algo: Algorithm, shift: float) -> Algorithm:
@@ -113,7 +128,10 @@ def synthesize(
 ) -> MilpResult:
     """A verified algorithm for ``collective`` on ``topology`` guided by ``sketch`` at ``size_bytes``
     (default: the sketch's target size). ``log`` receives one line per stage (model size, status,
-    value, time). Ctrl-C keeps the best verified result found so far."""
+    value, time). ``options.time_limit_s`` bounds the whole run (an allreduce's allgather half gets
+    half of it), ``options.stage_time_limit_s`` each solve. Ctrl-C keeps the best verified result
+    found so far (``interrupted``); an allreduce interrupted before its allgather half is done has
+    none, and :class:`KeyboardInterrupt` propagates."""
     options = options or Options()
     emit: Callable[[str], None] = log or (lambda _: None)
     sketch = load_sketch(sketch)
@@ -127,21 +145,44 @@ def synthesize(
         raise InfeasibleError(f"{sketch.where}: no size given (--size) and the sketch has no target_size")
     restriction = restrict(sketch, topology)
     backend = get_backend(options.solver)
+    if options.chunkup or sketch.chunkup:
+        _check_chunkup(restriction, name, size, root, options)
+    total = "none" if options.time_limit_s is None else f"{options.time_limit_s:g} s"
+    emit(f"time limit {total} in all, {options.stage_time_limit_s:g} s per stage solve")
+    deadline = Deadline.after(options.time_limit_s)
     if name in ("allgather", "alltoall", "broadcast"):
-        out = run_stages(restriction, name, size, root, backend, options, emit)
+        out = run_stages(restriction, name, size, root, backend, options, emit, deadline=deadline)
         if out.algorithm is None:
             raise InfeasibleError(f"no {name} found")
         return MilpResult(
-            out.algorithm, _makespan(out), out.chunkup, tuple(out.reports), out.interrupted, out.seconds
+            out.algorithm,
+            _makespan(out),
+            out.chunkup,
+            tuple(out.reports),
+            out.interrupted,
+            out.seconds,
+            out.timed_out,
         )
     if name in ("reducescatter", "reduce"):
-        algo, out = _via_dual(restriction, name, size, root, backend, options, emit)
-        return MilpResult(algo, _makespan(out), out.chunkup, tuple(out.reports), out.interrupted, out.seconds)
-    ag = run_stages(restriction, "allgather", size, None, backend, options, emit, "allgather: ")
+        algo, out = _via_dual(restriction, name, size, root, backend, options, emit, deadline)
+        return MilpResult(
+            algo, _makespan(out), out.chunkup, tuple(out.reports), out.interrupted, out.seconds, out.timed_out
+        )
+    half = deadline.sooner((deadline.left() or 0.0) / 2) if deadline.end is not None else deadline
+    ag = run_stages(restriction, "allgather", size, None, backend, options, emit, "allgather: ", half)
     if ag.algorithm is None:
         raise InfeasibleError("no allgather found")
+    if ag.interrupted:  # an allgather alone is no allreduce: nothing verified to keep
+        raise KeyboardInterrupt
     rs, rs_out = _via_dual(
-        restriction, "reducescatter", size, None, backend, replace(options, chunkup=ag.chunkup), emit
+        restriction,
+        "reducescatter",
+        size,
+        None,
+        backend,
+        replace(options, chunkup=ag.chunkup),
+        emit,
+        deadline,
     )
     n = topology.num_ranks
     first = _makespan(rs_out)
@@ -159,6 +200,7 @@ def synthesize(
         first + _makespan(ag),
         ag.chunkup,
         reports,
-        ag.interrupted or rs_out.interrupted,
+        rs_out.interrupted,
         ag.seconds + rs_out.seconds,
+        ag.timed_out or rs_out.timed_out,
     )

@@ -21,6 +21,7 @@ from itertools import combinations
 
 from synth.algorithm import Send, Step
 from synth.collectives import Collective
+from synth.deadline import NO_DEADLINE, Deadline
 from synth.errors import InfeasibleError
 from synth.smt.formula import FALSE, TRUE, Formula, model_script, neg
 from synth.smt.rounds import capacity_constraints, step_units, total_rounds
@@ -33,7 +34,15 @@ __all__ = ["AllreduceEncoding"]
 class AllreduceEncoding:
     """One allreduce instance (S steps, R rounds) as a formula; no assumption literals."""
 
-    def __init__(self, topology: Topology, collective: Collective, steps: int, rounds: int) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        collective: Collective,
+        steps: int,
+        rounds: int,
+        deadline: Deadline = NO_DEADLINE,
+    ) -> None:
+        """``deadline`` is checked while the formula is built (:class:`synth.deadline.OutOfTime`)."""
         if collective.name != "allreduce":
             raise InfeasibleError(f"the direct encoding is for allreduce, not {collective.name}")
         if not 1 <= steps <= rounds:
@@ -49,6 +58,7 @@ class AllreduceEncoding:
         self.copy: dict[tuple[int, int, int, int], str] = {}
         self._by_link: dict[tuple[int, int, int], list[str]] = {}
         for a in range(c):
+            deadline.check()
             for u, v in links:
                 for s in range(steps):
                     name = f.var(f"y_{a}_{u}_{v}_{s}")
@@ -65,6 +75,7 @@ class AllreduceEncoding:
         self._h: dict[tuple[int, int, int, int], str] = {}
         for s in range(steps):
             for a in range(c):
+                deadline.check()
                 for v in range(n):
                     senders = [u for u in logical.predecessors(v)]
                     for k in range(n):

@@ -31,6 +31,7 @@ from itertools import pairwise
 
 from synth.algorithm import Send, Step
 from synth.collectives import Collective
+from synth.deadline import NO_DEADLINE, Deadline
 from synth.errors import InfeasibleError
 from synth.smt.cuts import Cut, find_cuts
 from synth.smt.formula import FALSE, TRUE, Formula, model_script, neg
@@ -43,6 +44,8 @@ from topologies.model import Topology
 __all__ = ["Encoding"]
 
 Key = tuple[int, int, int, int]
+CHECK_EVERY = 4096
+"""Flat loops over sends look at the deadline this often (a check costs about 50 ns)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class Encoding:
         fixed_rounds: int | None = None,
         tied: bool = False,
         saturation: bool | None = None,
+        deadline: Deadline = NO_DEADLINE,
     ) -> None:
         if collective.combining:
             raise InfeasibleError(f"{collective.name} combines; solve its dual or use the allreduce encoding")
@@ -89,6 +93,8 @@ class Encoding:
         self.num_steps = max_steps
         self.max_rounds = max_rounds
         self.fixed_rounds = fixed_rounds
+        self.deadline = deadline
+        """Checked in the long loops of construction (:class:`synth.deadline.OutOfTime`)."""
         self.units_per_step = max_rounds - min_steps + 1
         self.capacity = topology.chunk_capacity()
         hops = topology.logical().hops
@@ -133,6 +139,7 @@ class Encoding:
         f, prune, last = self.formula, self.options.prune, self.num_steps - 1
         keys = []
         for c, info in enumerate(self._chunks):
+            self.deadline.check()
             for u, v in self.links:
                 if v in info.pre:
                     continue
@@ -150,7 +157,9 @@ class Encoding:
             first = rep[key] == key
             name = f.var("x_{}_{}_{}_{}".format(*rep[key])) if first else None
             self.x[key] = name or "x_{}_{}_{}_{}".format(*rep[key])
-        for key, name in self.x.items():
+        for i, (key, name) in enumerate(self.x.items()):
+            if i % CHECK_EVERY == 0:
+                self.deadline.check()
             c, u, v, s = key
             self._by_link.setdefault((u, v, s), []).append((c, name))
             f.implies(name, self.act[s])
@@ -173,6 +182,7 @@ class Encoding:
 
         broken = set()
         for perm, image in zip(self.symmetry.perms, self.symmetry.chunk_maps, strict=True):
+            self.deadline.check()
             for key in keys:
                 other = move(key, perm, image)
                 if other not in parent:
@@ -194,6 +204,7 @@ class Encoding:
         defined = sorted({(c, v, s) for (c, v), arrivals in incoming.items() for s, _ in arrivals})
         rep = self._orbits(defined, lambda key, perm, image: (image[key[0]], perm[key[1]], key[2]))
         for c, info in enumerate(self._chunks):
+            self.deadline.check()
             for r in range(self.collective.num_ranks):
                 if r in info.pre:
                     continue
@@ -280,6 +291,7 @@ class Encoding:
             if self.tied and k not in sym.representatives:
                 continue
             for a, b in pairwise(cls):
+                self.deadline.check()
                 positions = [
                     (self.hold[(a, r, s)], self.hold[(b, r, s)])
                     for r in range(self.collective.num_ranks)

@@ -168,15 +168,18 @@ class Formula:
         self._pb("pbge", terms, k)
 
     # -- text ------------------------------------------------------------------------------
-    def smt2(self, start: int = 0, declared: int = 0, header: Sequence[str] = ()) -> str:
-        """SMT-LIB 2 text: the declarations from index ``declared`` and the assertions from ``start``.
+    def smt2(
+        self, start: int = 0, declared: int = 0, header: Sequence[str] = (), stop: int | None = None
+    ) -> str:
+        """SMT-LIB 2 text: the declarations from index ``declared`` and the assertions from ``start``
+        (up to ``stop``).
 
         Incremental solving sends later parts of the same formula to a solver that already holds
         the earlier ones (and their declarations).
         """
         lines = [f"; {h}" for h in header]
         lines += [f"(declare-const {name} Bool)" for name in self.names[declared:]]
-        lines += [f"(assert {a})" for a in self.assertions[start:]]
+        lines += [f"(assert {a})" for a in self.assertions[start:stop]]
         return "\n".join(lines) + "\n"
 
 

@@ -15,10 +15,17 @@ from dataclasses import dataclass
 from synth.algorithm import Algorithm
 from synth.bounds import steps_lower_bound
 from synth.collectives import Collective
+from synth.deadline import Deadline
 from synth.errors import InfeasibleError
 from synth.smt.options import DEFAULT_OPTIONS, SmtOptions
 from synth.smt.outcome import Outcome
-from synth.smt.synthesizer import Synthesizer
+from synth.smt.synthesizer import (
+    DEFAULT_INSTANCE_TIME_LIMIT_S,
+    DEFAULT_TIME_LIMIT_S,
+    Synthesizer,
+    check_ranks,
+    check_size,
+)
 from synth.smt.witness import shortest_path_schedule
 from topologies.model import Topology
 
@@ -32,7 +39,10 @@ class LeastSteps:
     steps_bound: int
     max_steps: int
     stop: str
-    """``found``, ``limit`` (every S up to ``max_steps`` tried) or ``interrupted`` (Ctrl-C)."""
+    """``found``, ``limit`` (every S up to ``max_steps`` tried), ``time limit`` (the search's
+    wall-time limit came first) or ``interrupted`` (Ctrl-C)."""
+    time_limit_s: float | None = None
+    instance_time_limit_s: float | None = None
 
     @property
     def proven(self) -> bool:
@@ -45,6 +55,8 @@ class LeastSteps:
             return f"{self.algorithm.name}: {self.algorithm.num_steps} steps ({how})"
         if self.stop == "interrupted":
             return "interrupted before an algorithm was found"
+        if self.stop == "time limit":
+            return f"no algorithm found within the time limit of {self.time_limit_s:g} s"
         if self.proven:
             return f"no algorithm with at most {self.max_steps} steps"
         return f"no algorithm found with at most {self.max_steps} steps (some instances timed out)"
@@ -60,17 +72,21 @@ def least_steps(
     collective: Collective,
     extra_rounds: int = 0,
     max_steps: int | None = None,
-    time_limit_s: float | None = None,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     options: SmtOptions = DEFAULT_OPTIONS,
     allreduce: str = "auto",
     on_start: Callable[[str], None] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
+    instance_time_limit_s: float | None = DEFAULT_INSTANCE_TIME_LIMIT_S,
 ) -> LeastSteps:
     """Try S = lower bound, lower bound + 1, ... (R = S + ``extra_rounds``) until one is satisfiable.
 
-    ``time_limit_s`` applies to each instance. Ctrl-C (or a ``KeyboardInterrupt`` raised by
-    ``on_outcome``) stops the search and returns what was found.
+    The search ends after ``time_limit_s`` seconds of wall time (``None``: no limit), each instance
+    after ``instance_time_limit_s``. Ctrl-C (or a ``KeyboardInterrupt`` raised by ``on_outcome``)
+    stops the search and returns what was found.
     """
+    deadline = Deadline.after(time_limit_s)
+    check_ranks(topology)
     if extra_rounds < 0:
         raise InfeasibleError(f"extra rounds: expected >= 0, got {extra_rounds}")
     lower = steps_lower_bound(topology, collective)
@@ -80,13 +96,20 @@ def least_steps(
     synth = Synthesizer(topology, collective.name, collective.root, options, allreduce)
     outcomes: list[Outcome] = []
     stop = "limit"
+    chunks = collective.chunks_per_rank
     try:
         for steps in range(lower, limit + 1):
+            if deadline.expired():
+                stop = "time limit"
+                break
+            check_size(topology, collective, steps, steps + extra_rounds)
             if on_start is not None:
+                index, total = steps - lower + 1, limit - lower + 1
                 on_start(
-                    f"{collective.name} S={steps} R={steps + extra_rounds} C={collective.chunks_per_rank}"
+                    f"{collective.name} S={steps} R={steps + extra_rounds} C={chunks} "
+                    f"(instance {index} of at most {total})"
                 )
-            out = synth.solve(steps, steps + extra_rounds, collective.chunks_per_rank, time_limit_s)
+            out = synth.solve(steps, steps + extra_rounds, chunks, deadline.limit(instance_time_limit_s))
             outcomes.append(out)
             if out.status == "sat":
                 stop = "found"
@@ -96,8 +119,9 @@ def least_steps(
                 break
     except KeyboardInterrupt:
         stop = "found" if outcomes and outcomes[-1].status == "sat" else "interrupted"
+    limits = (time_limit_s, instance_time_limit_s)
     if stop != "found":
-        return LeastSteps(None, tuple(outcomes), lower, limit, stop)
+        return LeastSteps(None, tuple(outcomes), lower, limit, stop, *limits)
     earlier = tuple(outcomes[:-1])
     algo = outcomes[-1].algorithm.with_provenance(optimal=all(o.status == "unsat" for o in earlier))
-    return LeastSteps(algo, earlier, lower, limit, stop)
+    return LeastSteps(algo, earlier, lower, limit, stop, *limits)

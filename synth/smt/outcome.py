@@ -27,6 +27,8 @@ class Outcome:
     """For an unsat answer about a restricted family, e.g. "among reducescatter + allgather compositions"."""
     via: str | None = None
     """How the instance was solved (the dual, a composition, the direct allreduce encoding)."""
+    time_limit_s: float | None = None
+    """The time limit the instance was given (``None``: none)."""
 
     @property
     def instance(self) -> str:
@@ -47,4 +49,5 @@ class Outcome:
         if self.status == "unsat":
             where = f" {self.scope}" if self.scope else ""
             return f"unsat: no {self.collective} algorithm with S={self.steps} R={self.rounds} C={self.chunks}{where}"
-        return f"unknown: no answer for {self.instance} within the time limit ({self.seconds:.2f} s)"
+        limit = "" if self.time_limit_s is None else f" of {self.time_limit_s:g} s"
+        return f"unknown: no answer for {self.instance} within the time limit{limit} ({self.seconds:.2f} s)"

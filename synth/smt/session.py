@@ -1,4 +1,4 @@
-"""One z3 solver over one formula: checks under assumptions, with a time limit and Ctrl-C.
+"""One z3 solver over one formula: checks under assumptions, with a deadline and Ctrl-C.
 
 The solver is z3's SAT core for finite domains (``SolverFor("QF_FD")``), which keeps what it learned
 between checks; assumption literals select an instance of a family (see
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import z3
 
+from synth.deadline import NO_DEADLINE, Deadline
 from synth.smt.formula import Formula
 
-__all__ = ["Check", "Session", "read_model", "z3_version"]
+__all__ = ["Check", "Session", "interrupt", "read_model", "z3_version"]
 
 NO_LIMIT_MS = 4_294_967_295
 """z3's "no limit" for timeouts and conflict budgets (the largest unsigned int)."""
@@ -23,10 +24,18 @@ FIRST_BUDGET = 10_000
 """Conflicts before the first restart with a new seed."""
 MAX_RESTARTS = 8
 """After this many restarts (2.5 million conflicts in all) the search runs to the end."""
+SYNC_BATCH = 20_000
+"""Assertions per z3 read (about 0.1 s each): how late a deadline can be noticed while reading."""
 
 
 def z3_version() -> str:
     return z3.get_version_string()
+
+
+def interrupt() -> None:
+    """Stop the check z3 is running now (it answers unknown); safe to call from another thread,
+    which is how a SIGTERM reaches a solver that holds the main thread (``xccl.cli.solving``)."""
+    z3.main_ctx().interrupt()
 
 
 def read_model(text: str) -> set[str]:
@@ -52,10 +61,15 @@ class Session:
         self._declared = 0
         self.checks = 0
 
-    def _sync(self) -> None:
-        if self._sent < len(self.formula.assertions):
-            self.solver.from_string(self.formula.smt2(start=self._sent, declared=self._declared))
-            self._sent = len(self.formula.assertions)
+    def _sync(self, deadline: Deadline) -> None:
+        """Hand z3 the assertions it does not hold yet, in batches: z3 reads a batch without
+        looking at any time limit, so the deadline is checked between batches."""
+        total = len(self.formula.assertions)
+        while self._sent < total:
+            deadline.check()
+            stop = min(total, self._sent + SYNC_BATCH)
+            self.solver.from_string(self.formula.smt2(start=self._sent, declared=self._declared, stop=stop))
+            self._sent = stop
             self._declared = self.formula.num_vars
 
     @staticmethod
@@ -64,8 +78,8 @@ class Session:
             return z3.Not(z3.Bool(lit[5:-1]))
         return z3.Bool(lit)
 
-    def check(self, assumptions: list[str], time_limit_s: float | None = None) -> Check:
-        """Check under ``assumptions``; ``unknown`` when the time limit runs out first.
+    def check(self, assumptions: list[str], deadline: Deadline = NO_DEADLINE) -> Check:
+        """Check under ``assumptions``; ``unknown`` when the deadline comes first.
 
         Restarts: the search gets ``FIRST_BUDGET`` conflicts, then twice as many with the next
         random seed, and so on (what was learned is kept). SAT search times are heavy-tailed; a
@@ -73,12 +87,13 @@ class Session:
         at most 1.13 s without, 0.16 s with) and costs nothing when the first budget suffices.
         """
         start = time.monotonic()
-        self._sync()
+        self._sync(deadline)  # OutOfTime past the deadline: the caller answers "unknown"
         literals = [self._literal(a) for a in assumptions]
         budget = FIRST_BUDGET
         for attempt in range(MAX_RESTARTS + 1):
-            if time_limit_s is not None:
-                left_ms = int((time_limit_s - (time.monotonic() - start)) * 1000)
+            left = deadline.left()
+            if left is not None:
+                left_ms = int(left * 1000)
                 if left_ms <= 0:
                     return Check("unknown", seconds=time.monotonic() - start)
                 self.solver.set("timeout", left_ms)
@@ -98,6 +113,6 @@ class Session:
             if "interrupted from keyboard" in reason:
                 raise KeyboardInterrupt  # z3 caught the user's Ctrl-C; pass it on
             if "max.conflicts" not in reason:
-                break  # the time limit
+                break  # the time limit, or an interrupt from another thread (see interrupt_all)
             budget *= 2
         return Check("unknown", seconds=time.monotonic() - start)

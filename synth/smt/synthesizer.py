@@ -14,9 +14,11 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from common.limits import Limit
 from synth.algorithm import Algorithm, Provenance, compose, invert
 from synth.bounds import steps_lower_bound
 from synth.collectives import Collective, make_collective
+from synth.deadline import Deadline, OutOfTime
 from synth.errors import InfeasibleError
 from synth.smt.allreduce import AllreduceEncoding
 from synth.smt.encoding import Encoding
@@ -26,7 +28,29 @@ from synth.smt.session import Session, z3_version
 from synth.smt.symmetry import problem_symmetry
 from topologies.model import Topology
 
-__all__ = ["ALLREDUCE_METHODS", "Synthesizer", "check_allreduce", "check_instance", "solve_instance"]
+__all__ = [
+    "ALLREDUCE_METHODS",
+    "DEFAULT_INSTANCE_TIME_LIMIT_S",
+    "DEFAULT_TIME_LIMIT_S",
+    "SENDS",
+    "Synthesizer",
+    "check_allreduce",
+    "check_instance",
+    "check_ranks",
+    "check_size",
+    "solve_instance",
+]
+
+DEFAULT_TIME_LIMIT_S = 600.0
+"""Wall time of a whole SMT run (one instance, a least-steps search or a front walk) unless told
+otherwise; what was found by then is kept."""
+DEFAULT_INSTANCE_TIME_LIMIT_S = 60.0
+"""Within a search or walk, one instance gives up after this long (unknown) and the search goes on,
+so that one hard instance cannot take the whole run."""
+SENDS = Limit("possible sends (chunks x links x steps)", 1_000_000, "XCCL_MAX_SMT_SENDS")
+"""Largest instance encoded, in possible sends: chunks x logical links x steps, plus steps x
+rounds for the round counters. DGX-1 alltoall S=8 R=8 C=3 has 49,152; a 4x4 torus alltoall with
+S=8, C=2 has 262,144 and takes 0.7 GB and seconds to build."""
 
 ALLREDUCE_METHODS = ("auto", "compose", "direct")
 """``auto``: compose when the chunks per rank are a multiple of the ranks, else direct."""
@@ -71,28 +95,40 @@ class Synthesizer:
 
     # -- the entry point ----------------------------------------------------------------------
     def solve(self, steps: int, rounds: int, chunks: int, time_limit_s: float | None = None) -> Outcome:
-        """Answer one instance; raises :class:`KeyboardInterrupt` if the user pressed Ctrl-C."""
+        """Answer one instance within ``time_limit_s`` seconds of wall time, building the formula
+        included (``unknown`` after it); raises :class:`KeyboardInterrupt` on Ctrl-C."""
         check_instance(steps, rounds, chunks)
         collective = self.collective(chunks)
         check_allreduce(collective, self.allreduce)
-        if self.name == "allreduce":
-            if self.allreduce == "direct" or (self.allreduce == "auto" and chunks % collective.num_ranks):
-                return self._direct(collective, steps, rounds, time_limit_s)
-            return self._composed(collective, steps, rounds, time_limit_s)
-        if collective.combining:
-            dual = self._part("dual", self.topology.reverse(), collective.dual().name)
-            out = dual.solve(steps, rounds, chunks, time_limit_s)
-            algo = None
-            if out.algorithm is not None:
-                algo = invert(out.algorithm, collective)
-                algo.verify(self.topology)
-            via = f"dual: {out.collective} on the reversed topology, inverted"
-            return replace(out, collective=self.name, algorithm=algo, via=via)
-        return self._non_combining(collective, steps, rounds, time_limit_s)
+        check_size(self.topology, collective, steps, rounds)
+        out = self._solve(collective, steps, rounds, Deadline.after(time_limit_s))
+        return replace(out, time_limit_s=time_limit_s)
+
+    def _solve(self, collective: Collective, steps: int, rounds: int, deadline: Deadline) -> Outcome:
+        start = time.monotonic()
+        chunks = collective.chunks_per_rank
+        try:
+            if self.name == "allreduce":
+                if self.allreduce == "direct" or (self.allreduce == "auto" and chunks % collective.num_ranks):
+                    return self._direct(collective, steps, rounds, deadline)
+                return self._composed(collective, steps, rounds, deadline)
+            if collective.combining:
+                dual = self._part("dual", self.topology.reverse(), collective.dual().name)
+                out = dual._solve(dual.collective(chunks), steps, rounds, deadline)
+                algo = None
+                if out.algorithm is not None:
+                    algo = invert(out.algorithm, collective)
+                    algo.verify(self.topology)
+                via = f"dual: {out.collective} on the reversed topology, inverted"
+                return replace(out, collective=self.name, algorithm=algo, via=via)
+            return self._non_combining(collective, steps, rounds, deadline)
+        except OutOfTime:  # the formula was still being built
+            seconds = time.monotonic() - start
+            return Outcome("unknown", self.name, steps, rounds, chunks, seconds)
 
     # -- non-combining ------------------------------------------------------------------------
     def _family(
-        self, collective: Collective, steps: int, rounds: int, tied: bool
+        self, collective: Collective, steps: int, rounds: int, tied: bool, deadline: Deadline
     ) -> tuple[Encoding, Session]:
         """The encoding and solver for (S, R). The first time an (S, C) is asked, an encoding of
         exactly its size; when the same (S, C) comes back with more rounds (a front walk raising R),
@@ -118,6 +154,7 @@ class Synthesizer:
             fixed_rounds=fixed,
             tied=tied,
             saturation=saturation,
+            deadline=deadline,
         )
         family = (enc, Session(enc.formula, self.options.seed, self.options.restarts))
         if self.options.incremental:
@@ -133,13 +170,13 @@ class Synthesizer:
             self._has_symmetry = self.options.symmetric and not symmetry.trivial
         return self._has_symmetry
 
-    def _non_combining(self, collective: Collective, steps: int, rounds: int, limit: float | None) -> Outcome:
+    def _non_combining(self, collective: Collective, steps: int, rounds: int, deadline: Deadline) -> Outcome:
         """First the quotient by the symmetries (small: one variable per orbit of sends); when it
         has no solution, the full encoding decides."""
         start = time.monotonic()
         for tied in (True, False) if self._symmetric() else (False,):
-            enc, session = self._family(collective, steps, rounds, tied)
-            check = session.check(enc.assumptions(steps, rounds), _left(limit, start))
+            enc, session = self._family(collective, steps, rounds, tied, deadline)
+            check = session.check(enc.assumptions(steps, rounds), deadline)
             if check.status != "unsat" or not tied:
                 return self._outcome(collective, steps, rounds, start, check, enc, tied)
         raise AssertionError("unreachable")
@@ -155,16 +192,16 @@ class Synthesizer:
         return Outcome(check.status, self.name, steps, rounds, collective.chunks_per_rank, seconds, algo)
 
     # -- allreduce ----------------------------------------------------------------------------
-    def _direct(self, collective: Collective, steps: int, rounds: int, limit: float | None) -> Outcome:
+    def _direct(self, collective: Collective, steps: int, rounds: int, deadline: Deadline) -> Outcome:
         start = time.monotonic()
-        enc = AllreduceEncoding(self.topology, collective, steps, rounds)
-        check = Session(enc.formula, self.options.seed, self.options.restarts).check([], limit)
+        enc = AllreduceEncoding(self.topology, collective, steps, rounds, deadline)
+        check = Session(enc.formula, self.options.seed, self.options.restarts).check([], deadline)
         out = self._outcome(collective, steps, rounds, start, check, enc, False)
         via = "direct encoding (partial sums travel together)"
         algo = out.algorithm.with_provenance(via=via) if out.algorithm else None
         return replace(out, algorithm=algo, via=via)
 
-    def _composed(self, collective: Collective, steps: int, rounds: int, limit: float | None) -> Outcome:
+    def _composed(self, collective: Collective, steps: int, rounds: int, deadline: Deadline) -> Outcome:
         """Try every split S = S1 + S2, R = R1 + R2 of a reducescatter followed by an allgather."""
         start = time.monotonic()
         n = collective.num_ranks
@@ -178,13 +215,13 @@ class Synthesizer:
         for s1 in range(rs_lb, steps - ag_lb + 1):
             s2 = steps - s1
             for r1 in range(s1, rounds - s2 + 1):  # fewest rounds to the reducescatter first
-                first = rs.solve(s1, r1, part, _left(limit, start))
+                first = rs._solve(rs.collective(part), s1, r1, deadline)
                 if first.status == "unknown":
                     unknown = True
                     break
                 if first.status == "unsat":
                     continue
-                second = ag.solve(s2, rounds - r1, part, _left(limit, start))
+                second = ag._solve(ag.collective(part), s2, rounds - r1, deadline)
                 if second.status == "sat":
                     algo = compose(first.algorithm, second.algorithm, collective, via=via)
                     algo.verify(self.topology)
@@ -208,12 +245,28 @@ class Synthesizer:
         )
 
 
+def check_ranks(topology: Topology) -> None:
+    """Searches over steps start at the steps bound, which is 0 on one rank: refuse that up front."""
+    if topology.num_ranks < 2:
+        raise InfeasibleError(f"{topology.name} has one rank: no data moves, there is nothing to search for")
+
+
 def check_instance(steps: int, rounds: int, chunks: int) -> None:
     """Raise :class:`InfeasibleError` unless S >= 1, R >= S and C >= 1."""
     if steps < 1 or rounds < steps or chunks < 1:
         raise InfeasibleError(
             f"instance S={steps} R={rounds} C={chunks}: expected steps >= 1, rounds >= steps and chunks >= 1"
         )
+
+
+def check_size(topology: Topology, collective: Collective, steps: int, rounds: int) -> None:
+    """Raise :class:`common.limits.LimitError` when the instance is too large to encode
+    (:data:`SENDS`); the collective itself was already built within its own limits."""
+    links = max(len(topology.logical().links), topology.num_ranks)
+    size = len(collective.chunks) * links * steps + steps * (rounds - steps + 1)
+    SENDS.check(
+        size, f"instance {collective.name} S={steps} R={rounds} C={collective.chunks_per_rank} on {topology.name}"
+    )
 
 
 def check_allreduce(collective: Collective, method: str) -> None:
@@ -225,10 +278,6 @@ def check_allreduce(collective: Collective, method: str) -> None:
             f"allreduce C={chunks}: composing reducescatter + allgather needs chunks per rank a "
             f"multiple of the {n} ranks; use the direct encoding (or auto)"
         )
-
-
-def _left(limit: float | None, start: float) -> float | None:
-    return None if limit is None else max(0.0, limit - (time.monotonic() - start))
 
 
 def solve_instance(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING
 
 from common.units import format_size, parse_size
@@ -17,6 +18,21 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 DEFAULT_SIZES = ("1KiB", "1MiB", "1GiB")
+ONE_RANK_NOTE = "one rank: nothing moves, every time is 0 us and bandwidths are unbounded (null)"
+"""What ``--json`` says where a bandwidth is infinite, which JSON cannot write."""
+
+
+def _finite_or_none(rows: list[dict]) -> tuple[list[dict], bool]:
+    """The rows with every non-finite number as None, and whether there was one."""
+    out = [
+        {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in r.items()} for r in rows
+    ]
+    return out, out != rows
+
+
+def _with_note(doc: dict, rows: list[dict]) -> dict:
+    clean, changed = _finite_or_none(rows)
+    return {**doc, "rows": clean, **({"note": ONE_RANK_NOTE} if changed else {})}
 
 
 def algorithm_topology(algo: Algorithm, override: str | None, where: str) -> Topology:
@@ -40,8 +56,12 @@ def algorithm_topology(algo: Algorithm, override: str | None, where: str) -> Top
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
+    from common.files import check_writable
     from synth.baselines import default_chunks, make_baseline
+    from synth.errors import AlgorithmFormatError
 
+    if args.output:
+        check_writable(args.output, args.force, AlgorithmFormatError)
     topo = topology_from_args(args)
     chunks = args.chunks
     if chunks is None:
@@ -101,7 +121,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     sizes = [parse_size(s) for s in (args.size or DEFAULT_SIZES)]
     rows = cost_rows(algo, topo, sizes)
     if args.json:
-        print_json({"algorithm": algo.name, "topology": topo.name, "rows": rows})
+        print_json(_with_note({"algorithm": algo.name, "topology": topo.name}, rows))
         return 0
     print_table(
         [
@@ -156,15 +176,8 @@ def cmd_bound(args: argparse.Namespace) -> int:
             }
         )
     if args.json:
-        print_json(
-            {
-                "topology": topo.name,
-                "collective": coll.name,
-                "steps": steps,
-                "rounds_per_chunk": str(rpc),
-                "rows": rows,
-            }
-        )
+        doc = {"topology": topo.name, "collective": coll.name, "steps": steps, "rounds_per_chunk": str(rpc)}
+        print_json(_with_note(doc, rows))
         return 0
     print(f"{coll.name} on {topo.name} ({topo.num_ranks} ranks)")
     print(f"  steps lower bound:            {steps}")

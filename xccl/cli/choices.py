@@ -13,8 +13,12 @@ __all__ = [
     "DEFAULT_MAX_CHUNKS",
     "MILP_COLLECTIVES",
     "MILP_SOLVERS",
+    "MILP_STAGE_TIME_LIMIT_S",
+    "MILP_TIME_LIMIT_S",
     "REDUCTIONS",
     "RUNTIME_BACKENDS",
+    "SMT_INSTANCE_TIME_LIMIT_S",
+    "SMT_TIME_LIMIT_S",
 ]
 
 BASELINE_NAMES = ("ring", "bidir-ring", "direct", "recursive-doubling", "binomial-tree", "hierarchical")
@@ -25,6 +29,18 @@ ALLREDUCE_METHODS = ("auto", "compose", "direct")
 
 DEFAULT_MAX_CHUNKS = 8
 """``synth.smt.pareto.DEFAULT_MAX_CHUNKS``."""
+
+SMT_TIME_LIMIT_S = 600.0
+"""``synth.smt.synthesizer.DEFAULT_TIME_LIMIT_S``."""
+
+SMT_INSTANCE_TIME_LIMIT_S = 60.0
+"""``synth.smt.synthesizer.DEFAULT_INSTANCE_TIME_LIMIT_S``."""
+
+MILP_TIME_LIMIT_S = 600.0
+"""``synth.milp.pipeline.DEFAULT_TIME_LIMIT_S``."""
+
+MILP_STAGE_TIME_LIMIT_S = 30.0
+"""``synth.milp.pipeline.DEFAULT_STAGE_TIME_LIMIT_S``."""
 
 MILP_COLLECTIVES = ("allgather", "alltoall", "broadcast", "reducescatter", "reduce", "allreduce")
 """``synth.milp.synthesis.SUPPORTED``."""

@@ -7,6 +7,7 @@ packages a command runs on are imported inside it, so ``xccl --help`` loads no s
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,8 +25,36 @@ __all__ = [
     "add_output_args",
     "collective_from_args",
     "input_kind",
+    "non_negative_float",
+    "positive_seconds",
     "topology_from_args",
 ]
+
+
+def _finite(text: str, expected: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {expected} (a finite number), got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (NaN, infinities and negatives are one-line errors)."""
+    value = _finite(text, "a number >= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type for time limits: a finite number of seconds > 0."""
+    value = _finite(text, "a positive number of seconds")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def add_collective_args(

@@ -14,13 +14,17 @@ from xccl.cli.solving import (
     add_save_args,
     add_time_limit,
     check_targets,
+    describe_limits,
+    long_command,
     positive_int,
     save_algorithms,
+    time_limits,
 )
 
 __all__ = ["register"]
 
 
+@long_command
 def cmd_pareto(args: argparse.Namespace) -> int:
     from synth.plots import plot_front
     from synth.report import Row, table
@@ -29,14 +33,16 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     name = collective_from_args(args, topo, 1).name  # validates the name and --root
     check_targets(args, args.plot)
-    show = Progress()
+    limit, each = time_limits(args)
+    show = Progress(describe_limits(limit, each))
     front = pareto_front(
         topo,
         name,
         args.root,
         max_chunks=args.max_chunks,
         max_steps=args.max_steps,
-        time_limit_s=args.time_limit,
+        time_limit_s=limit,
+        instance_time_limit_s=each,
         on_start=show.start,
         on_outcome=show.done,
     )
@@ -62,7 +68,10 @@ def cmd_pareto(args: argparse.Namespace) -> int:
             for a in front.found
         ]
     headers, cells = table(rows, topo)
-    title = f"{name} on {topo.name}: steps >= {front.steps_bound}, rounds per chunk >= {front.rounds_per_chunk_bound}"
+    title = (
+        f"{name} on {topo.name}: steps >= {front.steps_bound}, rounds per chunk >= "
+        f"{front.rounds_per_chunk_bound}; {describe_limits(limit, each)}"
+    )
     print_table(headers, cells, title=title)
     print(front.message())
     save_algorithms(list(front.algorithms), args)
@@ -80,15 +89,15 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         print(f"wrote {args.plot}")
     if front.stop == "interrupted":
         return EXIT_INTERRUPTED
-    return 0 if front.complete else EXIT_OPEN
+    return 0 if front.complete and front.stop != "time limit" else EXIT_OPEN
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "pareto",
         help="Pareto-optimal algorithms in steps and rounds per chunk (SMT synthesis, SCCL's walk)",
-        epilog="exit status: 0 done, 1 some instance timed out, 2 bad input, 130 interrupted "
-        "(the algorithms found so far are still written)",
+        epilog="exit status: 0 done, 1 some instance or the whole walk timed out, 2 bad input, "
+        "130 interrupted (Ctrl-C), 143 terminated (SIGTERM); the algorithms found so far are still written",
     )
     add_collective_args(p, chunks=False)
     p.add_argument(
@@ -96,12 +105,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=positive_int,
         default=DEFAULT_MAX_CHUNKS,
         metavar="N",
-        help=f"stop after N chunks per rank (default {DEFAULT_MAX_CHUNKS})",
+        help=f"stop after N chunks per rank (default {DEFAULT_MAX_CHUNKS}, at most 64)",
     )
     p.add_argument(
         "--max-steps", type=positive_int, metavar="N", help="try no instance with more than N steps"
     )
     p.add_argument("--plot", metavar="FILE", help="draw the front and modeled times to FILE (PNG)")
-    add_time_limit(p)
+    add_time_limit(p, per_instance=True)
     add_save_args(p, single=False)
     p.set_defaults(func=cmd_pareto)

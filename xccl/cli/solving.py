@@ -1,19 +1,27 @@
-"""What the synthesis commands share: solver arguments, progress lines, writing algorithm files.
+"""What the synthesis commands share: solver arguments, time limits, progress lines, SIGTERM,
+writing algorithm files.
 
 Exit statuses of the synthesis commands: 0 when they answered (an algorithm, or a proof that none
-exists), 1 when a time limit left the question open, 2 for bad input, 130 after Ctrl-C (what was
-found before it is still written).
+exists), 1 when a time limit left the question open, 2 for bad input, 130 after Ctrl-C and 143
+after SIGTERM (what was found before either is still written).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from synth.errors import AlgorithmFormatError
+from xccl.cli.choices import SMT_INSTANCE_TIME_LIMIT_S, SMT_TIME_LIMIT_S
+from xccl.cli.common import positive_seconds
 from xccl.cli.output import progress
 
 if TYPE_CHECKING:
@@ -23,17 +31,25 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OPEN",
+    "EXIT_TERMINATED",
     "Progress",
     "add_save_args",
     "add_time_limit",
     "check_targets",
-    "positive_float",
+    "describe_limits",
+    "long_command",
     "positive_int",
     "save_algorithms",
+    "time_limits",
 ]
 
 EXIT_OPEN = 1
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 128 + signal.SIGTERM
+"""143: what batch schedulers see when a job ends on their SIGTERM."""
+
+_terminated = threading.Event()
+"""Set while a long command is unwinding from a SIGTERM (so progress lines can say so)."""
 
 
 def positive_int(text: str) -> int:
@@ -46,23 +62,94 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def add_time_limit(parser: argparse.ArgumentParser) -> None:
+def add_time_limit(parser: argparse.ArgumentParser, per_instance: bool = False) -> None:
+    """``--time-limit`` (the whole run) and, for searches over instances, ``--instance-time-limit``."""
     parser.add_argument(
         "--time-limit",
-        type=positive_float,
+        type=positive_seconds,
         metavar="SEC",
-        help="give up on an instance after SEC seconds (its answer is then 'unknown'); default: none",
+        help=f"stop after SEC seconds of wall time in all, keeping what was found (default {SMT_TIME_LIMIT_S:g})",
     )
+    if per_instance:
+        parser.add_argument(
+            "--instance-time-limit",
+            type=positive_seconds,
+            metavar="SEC",
+            help="give up on one instance after SEC seconds (it is 'unknown') and go on "
+            f"(default {SMT_INSTANCE_TIME_LIMIT_S:g})",
+        )
+
+
+def time_limits(args: argparse.Namespace) -> tuple[float, float | None]:
+    """The whole run's limit and (for searches) each instance's, defaults filled in."""
+    total = args.time_limit if args.time_limit is not None else SMT_TIME_LIMIT_S
+    if not hasattr(args, "instance_time_limit"):
+        return total, None
+    each = args.instance_time_limit if args.instance_time_limit is not None else SMT_INSTANCE_TIME_LIMIT_S
+    return total, min(each, total)
+
+
+def describe_limits(total: float, each: float | None = None, unit: str = "instance") -> str:
+    """``time limit 600 s in all, 60 s per instance``: what the output says applied."""
+    text = f"time limit {total:g} s"
+    return text if each is None else f"{text} in all, {each:g} s per {unit}"
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[threading.Event]:
+    """While inside, SIGTERM raises :class:`KeyboardInterrupt` as Ctrl-C does, and stops a z3 check
+    that holds the main thread (Python runs signal handlers only between its own instructions, so
+    a thread woken by the signal asks z3 to stop)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield _terminated
+        return
+    _terminated.clear()
+
+    def handler(signum: int, frame: object) -> None:
+        _terminated.set()
+        raise KeyboardInterrupt
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.signal(signal.SIGTERM, handler)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=_stop_native_solvers, args=(read_fd,), daemon=True)
+    watcher.start()
+    try:
+        yield _terminated
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGTERM, previous)
+        os.close(write_fd)  # the watcher reads end-of-file and returns
+        watcher.join()
+        os.close(read_fd)
+
+
+def _stop_native_solvers(read_fd: int) -> None:
+    while data := os.read(read_fd, 64):
+        if signal.SIGTERM in data and "synth.smt.session" in sys.modules:
+            from synth.smt.session import interrupt
+
+            interrupt()
+
+
+def long_command(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A solver command on which SIGTERM (what batch schedulers send) takes Ctrl-C's path: what
+    finished is kept, written and printed; the exit status is 143 instead of 130."""
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        with _sigterm_as_interrupt() as terminated:
+            try:
+                status = func(args)
+            except KeyboardInterrupt:
+                if not terminated.is_set():
+                    raise
+                print("xccl: terminated (SIGTERM)", file=sys.stderr)
+                return EXIT_TERMINATED
+        return EXIT_TERMINATED if terminated.is_set() and status == EXIT_INTERRUPTED else status
+
+    return run
 
 
 def add_save_args(parser: argparse.ArgumentParser, single: bool) -> None:
@@ -87,21 +174,28 @@ def _target(algo: Algorithm, args: argparse.Namespace) -> Path:
 
 
 def check_targets(args: argparse.Namespace, *files: str | None) -> None:
-    """Refuse before solving what :func:`save_algorithms` would refuse after: an existing ``-o``
-    file (or one of ``files``, e.g. ``--plot``) without ``--force``, or a ``-d`` that is a file."""
+    """Refuse before solving what :func:`save_algorithms` would refuse after: an ``-o`` file (or one
+    of ``files``, e.g. ``--plot``) that exists without ``--force`` or cannot be written, and a
+    ``-d`` folder that is a file or cannot be made."""
+    from common.files import check_writable
+
     if not getattr(args, "no_save", False):
         files = (getattr(args, "output", None), *files)
+        if not getattr(args, "output", None):
+            _check_folder(Path(getattr(args, "directory", None) or "."))
     for name in files:
-        if not name:
-            continue
-        if Path(name).exists() and not args.force:
-            raise AlgorithmFormatError(f"{name}: file already exists; use --force to overwrite")
-        folder = next(p for p in Path(name).absolute().parents if p.exists())
-        if not folder.is_dir():
-            raise AlgorithmFormatError(f"{name}: cannot write: {folder} is a file, not a folder")
-    directory = getattr(args, "directory", None)
-    if directory and Path(directory).exists() and not Path(directory).is_dir():
-        raise AlgorithmFormatError(f"{directory}: --directory: expected a folder, got a file")
+        if name:
+            check_writable(name, args.force, AlgorithmFormatError)
+
+
+def _check_folder(folder: Path) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise AlgorithmFormatError(f"{folder}: --directory: expected a folder, got a file")
+    existing = next(p for p in (folder, *folder.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise AlgorithmFormatError(f"{folder}: --directory: cannot make it: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise AlgorithmFormatError(f"{folder}: --directory: no permission to write in {existing}")
 
 
 def save_algorithms(algorithms: Sequence[Algorithm], args: argparse.Namespace) -> list[Path]:
@@ -123,12 +217,21 @@ def save_algorithms(algorithms: Sequence[Algorithm], args: argparse.Namespace) -
 
 
 class Progress:
-    """``Solving allgather S=2 R=3 C=2 ... sat (0.41 s)`` on stderr, one line per instance."""
+    """``Solving allgather S=2 R=3 C=2 ... sat (0.41 s)`` on stderr, one line per instance, after a
+    line stating the time limits (printed with the first instance, so that a refusal before any
+    solving stays one line)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: str = "") -> None:
         self._open = False
+        self._header = limits[:1].upper() + limits[1:]
+
+    def _announce(self) -> None:
+        if self._header:
+            progress(self._header)
+            self._header = ""
 
     def start(self, instance: str) -> None:
+        self._announce()
         print(f"Solving {instance} ... ", end="", file=sys.stderr, flush=True)
         self._open = True
 
@@ -139,8 +242,9 @@ class Progress:
         self._open = False
 
     def interrupted(self) -> None:
+        what = "terminated (SIGTERM)" if _terminated.is_set() else "interrupted"
         if self._open:
-            print("interrupted", file=sys.stderr, flush=True)
+            print(what, file=sys.stderr, flush=True)
             self._open = False
         else:
-            progress("interrupted")
+            progress(what)

@@ -4,58 +4,53 @@ from __future__ import annotations
 
 import argparse
 
-from common.errors import XcclError
 from common.units import format_size, parse_size
-from xccl.cli.choices import MILP_COLLECTIVES, MILP_SOLVERS
-from xccl.cli.common import topology_from_args
+from xccl.cli.choices import MILP_COLLECTIVES, MILP_SOLVERS, MILP_STAGE_TIME_LIMIT_S, MILP_TIME_LIMIT_S
+from xccl.cli.common import non_negative_float, positive_seconds, topology_from_args
 from xccl.cli.output import progress
-from xccl.cli.solving import EXIT_INTERRUPTED
+from xccl.cli.solving import EXIT_INTERRUPTED, describe_limits, long_command, positive_int
 
 __all__ = ["register"]
 
 
-class _ArgumentError(XcclError):
-    """A flag value out of range (one line, exit 2, like every bad input)."""
-
-
+@long_command
 def cmd_milp(args: argparse.Namespace) -> int:
+    from common.files import check_writable
     from synth.cost import algbw_GBps
+    from synth.errors import AlgorithmFormatError
     from synth.milp.pipeline import Options
     from synth.milp.synthesis import synthesize
 
-    if args.time_limit <= 0:
-        raise _ArgumentError(f"--time-limit: expected seconds > 0, got {args.time_limit:g}")
-    if args.threads < 1:
-        raise _ArgumentError(f"--threads: expected at least 1, got {args.threads}")
-    if args.overhead_us < 0:
-        raise _ArgumentError(f"--overhead-us: expected microseconds >= 0, got {args.overhead_us:g}")
-    if args.chunkup is not None and args.chunkup < 1:
-        raise _ArgumentError(f"--chunkup: expected at least 1, got {args.chunkup}")
-    if args.output and not args.force:
-        from pathlib import Path
-
-        if Path(args.output).exists():
-            raise _ArgumentError(f"{args.output}: file already exists; use --force to overwrite")
+    if args.output:
+        check_writable(args.output, args.force, AlgorithmFormatError)
     topo = topology_from_args(args)
     size = parse_size(args.size) if args.size is not None else None
+    limits = describe_limits(args.time_limit, args.stage_time_limit, "stage solve")
     options = Options(
         solver=args.solver,
         time_limit_s=args.time_limit,
+        stage_time_limit_s=args.stage_time_limit,
         threads=args.threads,
         chunkup=args.chunkup,
         overhead_us=args.overhead_us,
     )
-    result = synthesize(
-        topo, args.collective, args.sketch, size, args.root, options, log=lambda m: progress(f"milp: {m}")
-    )
+    try:
+        result = synthesize(
+            topo, args.collective, args.sketch, size, args.root, options, log=lambda m: progress(f"milp: {m}")
+        )
+    except KeyboardInterrupt:
+        progress("milp: interrupted before an algorithm was verified; nothing written")
+        return EXIT_INTERRUPTED
     algo = result.algorithm
     params = dict(algo.provenance.params)
     size = params.get("size_bytes", size)
     note = " (interrupted: best verified result kept)" if result.interrupted else ""
+    if result.timed_out and not result.interrupted:
+        note = " (stopped at the time limit: best verified result kept)"
     summary = (
         f"{algo.name}: verified; {algo.num_sends} sends, chunkup {result.chunkup}, "
         f"modeled {result.makespan_us:.2f} us = {algbw_GBps(float(size), result.makespan_us):.2f} GB/s algbw "
-        f"at {format_size(int(size))}; {algo.provenance.solver} in {result.seconds:.1f} s{note}"
+        f"at {format_size(int(size))}; {algo.provenance.solver} in {result.seconds:.1f} s, {limits}{note}"
     )
     if args.output:
         algo.save(args.output, force=args.force)
@@ -71,6 +66,8 @@ def register(methods: argparse._SubParsersAction) -> None:
         "milp",
         help="TACCL-style: route, order and schedule chunks with MILPs guided by a communication sketch",
         description="Synthesize a verified algorithm from a communication sketch (see docs/sketch-format.md).",
+        epilog="exit status: 0 done, 2 bad input, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); "
+        "after an interrupt the best verified result so far is still written",
     )
     p.add_argument("--topology", "-t", required=True, help="shipped machine (ndv2x2), family or JSON file")
     p.add_argument("--sketch", "-k", required=True, help="shipped sketch name (ndv2x2-relay) or JSON file")
@@ -95,19 +92,31 @@ def register(methods: argparse._SubParsersAction) -> None:
         help="MILP back end (default: first available: highs)",
     )
     p.add_argument(
-        "--time-limit", type=float, default=30.0, metavar="S", help="seconds per stage solve (default 30)"
+        "--time-limit",
+        type=positive_seconds,
+        default=MILP_TIME_LIMIT_S,
+        metavar="SEC",
+        help="seconds of wall time in all; then the best verified result so far is kept "
+        f"(default {MILP_TIME_LIMIT_S:g})",
     )
-    p.add_argument("--threads", type=int, default=1, metavar="N", help="solver threads (default 1)")
+    p.add_argument(
+        "--stage-time-limit",
+        type=positive_seconds,
+        default=MILP_STAGE_TIME_LIMIT_S,
+        metavar="SEC",
+        help=f"seconds per MILP or LP solve (default {MILP_STAGE_TIME_LIMIT_S:g})",
+    )
+    p.add_argument("--threads", type=positive_int, default=1, metavar="N", help="solver threads (default 1)")
     p.add_argument(
         "--chunkup",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="pieces per chunk (default: the sketch's, or automatic)",
     )
     p.add_argument(
         "--overhead-us",
-        type=float,
+        type=non_negative_float,
         default=0.0,
         metavar="US",
         help="per-send link occupancy of the target runtime; above 0, stage 3 may merge consecutive network sends",

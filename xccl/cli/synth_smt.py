@@ -13,19 +13,22 @@ from xccl.cli.solving import (
     add_save_args,
     add_time_limit,
     check_targets,
+    describe_limits,
+    long_command,
     positive_int,
     save_algorithms,
+    time_limits,
 )
 
 __all__ = ["register"]
 
 EPILOG = (
     "exit status: 0 answered (an algorithm was written, or none exists), 1 a time limit left it open, "
-    "2 bad input, 130 interrupted"
+    "2 bad input, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM)"
 )
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, per_instance: bool) -> None:
     add_collective_args(p, chunks_default=1)
     p.add_argument(
         "--allreduce",
@@ -34,19 +37,21 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="allreduce as reducescatter + allgather (compose, needs C a multiple of the ranks) or the "
         "direct encoding; auto picks compose when it can (default)",
     )
-    add_time_limit(p)
+    add_time_limit(p, per_instance)
 
 
+@long_command
 def cmd_instance(args: argparse.Namespace) -> int:
     from common.files import save_text
     from synth.smt import build_model, solve_instance
-    from synth.smt.synthesizer import check_allreduce, check_instance
+    from synth.smt.synthesizer import check_allreduce, check_instance, check_size
 
     topo = topology_from_args(args)
     coll = collective_from_args(args, topo)
     rounds = args.steps if args.rounds is None else args.rounds
     check_instance(args.steps, rounds, coll.chunks_per_rank)
     check_allreduce(coll, args.allreduce)
+    check_size(topo, coll, args.steps, rounds)
     check_targets(args, args.smt2)
     if args.smt2:
         model = build_model(topo, coll, args.steps, rounds)
@@ -55,36 +60,43 @@ def cmd_instance(args: argparse.Namespace) -> int:
             f"wrote {args.smt2}: SMT-LIB model of {coll.name} S={args.steps} R={rounds} C={coll.chunks_per_rank}"
         )
         return 0
-    show = Progress()
+    limit, _ = time_limits(args)
+    show = Progress(describe_limits(limit))
     show.start(f"{coll.name} S={args.steps} R={rounds} C={coll.chunks_per_rank}")
     try:
-        outcome = solve_instance(topo, coll, args.steps, rounds, args.time_limit, allreduce=args.allreduce)
+        outcome = solve_instance(topo, coll, args.steps, rounds, limit, allreduce=args.allreduce)
     except KeyboardInterrupt:
         show.interrupted()
         return EXIT_INTERRUPTED
     show.done(outcome)
-    print(outcome.message())
+    note = f"; {describe_limits(limit)}" if outcome.status != "unknown" else ""
+    print(outcome.message() + note)
     if outcome.status == "sat":
         save_algorithms([outcome.algorithm], args)
         return 0
     return 0 if outcome.status == "unsat" else EXIT_OPEN
 
 
+@long_command
 def cmd_least_steps(args: argparse.Namespace) -> int:
     from synth.smt import least_steps
-    from synth.smt.synthesizer import check_allreduce
+    from synth.smt.synthesizer import check_allreduce, check_size
 
     topo = topology_from_args(args)
     coll = collective_from_args(args, topo)
     check_allreduce(coll, args.allreduce)
+    if args.max_steps is not None:
+        check_size(topo, coll, args.max_steps, args.max_steps + args.extra_rounds)
     check_targets(args)
-    show = Progress()
+    limit, each = time_limits(args)
+    show = Progress(describe_limits(limit, each))
     result = least_steps(
         topo,
         coll,
         extra_rounds=args.extra_rounds,
         max_steps=args.max_steps,
-        time_limit_s=args.time_limit,
+        time_limit_s=limit,
+        instance_time_limit_s=each,
         allreduce=args.allreduce,
         on_start=show.start,
         on_outcome=show.done,
@@ -94,7 +106,7 @@ def cmd_least_steps(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     print(
         f"{coll.name} on {topo.name} needs at least {result.steps_bound} steps (hop distances); "
-        f"searched up to {result.max_steps}"
+        f"searched up to {result.max_steps}; {describe_limits(limit, each)}"
     )
     print(result.message())
     if result.algorithm is not None:
@@ -107,7 +119,7 @@ def register(methods: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="smt_command", required=True, metavar="COMMAND")
 
     q = sub.add_parser("instance", help="one instance: S steps, R rounds, C chunks per rank", epilog=EPILOG)
-    _common(q)
+    _common(q, per_instance=False)
     q.add_argument("-s", "--steps", type=positive_int, required=True, help="steps S")
     q.add_argument("-r", "--rounds", type=positive_int, help="total rounds R >= S (default: S)")
     q.add_argument("--smt2", metavar="FILE", help="write the SMT-LIB model to FILE instead of solving")
@@ -119,7 +131,7 @@ def register(methods: argparse._SubParsersAction) -> None:
         help="the fewest steps S with R = S + extra rounds, from the steps lower bound upward",
         epilog=EPILOG,
     )
-    _common(q)
+    _common(q, per_instance=True)
     q.add_argument("--extra-rounds", type=int, default=0, metavar="K", help="R = S + K (default 0)")
     q.add_argument(
         "--max-steps",
