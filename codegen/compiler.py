@@ -13,7 +13,7 @@ from dataclasses import replace
 from codegen.check import check_ir, find_deadlock
 from codegen.dialects import Dialect, get_dialect
 from codegen.dsl import PROTOCOLS, Program
-from codegen.errors import DslError
+from codegen.errors import CodegenError, DslError
 from codegen.ir import IR
 from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE
@@ -51,6 +51,7 @@ def run_compiler(
             raise DslError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         dag = replace(dag, info=replace(dag.info, protocol=protocol))
     instances = program.instances if instances is None else instances
+    _check_width(program.name, instances, channels)
     limit = get_dialect(dialect).max_steps if dialect is not None else None
 
     def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...]) -> PipelineResult:
@@ -77,6 +78,18 @@ def run_compiler(
     if isinstance(result.result, IR):
         check_ir(result.result, dialect)
     return result
+
+
+def _check_width(name: str, instances: int, channels: int | None) -> None:
+    """Refuse, before the pipeline replicates anything, more channels than the runtime has."""
+    for value, what in ((instances, "instances"), (channels, "channels")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise CodegenError(f"{name}: {what}: expected an integer >= 1, got {value!r}")
+    if instances * (channels or 1) > MAX_CHANNELS:
+        raise CodegenError(
+            f"{name}: {instances} instance(s) x {channels or 1} channel(s) exceed the {MAX_CHANNELS} "
+            "channels of the runtime"
+        )
 
 
 def compile_program(program: Program, **options) -> IR:

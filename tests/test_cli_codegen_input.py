@@ -243,3 +243,21 @@ def test_the_writer_never_writes_what_its_runtime_rejects(tmp_path, xccl):
     assert not out.exists()
     assert xccl("compile", "example:ring_allreduce", "--min-bytes", "2GiB", "-o", str(out)).returncode == 0
     assert xccl("check", str(out)).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (("--instances", "1000000"), "1000000 instance(s) x 1 channel(s) exceed the 32 channels"),
+        (("--channels", "1000000"), "1 instance(s) x 1000000 channel(s) exceed the 32 channels"),
+        (("--instances", "4", "--channels", "9"), "4 instance(s) x 9 channel(s) exceed the 32 channels"),
+    ],
+)
+def test_more_channels_than_the_runtime_has_are_refused_before_replicating(tmp_path, xccl, flags, fragment):
+    algo = tmp_path / "ag.json"
+    assert xccl("baseline", "ring", "-t", "ring:4", "-C", "allgather", "-o", str(algo)).returncode == 0
+    start = time.perf_counter()
+    proc = xccl("compile", str(algo), "-o", str(tmp_path / "ag.xml"), *flags)
+    assert time.perf_counter() - start < 5
+    assert_one_line_error(proc, fragment)
+    assert not (tmp_path / "ag.xml").exists()

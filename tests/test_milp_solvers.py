@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,3 +135,63 @@ def test_model_checks_a_start():
     assert model.is_feasible(model.start)
     assert not model.is_feasible(np.ones(9))
     assert "9 vars (9 integer) x 6 rows" in model.size()
+
+
+def market_split(rows: int = 4, cols: int = 40) -> Model:
+    """Cornuéjols and Dawande's market split: equality knapsacks that branch and bound takes
+    minutes on, so an interrupt lands while the solver runs."""
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 100, (rows, cols))
+    mb = ModelBuilder("market-split")
+    xs = [mb.var(f"x{j}", 0, 1, 0.0, integer=True) for j in range(cols)]
+    for i in range(rows):
+        rhs = float(a[i].sum() // 2)
+        mb.row({x: float(v) for x, v in zip(xs, a[i], strict=True)}, lower=rhs, upper=rhs)
+    return mb.build()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children are found through /proc")
+def test_an_interrupted_cbc_leaves_no_solver_process_behind():
+    import signal
+
+    def children() -> set[int]:
+        from pathlib import Path
+
+        found = set()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():
+                found.add(int(stat.parent.name))
+        return found
+
+    def press_ctrl_c(signum, frame):
+        seen.update(children())
+        raise KeyboardInterrupt
+
+    seen: set[int] = set()
+    previous = signal.signal(signal.SIGALRM, press_ctrl_c)
+    signal.setitimer(signal.ITIMER_REAL, 1.5)
+    try:
+        sol = get_backend("cbc").solve(market_split(), time_limit_s=60)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert sol.interrupted and seen  # CBC was running when the interrupt came
+    for _ in range(50):
+        if not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in seen):
+            break
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in seen)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False

@@ -3,6 +3,7 @@ Ctrl-C keep what finished in every stage, and huge or non-finite values are refu
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -321,3 +322,15 @@ def test_a_plot_replaces_an_old_one_whole(xccl, tmp_path):
         assert old.read() == b"old plot"
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert [p.name for p in tmp_path.iterdir()] == ["front.png"]
+
+
+def test_sigterm_during_a_bench_prints_the_sizes_finished():
+    proc = _start("bench", "example:ring_allreduce", "-D", "num_ranks=4", "--sizes", "1KiB:1GiB",
+                  "--repeats", "20", "--json")  # fmt: skip
+    _read_until(proc, "[3/21]")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (out, err)
+    assert "terminated (SIGTERM)" in err or "interrupted" in err
+    rows = json.loads(out)["rows"]
+    assert 2 <= len(rows) < 21 and all(row["check"] == "ok" for row in rows)

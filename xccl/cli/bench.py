@@ -23,6 +23,7 @@ from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.choices import REDUCTIONS, RUNTIME_BACKENDS
 from xccl.cli.common import input_kind
 from xccl.cli.output import print_json, print_table, progress
+from xccl.cli.solving import long_command
 
 if TYPE_CHECKING:
     from codegen.ir import IR
@@ -203,6 +204,7 @@ def _print_table(args: argparse.Namespace, ir: IR, inplace: bool, report: BenchR
         print(f"# Avg bus bandwidth    : {sum(timed) / len(timed):.3f} GB/s")
 
 
+@long_command
 def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.bench import BenchError, backends, bench
 

@@ -5,9 +5,12 @@ CBC's best bound is not exposed by PuLP, so it is read from the solver log ("Low
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
+import os
 import re
+import signal
 import tempfile
 import time
 import warnings
@@ -22,6 +25,23 @@ __all__ = ["CbcBackend"]
 
 _BOUND = re.compile(r"^Lower bound:\s*(\S+)", re.MULTILINE)
 _RESULT = re.compile(r"^Result - (.*)$", re.MULTILINE)
+
+
+def _stop_children(name: str) -> None:
+    """End this process's children called ``name``. PuLP runs CBC as a child and, when Ctrl-C or
+    SIGTERM interrupts the wait, leaves it running to its own time limit (Linux's /proc; elsewhere
+    a terminal's Ctrl-C reaches the child anyway)."""
+    me = os.getpid()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended meanwhile
+            continue
+        comm, _, rest = text.partition("(")[2].rpartition(")")
+        fields = rest.split()
+        if comm == name and len(fields) > 1 and int(fields[1]) == me:
+            with contextlib.suppress(OSError):
+                os.kill(int(stat.parent.name), signal.SIGTERM)
 
 
 class CbcBackend(Backend):
@@ -86,6 +106,7 @@ class CbcBackend(Backend):
             try:
                 prob.solve(solver)
             except KeyboardInterrupt:
+                _stop_children("cbc")
                 return Solution(
                     Status.UNKNOWN, time_s=time.perf_counter() - began, solver=self.name, interrupted=True
                 )
