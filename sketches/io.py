@@ -243,8 +243,8 @@ def load_sketch(name_or_path: str | Path | Sketch) -> Sketch:
         return name_or_path
     text = str(name_or_path)
     path = Path(text)
-    if text.endswith(".json") or path.is_file():
-        if not path.is_file():
+    if text.endswith(".json") or path.exists():
+        if not path.exists():
             raise SketchError(f"{path}: no such sketch file")
         return sketch_from_dict(read_json_file(path, SketchError), where=str(path))
     if text in shipped_sketches():
