@@ -6,13 +6,11 @@ topology is :func:`sketches.restrict.restrict`'s job. Shipped sketches are found
 
 from __future__ import annotations
 
-import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from common.fields import Fields
-from common.files import read_json_file
+from common.files import named_file, read_json_file, read_shipped, shipped_names
 from common.units import SizeError, parse_size
 from sketches.model import (
     CONNECTION_KINDS,
@@ -194,24 +192,19 @@ def sketch_to_dict(sketch: Sketch) -> dict[str, Any]:
 
 def shipped_sketches() -> list[str]:
     """Names of the sketches shipped in ``sketches/shipped``."""
-    folder = resources.files("sketches") / "shipped"
-    return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+    return shipped_names("sketches", "shipped")
 
 
 def load_sketch(name_or_path: str | Path | Sketch) -> Sketch:
     """A shipped sketch by name (``ndv2x2-relay``) or a JSON file; a Sketch passes through."""
     if isinstance(name_or_path, Sketch):
         return name_or_path
-    text = str(name_or_path)
-    path = Path(text)
-    if text.endswith(".json") or path.exists():
-        if not path.exists():
-            raise SketchError(f"{path}: no such sketch file")
+    path = named_file(name_or_path, "sketch", SketchError)
+    if path is not None:
         return sketch_from_dict(read_json_file(path, SketchError), where=str(path))
+    text = str(name_or_path)
     if text in shipped_sketches():
-        where = f"sketches/shipped/{text}.json"
-        doc = json.loads((resources.files("sketches") / "shipped" / f"{text}.json").read_text())
-        return sketch_from_dict(doc, where=where)
+        return sketch_from_dict(*read_shipped("sketches", "shipped", text, SketchError))
     raise SketchError(
         f"unknown sketch {text!r}: expected a shipped sketch ({', '.join(shipped_sketches())}) or a JSON file"
     )

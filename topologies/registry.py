@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
-from common.files import parse_json
+from common.files import named_file, read_shipped, shipped_names
 from topologies.builders import FAMILIES, multi_node
 from topologies.errors import TopologyError
 from topologies.io import load_topology_file, topology_from_dict
@@ -26,15 +25,12 @@ _SIZE = {1: re.compile(r"[0-9]+"), 2: re.compile(r"[0-9]+x[0-9]+")}
 
 def shipped_machines() -> list[str]:
     """Names of the machine files shipped in ``topologies/machines``."""
-    folder = resources.files("topologies") / "machines"
-    return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+    return shipped_names("topologies", "machines")
 
 
 @lru_cache(maxsize=64)
 def _shipped(name: str) -> Topology:
-    path = resources.files("topologies") / "machines" / f"{name}.json"
-    where = f"topologies/machines/{name}.json"
-    return topology_from_dict(parse_json(path.read_text(encoding="utf-8"), where, TopologyError), where)
+    return topology_from_dict(*read_shipped("topologies", "machines", name, TopologyError))
 
 
 def _shown(name: str) -> str:
@@ -96,17 +92,5 @@ def load(name_or_path: str | Path | Topology) -> Topology:
     """Resolve a topology name or file (see module docstring); a Topology passes through."""
     if isinstance(name_or_path, Topology):
         return name_or_path
-    text = str(name_or_path)
-    path = Path(text)
-    if text.endswith(".json") or "/" in text or _is_file(path):
-        if not path.exists():
-            raise TopologyError(f"{path}: no such topology file")
-        return load_topology_file(path)  # a folder or a device is reported by the reader
-    return _load_name(text)
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except OSError:  # a name too long to be a file's (ring:<5,000 digits>)
-        return False
+    path = named_file(name_or_path, "topology", TopologyError)
+    return _load_name(str(name_or_path)) if path is None else load_topology_file(path)
