@@ -41,10 +41,6 @@ class SCCLCost:
     latency_us: float
     bandwidth_us: float
 
-    @property
-    def total_us(self) -> float:
-        return self.latency_us + self.bandwidth_us
-
 
 def sccl_cost(algo: Algorithm, topology: Topology, size_bytes: float) -> SCCLCost:
     """``S * alpha`` with the slowest logical link's alpha, plus ``R`` rounds of one chunk at the

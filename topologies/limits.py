@@ -32,7 +32,6 @@ __all__ = [
     "check_ranks",
     "count_problem",
     "logical_links_bound",
-    "max_links",
     "max_ranks",
 ]
 
@@ -64,11 +63,6 @@ COUNT_MAX = 1024
 def max_ranks() -> int:
     """:data:`MAX_RANKS`, or ``XCCL_MAX_RANKS`` where set."""
     return RANKS.value
-
-
-def max_links() -> int:
-    """:data:`MAX_LINKS`, or ``XCCL_MAX_LINKS`` where set."""
-    return LINKS.value
 
 
 def check_ranks(where: str, ranks: int) -> None:
