@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from common.errors import XcclError
+from common.errors import XcclError, quoted
 
 __all__ = ["BYTES_PER_US_PER_GBPS", "MAX_SIZE", "SizeError", "format_size", "parse_size", "parse_size_range"]
 
@@ -44,8 +44,7 @@ class SizeError(XcclError):
 
 def _shown(text: object) -> str:
     """``text`` as an error message quotes it: at most 40 characters."""
-    shown = repr(text)
-    return shown if len(shown) <= 40 else f"{shown[:37]}..."
+    return quoted(text, 40)
 
 
 def parse_size(text: str | int) -> int:

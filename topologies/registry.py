@@ -10,6 +10,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from common.errors import quoted
 from common.files import named_file, read_shipped, shipped_names
 from topologies.builders import FAMILIES, multi_node
 from topologies.errors import TopologyError
@@ -33,11 +34,6 @@ def _shipped(name: str) -> Topology:
     return topology_from_dict(*read_shipped("topologies", "machines", name, TopologyError))
 
 
-def _shown(name: str) -> str:
-    """``name`` as an error message quotes it (a 5,000-digit size is cut short)."""
-    return repr(name if len(name) <= 60 else name[:50] + "...")
-
-
 def _sizes(name: str, digits: list[str]) -> list[int]:
     """The integers of a name's size, refusing at once those too long to be within the limits
     (Python would not even convert a number of more than 4,300 digits)."""
@@ -45,7 +41,7 @@ def _sizes(name: str, digits: list[str]) -> list[int]:
     longest = max(len(d.lstrip("0")) for d in digits)
     if longest > len(str(limit)):
         raise TopologyError(
-            f"topology {_shown(name)}: a size of {longest} digits, more than the limit of {limit} ranks "
+            f"topology {quoted(name)}: a size of {longest} digits, more than the limit of {limit} ranks "
             f"(set {RANKS_ENV} to raise it)"
         )
     return [int(d) for d in digits]
@@ -56,7 +52,7 @@ def _family(name: str) -> Topology:
     builder = FAMILIES.get(family.replace("_", "-"))
     if builder is None:
         raise TopologyError(
-            f"topology {_shown(name)}: unknown family {family!r}; expected one of {', '.join(FAMILIES)}"
+            f"topology {quoted(name)}: unknown family {family!r}; expected one of {', '.join(FAMILIES)}"
         )
     dims = 2 if builder is FAMILIES["torus"] else 1
     size = size.lower()
@@ -66,7 +62,7 @@ def _family(name: str) -> Topology:
             if dims == 2
             else f"{family}:N, N a whole number ({family}:8)"
         )
-        raise TopologyError(f"topology {_shown(name)}: expected {shape}")
+        raise TopologyError(f"topology {quoted(name)}: expected {shape}")
     return builder(*_sizes(name, size.split("x")))
 
 
@@ -82,7 +78,7 @@ def _load_name(name: str) -> Topology:
         (k,) = _sizes(name, [match["k"]])
         return multi_node(_shipped(match["machine"]), k, name=name)
     raise TopologyError(
-        f"unknown topology {_shown(name)}: expected a shipped machine ({', '.join(machines)}), "
+        f"unknown topology {quoted(name)}: expected a shipped machine ({', '.join(machines)}), "
         f"a multi-machine variant like ndv2x2, a family with its size like ring:8 or torus:4x4, "
         f"or a path to a JSON file"
     )
