@@ -10,6 +10,7 @@ back ends a registry imports by name).
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 import tomllib
 from pathlib import Path
@@ -24,12 +25,18 @@ def _modules(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
-def _ours() -> set[str]:
+def _ours() -> frozenset[str]:
     """The dotted name of every library module."""
-    return {".".join(p.relative_to(ROOT).with_suffix("").parts) for layer in LAYERS for p in _modules(layer)}
+    return _modules_under(ROOT)
 
 
-def _imports(path: Path, ours: set[str]) -> list[tuple[int, str]]:
+@functools.lru_cache
+def _modules_under(root: Path) -> frozenset[str]:
+    paths = (p for layer in LAYERS for p in (root / layer).rglob("*.py"))
+    return frozenset(".".join(p.relative_to(root).with_suffix("").parts) for p in paths)
+
+
+def _imports(path: Path, ours: frozenset[str]) -> list[tuple[int, str]]:
     """``(line, module)`` for each module ``path`` imports or names in a string (one of ``ours``)."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
