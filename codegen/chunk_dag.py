@@ -102,13 +102,6 @@ class ProgramInfo:
     """The ops' times are the Algorithm model's list schedule (``codegen.lower``): transfers that
     overlap in time between two ranks ran side by side over the connection's links."""
 
-    def buffer_size(self, rank: int, buffer: Buffer) -> int:
-        if buffer is Buffer.INPUT:
-            return self.input_chunks
-        if buffer is Buffer.OUTPUT:
-            return self.output_chunks
-        return self.scratch_chunks[rank]
-
     def canonical(self, rank: int, buffer: Buffer, index: int) -> tuple[int, Buffer, int]:
         """The physical slot: in-place programs see the smaller buffer inside the larger one."""
         if self.inplace and self.aliases:
@@ -190,10 +183,6 @@ class ChunkDAG:
             tail = f"  after {' '.join(preds[i])}" if i in preds else ""
             lines.append(f"  {i}: {op}{tail}")
         return "\n".join(lines)
-
-    def with_ops(self, ops: tuple[ChunkOp, ...], info: ProgramInfo | None = None) -> ChunkDAG:
-        """The DAG of ``ops`` (dependencies recomputed) under ``info``."""
-        return build_chunk_dag(info or self.info, ops)
 
 
 def _slots(info: ProgramInfo, loc: Loc, count: int) -> list[tuple[int, Buffer, int]]:

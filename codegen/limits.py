@@ -14,7 +14,7 @@ from common.limits import Limit
 from synth.collectives import SLOTS
 from topologies.limits import RANKS
 
-__all__ = ["CHUNKS", "LIMITS", "RANKS", "SLOTS", "TRANSFERS"]
+__all__ = ["CHUNKS", "RANKS", "SLOTS", "TRANSFERS"]
 
 # RANKS (``ngpus`` / ``num_ranks`` a reader accepts) is the topologies' limit, and SLOTS (ranks
 # times ``nchunksperloop``, the chunk slots the symbolic execution tracks) the collectives': one
@@ -23,5 +23,3 @@ CHUNKS = Limit("chunks", 1 << 15, "XCCL_MAX_BUFFER_CHUNKS")
 """``nchunksperloop`` and each buffer's chunks (``i_chunks``, ``o_chunks``, ``s_chunks``)."""
 TRANSFERS = Limit("chunk transfers", 1 << 23, "XCCL_MAX_TRANSFERS")
 """Chunks moved by send and receive steps, summed: the calls the deadlock check orders."""
-
-LIMITS = (RANKS, CHUNKS, SLOTS, TRANSFERS)

@@ -44,9 +44,6 @@ class PipelineResult:
     result: object
     records: tuple[PassRecord, ...]
 
-    def timings_table(self) -> list[tuple[str, float]]:
-        return [(r.name, r.seconds) for r in self.records]
-
 
 def describe_stage(stage: object) -> str:
     return stage.describe() if hasattr(stage, "describe") else repr(stage)

@@ -6,8 +6,18 @@ message on one line and exits with status 2. Messages name the file, the field a
 
 from __future__ import annotations
 
-__all__ = ["XcclError"]
+__all__ = ["XcclError", "quoted"]
 
 
 class XcclError(Exception):
     """Base class of every error a user can cause (bad input, impossible request)."""
+
+
+def quoted(value: object, limit: int = 60) -> str:
+    """``value`` as a message quotes what the user typed: its ``repr``, cut to ``limit`` characters
+    (a 5,000-digit size stays one readable line; an int too long for ``repr`` is described)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's 4,300 digits for str()
+        return f"an {type(value).__name__} too long to print"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

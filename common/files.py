@@ -12,6 +12,7 @@ import json
 import os
 import stat
 import tempfile
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,14 @@ from common.errors import XcclError
 __all__ = [
     "MAX_INPUT_BYTES",
     "check_writable",
+    "named_file",
     "parse_json",
     "read_json_file",
+    "read_shipped",
     "read_text",
     "save",
     "save_text",
+    "shipped_names",
 ]
 
 MAX_INPUT_BYTES = 1 << 30
@@ -60,6 +64,28 @@ def read_text(path: str | Path, error: type[XcclError] = XcclError) -> str:
         raise error(f"{path}: not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x})") from None
 
 
+def named_file(name: str | Path, what: str, error: type[XcclError] = XcclError) -> Path | None:
+    """The file ``name`` means, or None where it is a name to look up (a shipped file, a family).
+
+    A name means a file when it ends in ``.json``, has a folder in it, or exists (a folder or a
+    device too, so that the reader names what is wrong with it); a file that does not exist raises
+    ``error`` (``PATH: no such WHAT file``)."""
+    text = str(name)
+    path = Path(text)
+    if text.endswith(".json") or "/" in text or os.sep in text or _exists(path):
+        if not _exists(path):
+            raise error(f"{path}: no such {what} file")
+        return path
+    return None
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long to be a file's (ring:<5,000 digits>)
+        return False
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
@@ -79,6 +105,20 @@ def parse_json(text: str, where: str, error: type[XcclError] = XcclError) -> Any
 def read_json_file(path: str | Path, error: type[XcclError] = XcclError) -> Any:
     """Parse a JSON file, turning I/O and syntax errors into one-line ``error``s naming the file."""
     return parse_json(read_text(path, error), str(path), error)
+
+
+def shipped_names(package: str, folder: str) -> list[str]:
+    """Names (without ``.json``) of the JSON files shipped in ``package``'s ``folder``, sorted."""
+    files = (resources.files(package) / folder).iterdir()
+    return sorted(p.name[: -len(".json")] for p in files if p.name.endswith(".json"))
+
+
+def read_shipped(package: str, folder: str, name: str, error: type[XcclError] = XcclError) -> tuple[Any, str]:
+    """The parsed JSON file ``name`` shipped in ``package``'s ``folder``, and where it is as a
+    message names it (``topologies/machines/dgx1.json``)."""
+    where = f"{package}/{folder}/{name}.json"
+    text = (resources.files(package) / folder / f"{name}.json").read_text(encoding="utf-8")
+    return parse_json(text, where, error), where
 
 
 def check_writable(path: str | Path, force: bool = False, error: type[XcclError] = XcclError) -> Path:

@@ -4,6 +4,9 @@ Parsing is strict, because a size that is silently rounded or misread wastes a r
 whole number of bytes from 1 to 2^63 - 1 (what the runtimes' int64 fields hold), written as an
 integer or as a string with an optional unit; fractions of a unit are exact (``1.5KiB`` is 1536)
 and must come out whole.
+
+Units follow DESIGN.md: time in microseconds, bandwidth in GB/s (1e9 bytes per second), sizes in
+bytes; :data:`BYTES_PER_US_PER_GBPS` converts between them.
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from common.errors import XcclError
+from common.errors import XcclError, quoted
 
-__all__ = ["MAX_SIZE", "SizeError", "format_size", "parse_size", "parse_size_range"]
+__all__ = ["BYTES_PER_US_PER_GBPS", "MAX_SIZE", "SizeError", "format_size", "parse_size", "parse_size_range"]
+
+BYTES_PER_US_PER_GBPS = 1e3
+"""1 GB/s (1e9 bytes per second) moves 1e3 bytes per microsecond."""
 
 _UNITS = {
     "b": 1,
@@ -38,8 +44,7 @@ class SizeError(XcclError):
 
 def _shown(text: object) -> str:
     """``text`` as an error message quotes it: at most 40 characters."""
-    shown = repr(text)
-    return shown if len(shown) <= 40 else f"{shown[:37]}..."
+    return quoted(text, 40)
 
 
 def parse_size(text: str | int) -> int:

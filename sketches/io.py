@@ -6,13 +6,12 @@ topology is :func:`sketches.restrict.restrict`'s job. Shipped sketches are found
 
 from __future__ import annotations
 
-import json
-import re
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from common.files import read_json_file
+from common.fields import Fields
+from common.files import named_file, read_json_file, read_shipped, shipped_names
+from common.units import SizeError, parse_size
 from sketches.model import (
     CONNECTION_KINDS,
     HYPEREDGE_POLICIES,
@@ -38,42 +37,15 @@ _TOP = (
     "target_size",
 )
 _INTRA = ("strategy", "switches", "hyperedge")
-_SIZE = re.compile(r"^(\d+)\s*(B|KiB|MiB|GiB)?$")
-_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 _INTER = ("strategy", "connections", "senders")
 
 
-class _Reader:
-    """Typed field access raising ``SketchError("<where>: <field>: expected ...")``."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-
-    def fail(self, field: str, expected: str, got: Any = ...) -> SketchError:
-        tail = "" if got is ... else f", got {json.dumps(got)}"
-        return SketchError(f"{self.where}: {field}: expected {expected}{tail}")
-
-    def obj(self, value: Any, field: str, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict:
-        if not isinstance(value, dict):
-            raise self.fail(field or "(top level)", "an object", value)
-        for key in value:
-            if key not in allowed:
-                name = f"{field}.{key}" if field else key
-                raise self.fail(name, f"one of the known keys ({', '.join(allowed)})", key)
-        for key in required:
-            if key not in value:
-                raise self.fail(f"{field}.{key}" if field else key, "a value (required)")
-        return value
-
-    def integer(self, value: Any, field: str, minimum: int = 0) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(field, f"an integer >= {minimum}", value)
-        return value
+class _Reader(Fields):
+    """The sketch's own compound fields: GPU lists and ``{"GPU": [GPUs]}`` maps."""
 
     def gpus(self, value: Any, field: str) -> tuple[int, ...]:
-        if not isinstance(value, list) or not value:
-            raise self.fail(field, "a non-empty list of machine-local GPU indices", value)
-        out = tuple(self.integer(v, f"{field}[{i}]") for i, v in enumerate(value))
+        gpus = self.array(value, field, of="machine-local GPU indices", nonempty=True)
+        out = tuple(self.integer(v, f"{field}[{i}]", minimum=0) for i, v in enumerate(gpus))
         if len(set(out)) != len(out):
             raise self.fail(field, "distinct GPU indices", value)
         return out
@@ -84,17 +56,15 @@ class _Reader:
             raise self.fail(field, 'a non-empty object {"GPU": [GPUs]}', value)
         out = []
         for key, gpus in value.items():
-            if not key.isdigit():
+            if not (key.isascii() and key.isdigit()):  # int() also reads "²" and "١"
                 raise self.fail(f"{field}.{key}", "a machine-local GPU index as key", key)
             out.append((int(key), self.gpus(gpus, f"{field}.{key}")))
         return tuple(sorted(out))
 
 
 def _intranode(r: _Reader, data: Any) -> IntraNode:
-    data = r.obj(data, "intranode", _INTRA, ("strategy",))
-    strategy = data["strategy"]
-    if strategy not in INTRANODE_STRATEGIES:
-        raise r.fail("intranode.strategy", f"one of {', '.join(INTRANODE_STRATEGIES)}", strategy)
+    data = r.keys(data, "intranode", _INTRA, ("strategy",))
+    strategy = r.choice(data["strategy"], "intranode.strategy", INTRANODE_STRATEGIES)
     if strategy == "none":
         for key in ("switches", "hyperedge"):
             if key in data:
@@ -103,23 +73,19 @@ def _intranode(r: _Reader, data: Any) -> IntraNode:
     for key in ("switches", "hyperedge"):
         if key not in data:
             raise r.fail(f"intranode.{key}", 'a value (required with strategy "switch")')
-    groups = data["switches"]
-    if not isinstance(groups, list) or not groups:
-        raise r.fail("intranode.switches", "a non-empty list of GPU groups", groups)
+    groups = r.array(data["switches"], "intranode.switches", of="GPU groups", nonempty=True)
     switches = tuple(r.gpus(g, f"intranode.switches[{i}]") for i, g in enumerate(groups))
     for i, group in enumerate(switches):
         if len(group) < 2:
             raise r.fail(f"intranode.switches[{i}]", "at least 2 GPUs in a switch group", list(group))
-    policy = data["hyperedge"]
-    if policy not in HYPEREDGE_POLICIES:
-        raise r.fail("intranode.hyperedge", f"one of {', '.join(HYPEREDGE_POLICIES)}", policy)
+    policy = r.choice(data["hyperedge"], "intranode.hyperedge", HYPEREDGE_POLICIES)
     return IntraNode("switch", switches, policy)
 
 
 def _internode(r: _Reader, data: Any) -> InterNode | None:
     if data is None:
         return None
-    data = r.obj(data, "internode", _INTER, ("strategy", "connections"))
+    data = r.keys(data, "internode", _INTER, ("strategy", "connections"))
     if data["strategy"] != "relay":
         raise r.fail("internode.strategy", '"relay" (the only inter-node strategy)', data["strategy"])
     conn = data["connections"]
@@ -145,15 +111,13 @@ def _internode(r: _Reader, data: Any) -> InterNode | None:
 
 
 def _symmetry(r: _Reader, data: Any) -> tuple[tuple[int, int], ...]:
-    if not isinstance(data, list):
-        raise r.fail("symmetry_offsets", "a list of [offset, group size] pairs", data)
     out = []
-    for i, pair in enumerate(data):
+    for i, pair in enumerate(r.array(data, "symmetry_offsets", of="[offset, group size] pairs")):
         field = f"symmetry_offsets[{i}]"
         if not isinstance(pair, list) or len(pair) != 2:
             raise r.fail(field, "an [offset, group size] pair", pair)
-        offset = r.integer(pair[0], f"{field}[0]", 1)
-        size = r.integer(pair[1], f"{field}[1]", 2)
+        offset = r.integer(pair[0], f"{field}[0]", minimum=1)
+        size = r.integer(pair[1], f"{field}[1]", minimum=2)
         if offset % size == 0:
             raise r.fail(
                 field, "an offset that is not a multiple of the group size (that is no rotation)", pair
@@ -162,34 +126,29 @@ def _symmetry(r: _Reader, data: Any) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _target_size(r: _Reader, value: Any) -> int:
+    """Bytes, written as everywhere else sizes are (:func:`common.units.parse_size`)."""
+    try:
+        return parse_size(value)
+    except SizeError:
+        raise r.fail("target_size", "a size in bytes or like 1GiB (B, KiB, MiB, GiB, TiB)", value) from None
+
+
 def sketch_from_dict(data: Any, where: str = "<sketch>") -> Sketch:
     """Parse a sketch document, checking keys, types and ranges (not the topology)."""
-    r = _Reader(where)
-    data = r.obj(data, "", _TOP, ("format", "name"))
+    r = _Reader(where, SketchError)
+    data = r.keys(data, "", _TOP, ("format", "name"))
     if data["format"] != FORMAT:
         raise r.fail("format", f'"{FORMAT}"', data["format"])
-    name = data["name"]
-    if not isinstance(name, str) or not name:
-        raise r.fail("name", "a non-empty string", name)
-    comment = data.get("comment", "")
-    if not isinstance(comment, str):
-        raise r.fail("comment", "a string", comment)
+    name = r.string(data["name"], "name")
+    comment = r.string(data.get("comment", ""), "comment", empty=True)
     topology = data.get("topology")
     if topology is not None and (not isinstance(topology, str) or not topology):
         raise r.fail("topology", "a topology name", topology)
     chunkup: int | None = None
     if "chunkup" in data and data["chunkup"] != "auto":
-        chunkup = r.integer(data["chunkup"], "chunkup", 1)
-    target: int | None = None
-    if "target_size" in data:
-        value = data["target_size"]
-        match = _SIZE.match(value) if isinstance(value, str) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            target = value
-        elif match and int(match[1]) >= 1:
-            target = int(match[1]) * _UNITS[match[2] or "B"]
-        else:
-            raise r.fail("target_size", "a size in bytes or like 1GiB (B, KiB, MiB, GiB)", value)
+        chunkup = r.integer(data["chunkup"], "chunkup", minimum=1)
+    target = _target_size(r, data["target_size"]) if "target_size" in data else None
     return Sketch(
         name=name,
         intranode=_intranode(r, data.get("intranode", {"strategy": "none"})),
@@ -233,24 +192,19 @@ def sketch_to_dict(sketch: Sketch) -> dict[str, Any]:
 
 def shipped_sketches() -> list[str]:
     """Names of the sketches shipped in ``sketches/shipped``."""
-    folder = resources.files("sketches") / "shipped"
-    return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+    return shipped_names("sketches", "shipped")
 
 
 def load_sketch(name_or_path: str | Path | Sketch) -> Sketch:
     """A shipped sketch by name (``ndv2x2-relay``) or a JSON file; a Sketch passes through."""
     if isinstance(name_or_path, Sketch):
         return name_or_path
-    text = str(name_or_path)
-    path = Path(text)
-    if text.endswith(".json") or path.exists():
-        if not path.exists():
-            raise SketchError(f"{path}: no such sketch file")
+    path = named_file(name_or_path, "sketch", SketchError)
+    if path is not None:
         return sketch_from_dict(read_json_file(path, SketchError), where=str(path))
+    text = str(name_or_path)
     if text in shipped_sketches():
-        where = f"sketches/shipped/{text}.json"
-        doc = json.loads((resources.files("sketches") / "shipped" / f"{text}.json").read_text())
-        return sketch_from_dict(doc, where=where)
+        return sketch_from_dict(*read_shipped("sketches", "shipped", text, SketchError))
     raise SketchError(
         f"unknown sketch {text!r}: expected a shipped sketch ({', '.join(shipped_sketches())}) or a JSON file"
     )

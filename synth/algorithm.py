@@ -10,7 +10,6 @@ slot (``copy``) or reduces into it (``reduce``).
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from common.errors import XcclError
+from common.fields import Fields, is_number
 from common.files import read_json_file, save_text
 from synth.collectives import Collective, CollectiveError, make_collective
 from synth.errors import AlgorithmFormatError
@@ -165,7 +165,7 @@ class Algorithm:
     def from_dict(cls, data: Any, where: str = "<algorithm>") -> Algorithm:
         """Read the JSON form, checking every field (docs/algorithm-format.md); an error names
         ``where`` and the field."""
-        r = _Fields(where)
+        r = _Fields(where, AlgorithmFormatError)
         if not isinstance(data, dict):
             raise r.fail("(top level)", "an object")
         if data.get("format") != FORMAT:
@@ -183,7 +183,7 @@ class Algorithm:
         algo = cls(collective, data["topology"], steps, prov)
         for key, value in (("steps", algo.num_steps), ("rounds", algo.rounds), ("chunks", algo.chunks)):
             if key in data and (r.integer(data[key], key, 0) != value):
-                raise r.fail(key, f"{value} (what the schedule holds), got {data[key]}")
+                raise r.fail(key, f"{value} (what the schedule holds)", data[key])
         return algo
 
     @classmethod
@@ -198,27 +198,8 @@ class Algorithm:
         return "\n".join(lines)
 
 
-class _Fields:
-    """Typed reading of the JSON form: every number checked (finite, in range), errors naming the field."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-
-    def fail(self, field: str, expected: str) -> AlgorithmFormatError:
-        return AlgorithmFormatError(f"{self.where}: {field}: expected {expected}")
-
-    def integer(self, value: Any, field: str, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(field, f"an integer >= {minimum}, got {json.dumps(value)}")
-        return value
-
-    def seconds(self, value: Any, field: str, unit: str) -> float:
-        """A time: a finite number >= 0 (NaN, infinities and negative times are refused)."""
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or value < 0:
-            shown = value if ok else json.dumps(value)
-            raise self.fail(field, f"a finite number of {unit} >= 0, got {shown}")
-        return float(value)
+class _Fields(Fields):
+    """The algorithm's own compound fields: collective, steps, sends, provenance."""
 
     def collective(self, spec: Any) -> Collective:
         if not isinstance(spec, dict) or not {"name", "ranks", "chunks_per_rank"} <= set(spec):
@@ -247,7 +228,7 @@ class _Fields:
         if not isinstance(s, list) or len(s) not in (4, 5) or s[3] not in OPS:
             raise self.fail(field, '[chunk, src, dst, "copy"|"reduce"] with an optional start time in us')
         chunk, src, dst = (self.integer(x, f"{field}[{k}]", 0) for k, x in enumerate(s[:3]))
-        start = self.seconds(s[4], f"{field}[4] (start time)", "microseconds") if len(s) == 5 else None
+        start = self.number(s[4], f"{field}[4] (start time)", 0, "microseconds") if len(s) == 5 else None
         return Send(chunk, src, dst, s[3], start)
 
     def provenance(self, prov: Any) -> Provenance:
@@ -257,18 +238,14 @@ class _Fields:
             if prov.get(key) is not None and not isinstance(prov[key], str):
                 raise self.fail(f"provenance.{key}", "a string")
         if prov.get("solve_time_s") is not None:
-            self.seconds(prov["solve_time_s"], "provenance.solve_time_s", "seconds")
-        if prov.get("optimal") is not None and not isinstance(prov["optimal"], bool):
-            raise self.fail("provenance.optimal", "true, false or null")
+            self.number(prov["solve_time_s"], "provenance.solve_time_s", 0, "seconds")
+        self.boolean(prov.get("optimal"), "provenance.optimal", null=True)
         params = prov.get("params") or {}
         if not isinstance(params, dict):
             raise self.fail("provenance.params", "an object of names to values")
         for key, value in params.items():
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            if not (value is None or isinstance(value, str | bool) or (number and math.isfinite(value))):
-                raise self.fail(
-                    f"provenance.params.{key}", f"a string, finite number, boolean or null, got {value}"
-                )
+            if not (value is None or isinstance(value, str | bool) or is_number(value)):
+                raise self.fail(f"provenance.params.{key}", "a string, finite number, boolean or null", value)
         return Provenance.from_dict(prov)
 
 

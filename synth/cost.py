@@ -15,15 +15,14 @@ import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from common.units import BYTES_PER_US_PER_GBPS
+
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm
     from synth.collectives import Collective
     from topologies.model import Topology
 
 __all__ = ["SCCLCost", "SimResult", "algbw_GBps", "chunk_bytes", "sccl_cost", "simulate", "start_times"]
-
-BYTES_PER_US_PER_GBPS = 1e3
-"""1 GB/s (1e9 bytes per second) moves 1e3 bytes per microsecond."""
 
 
 def chunk_bytes(collective: Collective, size_bytes: float) -> float:
@@ -40,10 +39,6 @@ def algbw_GBps(size_bytes: float, time_us: float) -> float:
 class SCCLCost:
     latency_us: float
     bandwidth_us: float
-
-    @property
-    def total_us(self) -> float:
-        return self.latency_us + self.bandwidth_us
 
 
 def sccl_cost(algo: Algorithm, topology: Topology, size_bytes: float) -> SCCLCost:

@@ -8,9 +8,10 @@ import os
 import stat
 
 import pytest
+from conftest import assert_one_line_error
 
 from common.errors import XcclError
-from common.files import check_writable, parse_json, read_json_file, read_text, save_text
+from common.files import check_writable, named_file, parse_json, read_json_file, read_text, save_text
 from common.native_output import native_stdout_silenced
 
 
@@ -129,3 +130,23 @@ def _tiny_lp():
     lp.col_lower_ = np.array([0.0])
     lp.col_upper_ = np.array([1.0])
     return lp
+
+
+def test_a_name_means_a_file_by_its_ending_a_folder_in_it_or_existing(tmp_path, monkeypatch):
+    """One rule for topology and sketch names: ``x.json``, ``sub/x`` or an existing ``x`` is a file
+    (a missing one refused at once); anything else is a name to look up."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").write_text("{}")
+    (tmp_path / "folder").mkdir()
+    assert str(named_file("mine", "topology")) == "mine" and str(named_file("folder", "sketch")) == "folder"
+    assert named_file("dgx1", "topology") is None and named_file("ring:" + "9" * 5000, "topology") is None
+    for missing in ("gone.json", "sub/gone", f"{tmp_path}/gone"):
+        with pytest.raises(Bad, match=f"^{missing}: no such sketch file$"):
+            named_file(missing, "sketch", Bad)
+
+
+def test_a_missing_sketch_named_by_a_path_says_no_such_file(xccl):
+    """Before: ``sub/gone`` was looked up among the shipped sketches ("unknown sketch")."""
+    assert_one_line_error(
+        xccl("sketch", "check", "sub/gone", "-t", "ndv2x2"), "sub/gone: no such sketch file"
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import XcclError
+from common.errors import XcclError, quoted
 from common.units import MAX_SIZE, SizeError, format_size, parse_size, parse_size_range
 
 
@@ -74,3 +74,15 @@ def test_bad_ranges_are_size_errors(text, fragment):
 
 def test_format_size():
     assert [format_size(x) for x in (1, 1024, 1536, 1 << 30)] == ["1B", "1KiB", "1.50KiB", "1GiB"]
+
+
+def test_a_size_of_more_digits_than_python_prints_is_a_size_error():
+    """Before: quoting ``10**5000`` in the message raised ValueError (int too long for str())."""
+    with pytest.raises(SizeError, match="size an int too long to print: expected at least 1 byte"):
+        parse_size(10**5000)
+
+
+def test_quoted_keeps_a_message_one_short_line():
+    assert quoted("ring:8") == "'ring:8'"
+    long = quoted("ring:" + "9" * 5000)
+    assert len(long) == 60 and long.startswith("'ring:999") and long.endswith("...")

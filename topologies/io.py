@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common.fields import Fields, is_integer
 from common.files import read_json_file
 from topologies import limits
 from topologies.errors import TopologyError
@@ -27,160 +27,106 @@ _LINK_KEYS = ("src", "dst", "bandwidth_GBps", "alpha_us", "count", "bidirectiona
 _NIC_KEYS = ("name", "ranks", "bandwidth_GBps", "alpha_us")
 
 
-class _Fields:
-    """Typed field access that reports ``where.field: expected ...`` on bad input."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-
-    def fail(self, field: str, expected: str, got: Any = ...) -> TopologyError:
-        tail = "" if got is ... else f", got {json.dumps(got) if _jsonable(got) else repr(got)}"
-        return TopologyError(f"{self.where}: {field}: expected {expected}{tail}")
-
-    def keys(self, obj: Any, field: str, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict:
-        if not isinstance(obj, dict):
-            raise self.fail(field or "(top level)", "an object", obj)
-        for key in obj:
-            if key not in allowed:
-                name = f"{field}.{key}" if field else key
-                raise self.fail(name, f"one of the known keys ({', '.join(allowed)})", key)
-        for key in required:
-            if key not in obj:
-                raise self.fail(f"{field}.{key}" if field else key, "a value (required)")
-        return obj
-
-    def integer(self, value: Any, field: str, minimum: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(field, "an integer", value)
-        if minimum is not None and value < minimum:
-            raise self.fail(field, f"an integer >= {minimum}", value)
-        return value
-
-    def value(self, value: Any, field: str, problem: Callable[[Any], str | None]) -> Any:
-        """``value`` if ``problem`` (one of :mod:`topologies.limits`) finds none, else the error."""
-        expected = problem(value)
-        if expected:
-            raise self.fail(field, expected, value)
-        return value
-
-    def string(self, value: Any, field: str) -> str:
-        if not isinstance(value, str) or not value:
-            raise self.fail(field, "a non-empty string", value)
-        return value
-
-    def array(self, value: Any, field: str) -> list:
-        if not isinstance(value, list):
-            raise self.fail(field, "a list", value)
-        return value
-
-
-def _jsonable(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def topology_from_dict(data: Any, where: str = "<topology>") -> Topology:
     """Validate a parsed topology document and build the :class:`Topology`."""
-    f = _Fields(where)
+    f = Fields(where, TopologyError)
     f.keys(data, "", _TOP_KEYS, ("name", "ranks", "links"))
     if "format" in data and data["format"] != FORMAT:
         raise f.fail("format", f'"{FORMAT}"', data["format"])
     name = f.string(data["name"], "name")
     n = f.integer(data["ranks"], "ranks", minimum=1)
     limits.check_ranks(f"{where}: ranks", n)
+    node_of = _node_of(f, data["node_of"], n) if "node_of" in data else (0,) * n
+    switches = _switches(f, data.get("switches", []))
+    links = _links(f, data["links"], n, switches)
+    nics = tuple(
+        _nic(f, entry, f"nics[{i}]", n) for i, entry in enumerate(f.array(data.get("nics", []), "nics"))
+    )
+    description = f.string(data.get("description", ""), "description", empty=True)
+    source = f.string(data.get("source", ""), "source", empty=True)
+    used = {v for edge in links for v in edge if isinstance(v, str)}
+    for sname in switches:
+        if sname not in used:
+            raise f.fail("switches", f"every switch to have links (switch {sname!r} has none)")
+    return Topology.build(name, n, links, switches, node_of, nics, description, source, where=where)
 
-    if "node_of" in data:
-        raw = f.array(data["node_of"], "node_of")
-        if len(raw) != n:
-            raise f.fail("node_of", f"a list of {n} machine indices (one per rank)", raw)
-        node_of = tuple(f.integer(m, f"node_of[{i}]", minimum=0) for i, m in enumerate(raw))
-        if set(node_of) != set(range(max(node_of) + 1)):
-            raise f.fail("node_of", "machine indices numbered 0, 1, ... without gaps", raw)
-    else:
-        node_of = (0,) * n
 
+def _node_of(f: Fields, value: Any, n: int) -> tuple[int, ...]:
+    """The machine of each rank, numbered 0, 1, ... without gaps."""
+    raw = f.array(value, "node_of")
+    if len(raw) != n:
+        raise f.fail("node_of", f"a list of {n} machine indices (one per rank)", raw)
+    node_of = tuple(f.integer(m, f"node_of[{i}]", minimum=0) for i, m in enumerate(raw))
+    if set(node_of) != set(range(max(node_of) + 1)):
+        raise f.fail("node_of", "machine indices numbered 0, 1, ... without gaps", raw)
+    return node_of
+
+
+def _switches(f: Fields, value: Any) -> dict[str, str]:
+    """``{name: kind}`` of the declared switches, names unique."""
     switches: dict[str, str] = {}
-    for i, sw in enumerate(f.array(data.get("switches", []), "switches")):
+    for i, sw in enumerate(f.array(value, "switches")):
         fld = f"switches[{i}]"
         f.keys(sw, fld, _SWITCH_KEYS, _SWITCH_KEYS)
         sname = f.string(sw["name"], f"{fld}.name")
         if sname in switches:
             raise f.fail(f"{fld}.name", "a switch name not used before", sname)
-        if sw["kind"] not in SWITCH_KINDS:
-            raise f.fail(f"{fld}.kind", f"one of {', '.join(SWITCH_KINDS)}", sw["kind"])
-        switches[sname] = sw["kind"]
+        switches[sname] = f.choice(sw["kind"], f"{fld}.kind", SWITCH_KINDS)
+    return switches
 
-    def vertex(value: Any, field: str) -> Vertex:
-        if isinstance(value, bool):
-            raise f.fail(field, f"a rank 0..{n - 1} or a switch name", value)
-        if isinstance(value, int):
-            if not 0 <= value < n:
-                raise f.fail(field, f"a rank in 0..{n - 1}", value)
-            return value
-        if isinstance(value, str):
-            if value not in switches:
-                raise f.fail(field, "a rank number or the name of a declared switch", value)
-            return value
-        raise f.fail(field, f"a rank 0..{n - 1} or a switch name", value)
 
+def _vertex(f: Fields, value: Any, field: str, n: int, switches: dict[str, str]) -> Vertex:
+    """A rank number or the name of a declared switch."""
+    if is_integer(value):
+        if not 0 <= value < n:
+            raise f.fail(field, f"a rank in 0..{n - 1}", value)
+        return value
+    if isinstance(value, str):
+        if value not in switches:
+            raise f.fail(field, "a rank number or the name of a declared switch", value)
+        return value
+    raise f.fail(field, f"a rank 0..{n - 1} or a switch name", value)
+
+
+def _links(f: Fields, value: Any, n: int, switches: dict[str, str]) -> dict[tuple[Vertex, Vertex], Link]:
+    """Every directed link (a bidirectional entry gives two), none listed twice."""
     links: dict[tuple[Vertex, Vertex], Link] = {}
-    entries = f.array(data["links"], "links")
-    limits.check_links(f"{where}: links", len(entries))
+    entries = f.array(value, "links")
+    limits.check_links(f"{f.where}: links", len(entries))
     for i, entry in enumerate(entries):
         fld = f"links[{i}]"
         f.keys(entry, fld, _LINK_KEYS, ("src", "dst", "bandwidth_GBps", "alpha_us"))
-        src = vertex(entry["src"], f"{fld}.src")
-        dst = vertex(entry["dst"], f"{fld}.dst")
+        src = _vertex(f, entry["src"], f"{fld}.src", n, switches)
+        dst = _vertex(f, entry["dst"], f"{fld}.dst", n, switches)
         if src == dst:
             raise f.fail(f"{fld}.dst", "a vertex other than src (no self links)", entry["dst"])
-        link = Link(
-            bandwidth_GBps=float(
-                f.value(entry["bandwidth_GBps"], f"{fld}.bandwidth_GBps", limits.bandwidth_problem)
-            ),
-            alpha_us=float(f.value(entry["alpha_us"], f"{fld}.alpha_us", limits.alpha_problem)),
-            count=f.value(entry.get("count", 1), f"{fld}.count", limits.count_problem),
-        )
-        bidirectional = entry.get("bidirectional", True)
-        if not isinstance(bidirectional, bool):
-            raise f.fail(f"{fld}.bidirectional", "true or false", bidirectional)
+        bandwidth, alpha = _rate(f, entry, fld)
+        link = Link(bandwidth, alpha, f.check(entry.get("count", 1), f"{fld}.count", limits.count_problem))
+        bidirectional = f.boolean(entry.get("bidirectional", True), f"{fld}.bidirectional")
         for edge in [(src, dst), (dst, src)] if bidirectional else [(src, dst)]:
             if edge in links:
                 raise f.fail(fld, f"a link not listed before ({edge[0]} -> {edge[1]} is a duplicate)")
             links[edge] = link
+    return links
 
-    nics: list[Nic] = []
-    for i, entry in enumerate(f.array(data.get("nics", []), "nics")):
-        fld = f"nics[{i}]"
-        f.keys(entry, fld, _NIC_KEYS, _NIC_KEYS)
-        ranks = tuple(
-            f.integer(r, f"{fld}.ranks[{j}]", minimum=0)
-            for j, r in enumerate(f.array(entry["ranks"], f"{fld}.ranks"))
-        )
-        if not ranks or any(r >= n for r in ranks):
-            raise f.fail(f"{fld}.ranks", f"a non-empty list of ranks in 0..{n - 1}", entry["ranks"])
-        nics.append(
-            Nic(
-                name=f.string(entry["name"], f"{fld}.name"),
-                ranks=ranks,
-                bandwidth_GBps=float(
-                    f.value(entry["bandwidth_GBps"], f"{fld}.bandwidth_GBps", limits.bandwidth_problem)
-                ),
-                alpha_us=float(f.value(entry["alpha_us"], f"{fld}.alpha_us", limits.alpha_problem)),
-            )
-        )
-    description = data.get("description", "")
-    source = data.get("source", "")
-    for key, value in (("description", description), ("source", source)):
-        if not isinstance(value, str):
-            raise f.fail(key, "a string", value)
-    used = {v for edge in links for v in edge if isinstance(v, str)}
-    for sname in switches:
-        if sname not in used:
-            raise f.fail("switches", f"every switch to have links (switch {sname!r} has none)")
-    return Topology.build(name, n, links, switches, node_of, tuple(nics), description, source, where=where)
+
+def _rate(f: Fields, entry: dict[str, Any], fld: str) -> tuple[float, float]:
+    """``(bandwidth_GBps, alpha_us)`` of a link or a NIC, each within the topology's ranges."""
+    bandwidth = f.check(entry["bandwidth_GBps"], f"{fld}.bandwidth_GBps", limits.bandwidth_problem)
+    alpha = f.check(entry["alpha_us"], f"{fld}.alpha_us", limits.alpha_problem)
+    return float(bandwidth), float(alpha)
+
+
+def _nic(f: Fields, entry: Any, fld: str, n: int) -> Nic:
+    f.keys(entry, fld, _NIC_KEYS, _NIC_KEYS)
+    ranks = tuple(
+        f.integer(r, f"{fld}.ranks[{j}]", minimum=0)
+        for j, r in enumerate(f.array(entry["ranks"], f"{fld}.ranks"))
+    )
+    if not ranks or any(r >= n for r in ranks):
+        raise f.fail(f"{fld}.ranks", f"a non-empty list of ranks in 0..{n - 1}", entry["ranks"])
+    name = f.string(entry["name"], f"{fld}.name")
+    return Nic(name, ranks, *_rate(f, entry, fld))
 
 
 def load_topology_file(path: str | Path) -> Topology:

@@ -9,10 +9,10 @@ stays a finite, non-zero number.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
+from common.fields import is_integer, is_number
 from common.limits import Limit
 from topologies.errors import TopologyError
 
@@ -32,7 +32,6 @@ __all__ = [
     "check_ranks",
     "count_problem",
     "logical_links_bound",
-    "max_links",
     "max_ranks",
 ]
 
@@ -64,11 +63,6 @@ COUNT_MAX = 1024
 def max_ranks() -> int:
     """:data:`MAX_RANKS`, or ``XCCL_MAX_RANKS`` where set."""
     return RANKS.value
-
-
-def max_links() -> int:
-    """:data:`MAX_LINKS`, or ``XCCL_MAX_LINKS`` where set."""
-    return LINKS.value
 
 
 def check_ranks(where: str, ranks: int) -> None:
@@ -113,27 +107,23 @@ def logical_links_bound(num_ranks: int, edges: Iterable[tuple[Any, Any]]) -> int
     return min(bound, num_ranks * (num_ranks - 1))
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def bandwidth_problem(value: Any) -> str | None:
     """What a ``bandwidth_GBps`` is expected to be, or None when ``value`` is one."""
     low, high = BANDWIDTH_GBPS_RANGE
-    if _finite(value) and low <= value <= high:
+    if is_number(value) and low <= value <= high:
         return None
     return f"a number of GB/s from {low:g} to {high:g}"
 
 
 def alpha_problem(value: Any) -> str | None:
     """What an ``alpha_us`` is expected to be, or None when ``value`` is one."""
-    if _finite(value) and 0 <= value <= ALPHA_US_MAX:
+    if is_number(value) and 0 <= value <= ALPHA_US_MAX:
         return None
     return f"a number of microseconds from 0 to {ALPHA_US_MAX:g}"
 
 
 def count_problem(value: Any) -> str | None:
     """What a link ``count`` is expected to be, or None when ``value`` is one."""
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= COUNT_MAX:
+    if is_integer(value) and 1 <= value <= COUNT_MAX:
         return None
     return f"an integer from 1 to {COUNT_MAX}"

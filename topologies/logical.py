@@ -90,27 +90,20 @@ class LogicalTopology:
         return {edge: tuple(pairs) for edge, pairs in out.items() if pairs}
 
     @cached_property
-    def _out(self) -> dict[int, tuple[int, ...]]:
+    def _neighbours(self) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[int, ...]]]:
+        """``(successors, predecessors)`` of every rank, each sorted."""
         out: dict[int, list[int]] = {r: [] for r in range(self.num_ranks)}
-        for src, dst in self.links:
-            out[src].append(dst)
-        return {r: tuple(sorted(v)) for r, v in out.items()}
-
-    @cached_property
-    def _in(self) -> dict[int, tuple[int, ...]]:
         inn: dict[int, list[int]] = {r: [] for r in range(self.num_ranks)}
         for src, dst in self.links:
+            out[src].append(dst)
             inn[dst].append(src)
-        return {r: tuple(sorted(v)) for r, v in inn.items()}
+        return _sorted_values(out), _sorted_values(inn)
 
     def successors(self, rank: int) -> tuple[int, ...]:
-        return self._out[rank]
+        return self._neighbours[0][rank]
 
     def predecessors(self, rank: int) -> tuple[int, ...]:
-        return self._in[rank]
-
-    def has_link(self, src: int, dst: int) -> bool:
-        return (src, dst) in self.links
+        return self._neighbours[1][rank]
 
     @cached_property
     def hops(self) -> np.ndarray:
@@ -122,7 +115,7 @@ class LogicalTopology:
             queue = deque([src])
             while queue:
                 u = queue.popleft()
-                for v in self._out[u]:
+                for v in self.successors(u):
                     if dist[src, v] < 0:
                         dist[src, v] = dist[src, u] + 1
                         queue.append(v)
@@ -189,6 +182,10 @@ def _path_rules_ok(topo: Topology, path: list[Vertex], nxt: Vertex) -> bool:
         if any(kinds.get(v) == "network" for v in path[1:]):
             return topo.node_of[path[0]] != topo.node_of[nxt]
     return True
+
+
+def _sorted_values(lists: dict[int, list[int]]) -> dict[int, tuple[int, ...]]:
+    return {key: tuple(sorted(values)) for key, values in lists.items()}
 
 
 def _shortest_routes(topo: Topology, src: int) -> dict[int, list[Vertex]]:

@@ -136,9 +136,6 @@ class Topology:
         data = self.graph.get_edge_data(src, dst)
         return data["link"] if data else None
 
-    def is_rank(self, v: Vertex) -> bool:
-        return isinstance(v, int)
-
     # -- derived views ---------------------------------------------------------------------
     @cached_property
     def _logical(self) -> LogicalTopology:
@@ -159,16 +156,8 @@ class Topology:
     def reverse(self) -> Topology:
         """Every link turned around (used to synthesize a combining collective through its dual)."""
         links = {(dst, src): link for src, dst, link in self.links()}
-        return Topology.build(
-            name=self.name,
-            num_ranks=self.num_ranks,
-            links=links,
-            switches=self.switches,
-            node_of=self.node_of,
-            nics=self.nics,
-            description=self.description,
-            source=self.source,
-        )
+        fields = (self.switches, self.node_of, self.nics, self.description, self.source)
+        return Topology.build(self.name, self.num_ranks, links, *fields)
 
     def is_symmetric(self) -> bool:
         """True when every link has an equal link in the opposite direction."""

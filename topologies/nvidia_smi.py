@@ -7,6 +7,7 @@ PCIe paths, which this parser models only if asked (one shared PCIe switch).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from topologies.errors import TopologyError
 from topologies.limits import COUNT_MAX, bandwidth_problem, check_links, check_ranks, count_problem
@@ -34,49 +35,9 @@ def parse_nvidia_smi_topo(
         expected = None if rate is None else bandwidth_problem(rate)  # as the topology format's
         if expected:
             raise TopologyError(f"{where}: {field}: expected {expected}, got {rate:g}")
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header on a terminal
-    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
-    # the header is indented (its first cell is empty); rows start with their GPU label
-    header = next((ln for ln in lines if ln[:1].isspace() and ln.split()[:1] == ["GPU0"]), None)
-    rows = [ln for ln in lines if re.match(r"^GPU\d+\s", ln)]
-    if header is None or not rows:
-        raise TopologyError(
-            f"{where}: expected the matrix of `nvidia-smi topo -m` (a header with GPU0 ... and rows GPU0 ...)"
-        )
-    columns = header.split("\t") if "\t" in header else header.split()
-    columns = [c.strip() for c in columns if c.strip()]
-    gpu_cols = [c for c in columns if re.match(r"^GPU\d+$", c)]
-    n = len(gpu_cols)
-    if len(rows) != n:
-        raise TopologyError(f"{where}: header names {n} GPUs but there are {len(rows)} GPU rows")
-    check_ranks(where, n)
-    links: dict = {}
-    for i, row in enumerate(rows):
-        cells = [c.strip() for c in (row.split("\t") if "\t" in row else row.split())]
-        label, cells = cells[0], cells[1:]
-        if label != f"GPU{i}":
-            raise TopologyError(f"{where}: row {i + 1}: expected GPU{i}, got {label}")
-        if len(cells) < n:
-            raise TopologyError(f"{where}: row GPU{i}: expected {n} GPU cells, got {len(cells)}")
-        for j, cell in enumerate(cells[:n]):
-            if i == j:
-                if cell != "X":
-                    raise TopologyError(
-                        f"{where}: row GPU{i} column GPU{j}: expected X on the diagonal, got {cell}"
-                    )
-                continue
-            match = _NV.match(cell)
-            if match:
-                bond = int(match[1]) if len(match[1]) <= 6 else COUNT_MAX + 1  # no 5,000-digit int
-                if count_problem(bond):
-                    raise TopologyError(
-                        f"{where}: row GPU{i} column GPU{j}: expected NV1 .. NV{COUNT_MAX}, got {cell[:20]}"
-                    )
-                links[(i, j)] = Link(nvlink_GBps, nvlink_alpha_us, bond)
-        check_links(where, len(links))
-    for (i, j), link in links.items():
-        if links.get((j, i)) != link:
-            raise TopologyError(f"{where}: GPU{i}-GPU{j}: the matrix is not symmetric")
+    rows = _matrix(text, where)
+    n = len(rows)
+    links = _nvlinks(rows, where, Link(nvlink_GBps, nvlink_alpha_us))
     switches = {}
     if pcie_GBps is not None:
         switches["pcie"] = "pcie"
@@ -98,3 +59,60 @@ def parse_nvidia_smi_topo(
                 f"{exc}; some GPUs have no NVLink path: pass a PCIe rate (--pcie-GBps) to join them"
             ) from None
         raise
+
+
+def _matrix(text: str, where: str) -> list[list[str]]:
+    """The GPU cells of each GPU row (row ``i`` labelled ``GPUi``), as many rows as the header names GPUs."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header on a terminal
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    # the header is indented (its first cell is empty); rows start with their GPU label
+    header = next((ln for ln in lines if ln[:1].isspace() and ln.split()[:1] == ["GPU0"]), None)
+    rows = [ln for ln in lines if re.match(r"^GPU\d+\s", ln)]
+    if header is None or not rows:
+        raise TopologyError(
+            f"{where}: expected the matrix of `nvidia-smi topo -m` (a header with GPU0 ... and rows GPU0 ...)"
+        )
+    n = sum(1 for c in _cells(header) if re.match(r"^GPU\d+$", c))  # empty cells match no GPU
+    if len(rows) != n:
+        raise TopologyError(f"{where}: header names {n} GPUs but there are {len(rows)} GPU rows")
+    check_ranks(where, n)
+    matrix = []
+    for i, row in enumerate(rows):
+        label, *cells = _cells(row)
+        if label != f"GPU{i}":
+            raise TopologyError(f"{where}: row {i + 1}: expected GPU{i}, got {label}")
+        if len(cells) < n:
+            raise TopologyError(f"{where}: row GPU{i}: expected {n} GPU cells, got {len(cells)}")
+        matrix.append(cells[:n])
+    return matrix
+
+
+def _cells(line: str) -> list[str]:
+    """A line's cells: tab-separated where it has tabs, else split at spaces."""
+    return [c.strip() for c in (line.split("\t") if "\t" in line else line.split())]
+
+
+def _nvlinks(rows: list[list[str]], where: str, nvlink: Link) -> dict:
+    """``{(i, j): Link}`` for every ``NV#`` cell (a bond of # links), the matrix symmetric."""
+    links: dict = {}
+    for i, cells in enumerate(rows):
+        for j, cell in enumerate(cells):
+            if i == j:
+                if cell != "X":
+                    raise TopologyError(
+                        f"{where}: row GPU{i} column GPU{j}: expected X on the diagonal, got {cell}"
+                    )
+                continue
+            match = _NV.match(cell)
+            if match:
+                bond = int(match[1]) if len(match[1]) <= 6 else COUNT_MAX + 1  # no 5,000-digit int
+                if count_problem(bond):
+                    raise TopologyError(
+                        f"{where}: row GPU{i} column GPU{j}: expected NV1 .. NV{COUNT_MAX}, got {cell[:20]}"
+                    )
+                links[(i, j)] = replace(nvlink, count=bond)
+        check_links(where, len(links))
+    for (i, j), link in links.items():
+        if links.get((j, i)) != link:
+            raise TopologyError(f"{where}: GPU{i}-GPU{j}: the matrix is not symmetric")
+    return links

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
-from common.files import parse_json
+from common.errors import quoted
+from common.files import named_file, read_shipped, shipped_names
 from topologies.builders import FAMILIES, multi_node
 from topologies.errors import TopologyError
 from topologies.io import load_topology_file, topology_from_dict
@@ -26,20 +26,12 @@ _SIZE = {1: re.compile(r"[0-9]+"), 2: re.compile(r"[0-9]+x[0-9]+")}
 
 def shipped_machines() -> list[str]:
     """Names of the machine files shipped in ``topologies/machines``."""
-    folder = resources.files("topologies") / "machines"
-    return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+    return shipped_names("topologies", "machines")
 
 
 @lru_cache(maxsize=64)
 def _shipped(name: str) -> Topology:
-    path = resources.files("topologies") / "machines" / f"{name}.json"
-    where = f"topologies/machines/{name}.json"
-    return topology_from_dict(parse_json(path.read_text(encoding="utf-8"), where, TopologyError), where)
-
-
-def _shown(name: str) -> str:
-    """``name`` as an error message quotes it (a 5,000-digit size is cut short)."""
-    return repr(name if len(name) <= 60 else name[:50] + "...")
+    return topology_from_dict(*read_shipped("topologies", "machines", name, TopologyError))
 
 
 def _sizes(name: str, digits: list[str]) -> list[int]:
@@ -49,7 +41,7 @@ def _sizes(name: str, digits: list[str]) -> list[int]:
     longest = max(len(d.lstrip("0")) for d in digits)
     if longest > len(str(limit)):
         raise TopologyError(
-            f"topology {_shown(name)}: a size of {longest} digits, more than the limit of {limit} ranks "
+            f"topology {quoted(name)}: a size of {longest} digits, more than the limit of {limit} ranks "
             f"(set {RANKS_ENV} to raise it)"
         )
     return [int(d) for d in digits]
@@ -60,7 +52,7 @@ def _family(name: str) -> Topology:
     builder = FAMILIES.get(family.replace("_", "-"))
     if builder is None:
         raise TopologyError(
-            f"topology {_shown(name)}: unknown family {family!r}; expected one of {', '.join(FAMILIES)}"
+            f"topology {quoted(name)}: unknown family {family!r}; expected one of {', '.join(FAMILIES)}"
         )
     dims = 2 if builder is FAMILIES["torus"] else 1
     size = size.lower()
@@ -70,7 +62,7 @@ def _family(name: str) -> Topology:
             if dims == 2
             else f"{family}:N, N a whole number ({family}:8)"
         )
-        raise TopologyError(f"topology {_shown(name)}: expected {shape}")
+        raise TopologyError(f"topology {quoted(name)}: expected {shape}")
     return builder(*_sizes(name, size.split("x")))
 
 
@@ -86,7 +78,7 @@ def _load_name(name: str) -> Topology:
         (k,) = _sizes(name, [match["k"]])
         return multi_node(_shipped(match["machine"]), k, name=name)
     raise TopologyError(
-        f"unknown topology {_shown(name)}: expected a shipped machine ({', '.join(machines)}), "
+        f"unknown topology {quoted(name)}: expected a shipped machine ({', '.join(machines)}), "
         f"a multi-machine variant like ndv2x2, a family with its size like ring:8 or torus:4x4, "
         f"or a path to a JSON file"
     )
@@ -96,17 +88,5 @@ def load(name_or_path: str | Path | Topology) -> Topology:
     """Resolve a topology name or file (see module docstring); a Topology passes through."""
     if isinstance(name_or_path, Topology):
         return name_or_path
-    text = str(name_or_path)
-    path = Path(text)
-    if text.endswith(".json") or "/" in text or _is_file(path):
-        if not path.exists():
-            raise TopologyError(f"{path}: no such topology file")
-        return load_topology_file(path)  # a folder or a device is reported by the reader
-    return _load_name(text)
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except OSError:  # a name too long to be a file's (ring:<5,000 digits>)
-        return False
+    path = named_file(name_or_path, "topology", TopologyError)
+    return _load_name(str(name_or_path)) if path is None else load_topology_file(path)

@@ -12,6 +12,7 @@ from typing import Any
 from codegen.errors import IRFormatError
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
 from codegen.limits import CHUNKS, RANKS
+from common.fields import Fields
 from common.files import parse_json
 
 __all__ = ["FORMAT", "read_ir_json", "write_ir_json"]
@@ -67,51 +68,25 @@ def write_ir_json(ir: IR) -> str:
     return "\n".join(lines) + "\n"
 
 
-class _Reader:
-    def __init__(self, where: str) -> None:
-        self.where = where
-
-    def fail(self, field: str, expected: str) -> IRFormatError:
-        return IRFormatError(f"{self.where}: {field}: expected {expected}")
-
-    def obj(self, value: Any, field: str, keys: tuple[str, ...]) -> dict:
-        if not isinstance(value, dict) or set(value) != set(keys):
-            raise self.fail(field, f"an object with keys {', '.join(keys)}")
-        return value
-
-    def int(self, value: Any, field: str, lo: int | None = None, none: bool = False) -> Any:
-        if value is None and none:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or (lo is not None and value < lo):
-            raise self.fail(
-                field, "an integer" + (f" >= {lo}" if lo is not None else "") + (" or null" if none else "")
-            )
-        return value
+class _Reader(Fields):
+    """The IR's own compound fields: chunk counts within the limit, buffer references, ops."""
 
     def chunks(self, value: Any, field: str, lo: int = 0) -> int:
         """A count of chunks, within xccl's limit (:data:`codegen.limits.CHUNKS`)."""
-        count = self.int(value, field, lo)
+        count = self.integer(value, field, lo)
         CHUNKS.check(count, f"{self.where}: {field}", IRFormatError)
         return count
-
-    def bool(self, value: Any, field: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(field, "true or false")
-        return value
 
     def ref(self, value: Any, field: str) -> Ref | None:
         if value is None:
             return None
         if not (isinstance(value, list) and len(value) == 2 and value[0] in ("i", "o", "s")):
             raise self.fail(field, '["i"|"o"|"s", index] or null')
-        return Ref(Buffer(value[0]), self.int(value[1], f"{field}[1]"))
+        return Ref(Buffer(value[0]), self.integer(value[1], f"{field}[1]"))
 
     def op(self, value: Any, field: str) -> Op:
-        doc = self.obj(value, field, ("type", "src", "dst", "count", "deps", "has_dep"))
-        try:
-            kind = OpType(doc["type"])
-        except ValueError:
-            raise self.fail(f"{field}.type", f"one of {', '.join(t.value for t in OpType)}") from None
+        doc = self.record(value, field, ("type", "src", "dst", "count", "deps", "has_dep"))
+        kind = OpType(self.choice(doc["type"], f"{field}.type", (t.value for t in OpType)))
         deps = doc["deps"]
         if not isinstance(deps, list) or not all(isinstance(d, list) and len(d) == 2 for d in deps):
             raise self.fail(f"{field}.deps", "a list of [threadblock, step]")
@@ -119,17 +94,17 @@ class _Reader:
             kind,
             self.ref(doc["src"], f"{field}.src"),
             self.ref(doc["dst"], f"{field}.dst"),
-            self.int(doc["count"], f"{field}.count", 0),
-            tuple(Dep(self.int(t, f"{field}.deps"), self.int(s, f"{field}.deps")) for t, s in deps),
-            self.bool(doc["has_dep"], f"{field}.has_dep"),
+            self.integer(doc["count"], f"{field}.count", 0),
+            tuple(Dep(self.integer(t, f"{field}.deps"), self.integer(s, f"{field}.deps")) for t, s in deps),
+            self.boolean(doc["has_dep"], f"{field}.has_dep"),
         )
 
 
 def read_ir_json(text: str, where: str = "<ir>") -> IR:
     """Parse our JSON IR; malformed input raises :class:`IRFormatError` naming the field."""
     doc = parse_json(text, where, IRFormatError)
-    r = _Reader(where)
-    doc = r.obj(doc, "(top level)", ("format", *_HEAD, "gpus"))
+    r = _Reader(where, IRFormatError)
+    doc = r.record(doc, "(top level)", ("format", *_HEAD, "gpus"))
     if doc["format"] != FORMAT:
         raise r.fail("format", f'"{FORMAT}"')
     if (
@@ -138,34 +113,29 @@ def read_ir_json(text: str, where: str = "<ir>") -> IR:
         or not isinstance(doc["protocol"], str)
     ):
         raise r.fail("name/collective/protocol", "strings")
-    if not isinstance(doc["gpus"], list):
-        raise r.fail("gpus", "a list")
-    RANKS.check(r.int(doc["num_ranks"], "num_ranks", 1), f"{where}: num_ranks", IRFormatError)
+    RANKS.check(r.integer(doc["num_ranks"], "num_ranks", 1), f"{where}: num_ranks", IRFormatError)
     gpus = []
-    for g, gdoc in enumerate(doc["gpus"]):
-        gd = r.obj(
+    for g, gdoc in enumerate(r.array(doc["gpus"], "gpus")):
+        gd = r.record(
             gdoc, f"gpus[{g}]", ("rank", "input_chunks", "output_chunks", "scratch_chunks", "threadblocks")
         )
-        if not isinstance(gd["threadblocks"], list):
-            raise r.fail(f"gpus[{g}].threadblocks", "a list")
         tbs = []
-        for t, tdoc in enumerate(gd["threadblocks"]):
+        for t, tdoc in enumerate(r.array(gd["threadblocks"], f"gpus[{g}].threadblocks")):
             where = f"gpus[{g}].threadblocks[{t}]"
-            td = r.obj(tdoc, where, ("id", "send", "recv", "channel", "ops"))
-            if not isinstance(td["ops"], list):
-                raise r.fail(f"{where}.ops", "a list")
+            td = r.record(tdoc, where, ("id", "send", "recv", "channel", "ops"))
+            ops = r.array(td["ops"], f"{where}.ops")
             tbs.append(
                 Threadblock(
-                    r.int(td["id"], f"{where}.id", 0),
-                    r.int(td["send"], f"{where}.send", 0, none=True),
-                    r.int(td["recv"], f"{where}.recv", 0, none=True),
-                    r.int(td["channel"], f"{where}.channel", 0),
-                    tuple(r.op(o, f"{where}.ops[{k}]") for k, o in enumerate(td["ops"])),
+                    r.integer(td["id"], f"{where}.id", 0),
+                    r.integer(td["send"], f"{where}.send", 0, null=True),
+                    r.integer(td["recv"], f"{where}.recv", 0, null=True),
+                    r.integer(td["channel"], f"{where}.channel", 0),
+                    tuple(r.op(o, f"{where}.ops[{k}]") for k, o in enumerate(ops)),
                 )
             )
         gpus.append(
             Gpu(
-                r.int(gd["rank"], f"gpus[{g}].rank", 0),
+                r.integer(gd["rank"], f"gpus[{g}].rank", 0),
                 r.chunks(gd["input_chunks"], f"gpus[{g}].input_chunks"),
                 r.chunks(gd["output_chunks"], f"gpus[{g}].output_chunks"),
                 r.chunks(gd["scratch_chunks"], f"gpus[{g}].scratch_chunks"),
@@ -175,13 +145,13 @@ def read_ir_json(text: str, where: str = "<ir>") -> IR:
     return IR(
         name=doc["name"],
         collective=doc["collective"],
-        num_ranks=r.int(doc["num_ranks"], "num_ranks", 1),
+        num_ranks=r.integer(doc["num_ranks"], "num_ranks", 1),
         nchunksperloop=r.chunks(doc["nchunksperloop"], "nchunksperloop", 1),
         gpus=tuple(gpus),
         protocol=doc["protocol"],
-        inplace=r.bool(doc["inplace"], "inplace"),
-        outofplace=r.bool(doc["outofplace"], "outofplace"),
-        root=r.int(doc["root"], "root", 0, none=True),
-        min_bytes=r.int(doc["min_bytes"], "min_bytes", 0),
-        max_bytes=r.int(doc["max_bytes"], "max_bytes", 0),
+        inplace=r.boolean(doc["inplace"], "inplace"),
+        outofplace=r.boolean(doc["outofplace"], "outofplace"),
+        root=r.integer(doc["root"], "root", 0, null=True),
+        min_bytes=r.integer(doc["min_bytes"], "min_bytes", 0),
+        max_bytes=r.integer(doc["max_bytes"], "max_bytes", 0),
     )

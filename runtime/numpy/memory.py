@@ -19,9 +19,8 @@ import numpy as np
 
 from codegen.ir import Buffer
 
-__all__ = ["BUFFER_NAMES", "Message", "RankMemory", "garbage"]
+__all__ = ["Message", "RankMemory", "garbage"]
 
-BUFFER_NAMES = {Buffer.INPUT: "input", Buffer.OUTPUT: "output", Buffer.SCRATCH: "scratch"}
 
 
 def garbage(dtype: np.dtype) -> object:

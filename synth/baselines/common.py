@@ -16,7 +16,6 @@ __all__ = [
     "make_algorithm",
     "require_link",
     "reverse_time",
-    "ring_paths",
     "schedule_paths",
 ]
 
@@ -110,11 +109,6 @@ def hamiltonian_cycle(topology: Topology, kind: str = "ring") -> list[int]:
             f"baseline {kind}: found no ring (Hamiltonian cycle) through all ranks of {topology.name}"
         )
     return cycle
-
-
-def ring_paths(cycle: Sequence[int]) -> dict[int, int]:
-    """Position of every rank on the cycle."""
-    return {r: i for i, r in enumerate(cycle)}
 
 
 def schedule_paths(routes: Iterable[tuple[int, Sequence[int], int]]) -> list[list[Send]]:

@@ -164,9 +164,6 @@ class ModelBuilder:
         self._row_upper.append(upper)
         return index
 
-    def set_cost(self, col: int, cost: float) -> None:
-        self._cost[col] = cost
-
     @property
     def num_cols(self) -> int:
         return len(self._names)
