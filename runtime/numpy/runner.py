@@ -65,8 +65,13 @@ def run(
     ``max_memory``). A ``custom`` IR is compared with the collective ``declared`` for it; without
     one its outputs are not compared (``checked`` False).
 
-    >>> from runtime.samples import ring_allgather
-    >>> result = run(ring_allgather(4), 4096, "float32")
+    >>> from codegen import compile_algorithm
+    >>> from synth.baselines import make_baseline
+    >>> from synth.collectives import make_collective
+    >>> from topologies import load
+    >>> ring4 = load("ring:4")
+    >>> ir = compile_algorithm(make_baseline("ring", ring4, make_collective("allgather", 4)), ring4)
+    >>> result = run(ir, 4096, "float32")
     >>> result.checked, result.count, result.chunk_elems
     (True, 1024, 256)
     """
