@@ -344,25 +344,21 @@ def run(
     ...
     common.units.SizeError: size 1.5 (float): expected a whole number of bytes ...
     """
+    from runtime.backends import BenchCase, backends
     from runtime.bench import aligned_size
     from runtime.selection import check_window
 
     nbytes = parse_size(size)
     target = _target(ir)
     ir = target.ir
-    if backend not in ("auto", "numpy", "cupy"):
-        raise ExecutionError(f"backend {backend!r}: run takes numpy, cupy or auto")
+    executors = {name: cls for name, cls in backends().items() if cls.checks}
+    if backend != "auto" and backend not in executors:
+        raise ExecutionError(f"backend {backend!r}: run takes {', '.join(executors)} or auto")
     chosen = best_backend() if backend == "auto" else backend
     place = _placement(ir, inplace)
     nbytes = aligned_size(ir, nbytes, dtype)
     check_window(ir, nbytes, target.dialect)
-    if chosen == "cupy":
-        from runtime import cupy as gpu
-
-        return gpu.run(ir, nbytes, dtype, op, inplace=place, declared=target.declared)
-    from runtime.numpy import run as cpu_run
-
-    return cpu_run(ir, nbytes, dtype, op, inplace=place, declared=target.declared)
+    return executors[chosen]().run_once(ir, BenchCase(nbytes, dtype, op, place, target.declared))
 
 
 def bench(
