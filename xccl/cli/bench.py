@@ -115,14 +115,17 @@ def _where(inplace: bool) -> str:
     return "in-place" if inplace else "out-of-place"
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Runnable, bool]:
-    """The runnable FILE and whether the call is in place."""
+def _call(args: argparse.Namespace) -> tuple[Runnable, bool, dict]:
+    """The runnable FILE, whether the call is in place, and the ``runtime.bench.bench`` arguments
+    both commands share; the backend's options are refused, if they must be, before FILE is read."""
     from codegen.loader import parse_params
     from runtime.reference import parse_dtype
 
+    options = _backend_options(args)
     parse_dtype(args.dtype)
     runnable = load_runnable(args.file, parse_params(args.define), args.inplace, args.topology)
-    return runnable, _placement(runnable.ir, args.inplace)
+    inplace = _placement(runnable.ir, args.inplace)
+    return runnable, inplace, _bench_args(args, runnable, inplace, options)
 
 
 def _sizes(flag: str, parse: Callable[[str], T], text: str) -> T:
@@ -235,15 +238,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.bench import BenchError, bench
 
     sizes = _sizes("--sizes", parse_size_range, args.sizes)
-    options = _backend_options(args)
-    runnable, inplace = _prepare(args)
+    runnable, inplace, kwargs = _call(args)
     ir = runnable.ir
     if backends()[args.backend].needs_topology and runnable.topology is None:
         raise BenchError(
             f"{args.file}: backend {args.backend} times the IR on a topology, and this file names none: "
             "pass --topology"
         )
-    kwargs = _bench_args(args, runnable, inplace, options)
     done = []
 
     def on_row(row: BenchRow) -> None:
@@ -266,30 +267,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     from runtime.bench import bench
 
     size = _sizes("--size", parse_size, args.size)
-    options = _backend_options(args)
-    runnable, inplace = _prepare(args)
-    ir = runnable.ir
-    report = bench(
-        ir, [size], warmup=0, repeats=1, skip=False, **_bench_args(args, runnable, inplace, options)
-    )
+    runnable, inplace, kwargs = _call(args)
+    report = bench(runnable.ir, [size], warmup=0, repeats=1, skip=False, **kwargs)
     if report.interrupted:
         progress("interrupted")
         return INTERRUPTED
-    (row,) = report.rows
     if args.json:
         print_json(_report_json(args, report))
-    elif not row.failed:
-        rounded = "" if row.size_bytes == size else f", rounded down from {format_size(size)}"
-        what = (
-            f"{ir.name}: {ir.collective} on {ir.num_ranks} ranks, {format_size(row.size_bytes)} "
-            f"({row.count} {row.dtype}{rounded}), {row.op}, {_where(inplace)}"
-        )
-        took = f"({report.backend}, {row.time_us / 1e3:.2f} ms)"
-        if row.check == "ok":
-            print(f"ok: {what}: every output matches the NumPy reference {took}")
-        else:
-            print(f"{row.check}: {what}: ran, outputs not compared: {row.note} {took}")
+    elif not report.rows[0].failed:
+        print(_run_line(runnable.ir, inplace, report, size))
     return _exit_status(report, args.check, "run")
+
+
+def _run_line(ir: IR, inplace: bool, report: BenchReport, size: int) -> str:
+    """What ``xccl run`` says of a run that did not fail: the check word, the call, the time."""
+    (row,) = report.rows
+    rounded = "" if row.size_bytes == size else f", rounded down from {format_size(size)}"
+    what = (
+        f"{ir.name}: {ir.collective} on {ir.num_ranks} ranks, {format_size(row.size_bytes)} "
+        f"({row.count} {row.dtype}{rounded}), {row.op}, {_where(inplace)}"
+    )
+    took = f"({report.backend}, {row.time_us / 1e3:.2f} ms)"
+    if row.check == "ok":
+        return f"ok: {what}: every output matches the NumPy reference {took}"
+    return f"{row.check}: {what}: ran, outputs not compared: {row.note} {took}"
 
 
 def _common(p: argparse.ArgumentParser, choices: list[str]) -> None:
