@@ -14,10 +14,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the samples are test support
+
+import runtime_samples as samples
 
 from codegen import compile_algorithm
 from common.units import format_size, parse_size_range
-from runtime import samples
 from synth.baselines import make_baseline
 from synth.collectives import make_collective
 from topologies import load

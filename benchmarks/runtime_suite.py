@@ -1,4 +1,4 @@
-"""Every shipped example and every baseline on every topology of ``runtime.suite``, compiled, run on
+"""Every shipped example and every baseline on every topology of ``tests/executor_suite.py``, compiled, run on
 the NumPy executor at every call of the suite (four dtypes, sum and max, each placement the IR
 allows, tiny tiles and the protocol's own), checked against the NumPy reference.
 
@@ -15,10 +15,14 @@ import argparse
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the suite is test support
+
+from executor_suite import baseline_cases, calls, example_cases
 
 from common.errors import XcclError
 from runtime.numpy import run
-from runtime.suite import baseline_cases, calls, example_cases
 from xccl.cli.output import print_table, progress
 
 

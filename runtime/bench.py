@@ -1,30 +1,36 @@
 """The benchmark harness: an IR over a list of sizes on one backend, reported as nccl-tests does.
 
-A backend is a class registered with :func:`register_backend` in one of ``BACKEND_MODULES``: it
-names itself, says how it times (``wall``: host clock, ``device``: GPU events, ``model``: the
-simulator) and whether it can check results, and :meth:`Backend.prepare` returns a :class:`Trial`
-for one size. The harness resets the trial before every run (untimed), runs ``warmup`` times
-untimed and ``repeats`` times timed, reports the median, and checks the last run's outputs against
-the NumPy reference. algbw is size / time and busbw is algbw times the collective's nccl-tests
+The backends are those of the registry in ``runtime.backends`` (re-exported here): each prepares
+a :class:`Trial` for one size, and the harness resets the trial before every run (untimed), runs
+``warmup`` times untimed and ``repeats`` times timed, reports the median, and checks the last
+run's outputs against the NumPy reference. algbw is size / time and busbw is algbw times the collective's nccl-tests
 factor. A size at which the IR deadlocks or reads memory nothing wrote gets a row without times
 (``deadlock`` / ``wrong``), and the next size runs; so does a size the runtime would not select the
 IR for, or one above the memory limit (``skipped``, with a note saying why). Every row's ``check``
-is one of :data:`CHECKS`, in the table and in the JSON alike. A new backend (CuPy) only has to
-register itself in its module.
+is one of :data:`CHECKS`, in the table and in the JSON alike.
 """
 
 from __future__ import annotations
 
-import importlib
 import statistics
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar
 
 from codegen.ir import IR
-from common.errors import XcclError
 from common.units import parse_size
+from runtime.backends import (
+    BACKEND_MODULES,
+    BACKENDS,
+    TIMINGS,
+    Backend,
+    BenchCase,
+    BenchError,
+    ExecutorTrial,
+    Trial,
+    backends,
+    get_backend,
+    register_backend,
+)
 from runtime.errors import (
     DeadlockError,
     ExecutionMismatch,
@@ -33,7 +39,7 @@ from runtime.errors import (
     UninitializedRead,
 )
 from runtime.program import collective_of
-from runtime.reference import check_outputs, executor_inputs, parse_dtype, parse_op, reference
+from runtime.reference import parse_dtype, parse_op
 from runtime.selection import check_window, runtime_dialect
 from synth.collectives import Collective
 from synth.cost import algbw_GBps
@@ -58,124 +64,6 @@ __all__ = [
     "get_backend",
     "register_backend",
 ]
-
-BACKEND_MODULES = ("runtime.backends", "runtime.cupy.backend")
-"""Modules whose import registers backends; absent ones (CuPy before its issue lands) are skipped."""
-
-TIMINGS = ("wall", "device", "model")
-
-
-class BenchError(XcclError):
-    """An unknown or unavailable backend, or a benchmark that cannot be set up."""
-
-
-@dataclass(frozen=True)
-class BenchCase:
-    """One benchmarked call: nccl-tests' size (the larger buffer), dtype name, reduction, placement,
-    and for a ``custom`` IR the collective declared as its expected result (None: the IR's own)."""
-
-    size_bytes: int
-    dtype: str
-    op: str
-    inplace: bool
-    declared: Collective | None = None
-
-
-class Trial(ABC):
-    """One IR prepared at one size on one backend."""
-
-    @abstractmethod
-    def reset(self) -> None:
-        """Put the inputs back (untimed; in-place calls overwrite them)."""
-
-    @abstractmethod
-    def run(self) -> float:
-        """Execute once; the time it took (or the model says it takes), in microseconds."""
-
-    @abstractmethod
-    def check(self) -> bool:
-        """Compare the last run's outputs with the expected result: True when they match, False
-        when nothing states the expected result; raise ``ExecutionMismatch`` when they differ
-        (backends whose ``checks`` is True; the harness does not call it on the others)."""
-
-
-class ExecutorTrial(Trial):
-    """A trial on an executor (NumPy's or CuPy's): seeded inputs loaded before each run, outputs
-    checked against the NumPy reference of the IR's collective (or the one declared for a custom
-    IR; nothing to compare with without one)."""
-
-    def __init__(self, ex, seed: int) -> None:
-        self.ex = ex
-        self.inputs = executor_inputs(ex, seed)
-        self._reference = None
-
-    def reset(self) -> None:
-        self.ex.load(self.inputs)
-
-    def check(self) -> bool:
-        coll = self.ex.collective
-        if coll is None:
-            return False
-        if self._reference is None:
-            self._reference = reference(coll, self.inputs, self.ex.chunk_elems, self.ex.op)
-        check_outputs(self._reference, self.ex.outputs(), self.ex.ir.name)
-        return True
-
-
-class Backend(ABC):
-    name: ClassVar[str]
-    description: ClassVar[str]
-    timing: ClassVar[str]
-    checks: ClassVar[bool]
-    needs_topology: ClassVar[bool] = False
-
-    @classmethod
-    def available(cls) -> bool:
-        """Whether it can run here; must not import heavy libraries."""
-        return True
-
-    def device(self, topology: Topology | None) -> str:
-        """What the times are measured on, for the report."""
-        return self.description
-
-    @abstractmethod
-    def prepare(self, ir: IR, case: BenchCase, topology: Topology | None) -> Trial: ...
-
-
-BACKENDS: dict[str, type[Backend]] = {}
-
-
-def register_backend(cls: type[Backend]) -> type[Backend]:
-    """Class decorator: make ``cls`` selectable by its ``name``."""
-    if cls.timing not in TIMINGS:
-        raise ValueError(f"backend {cls.name}: timing must be one of {TIMINGS}")
-    BACKENDS[cls.name] = cls
-    return cls
-
-
-def backends() -> dict[str, type[Backend]]:
-    """Every registered backend (importing ``BACKEND_MODULES`` first)."""
-    for module in BACKEND_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module.startswith(exc.name):
-                raise
-    return dict(BACKENDS)
-
-
-def get_backend(name: str, **options) -> Backend:
-    """An instance of backend ``name`` with its options (e.g. ``tile_bytes`` for numpy)."""
-    table = backends()
-    if name not in table:
-        raise BenchError(f"backend {name!r}: expected one of {', '.join(sorted(table))}")
-    cls = table[name]
-    if not cls.available():
-        raise BenchError(f"backend {name} is not available here ({cls.description})")
-    try:
-        return cls(**options)
-    except TypeError as exc:
-        raise BenchError(f"backend {name}: {exc}") from None
 
 
 def aligned_size(ir: IR, size_bytes: int, dtype: str) -> int:
@@ -382,38 +270,22 @@ def bench(
     be = get_backend(backend, **(options or {}))
     if be.needs_topology and topology is None:
         raise BenchError(f"backend {backend} needs a topology to time {ir.name} on")
-    dtype_name, op = parse_dtype(dtype).name, parse_op(op)
-    coll = collective_of(ir, declared)
     setup = _Setup(
-        ir,
-        be,
-        dtype_name,
-        op,
-        inplace,
-        warmup,
-        repeats,
-        check,
-        topology,
-        declared,
-        dialect or runtime_dialect(ir.collective),
-        coll.busbw_factor if coll is not None and ir.collective != "custom" else 1.0,
+        ir=ir,
+        backend=be,
+        dtype=parse_dtype(dtype).name,
+        op=parse_op(op),
+        inplace=inplace,
+        warmup=warmup,
+        repeats=repeats,
+        check=check,
+        topology=topology,
+        declared=declared,
+        dialect=dialect or runtime_dialect(ir.collective),
+        factor=_busbw_factor(ir, declared),
     )
-    plan = [_plan(setup, size) for size in sizes]
-    refused = [p for p in plan if isinstance(p, SizeNotSelected)]
-    if refused and (not skip or len(refused) == len(plan)):
-        if len(plan) == 1 or len({str(p) for p in refused}) == 1:
-            raise refused[0]
-        raise SizeNotSelected(f"none of the {len(plan)} requested sizes can run; the first: {refused[0]}")
-    rows: list[BenchRow] = []
-    interrupted = False
-    try:
-        for size, planned in zip(sizes, plan, strict=True):
-            row = _row(setup, size, planned, skip)
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
-    except KeyboardInterrupt:
-        interrupted = True
+    plan = _plan_all(setup, sizes, skip)
+    rows, interrupted = _run(setup, zip(sizes, plan, strict=True), skip, on_row)
     return BenchReport(
         ir.name,
         ir.collective,
@@ -426,3 +298,40 @@ def bench(
         tuple(rows),
         interrupted,
     )
+
+
+def _busbw_factor(ir: IR, declared: Collective | None) -> float:
+    """nccl-tests' factor from algbw to busbw for the IR's collective (1 for a custom one)."""
+    coll = collective_of(ir, declared)
+    return coll.busbw_factor if coll is not None and ir.collective != "custom" else 1.0
+
+
+def _plan_all(s: _Setup, sizes: list[int], skip: bool) -> list[BenchCase | SizeNotSelected]:
+    """Each size's call, or why the runtime would not select the IR for it; raises, before any
+    runs, when a size cannot run and ``skip`` is False, or when none can."""
+    plan = [_plan(s, size) for size in sizes]
+    refused = [p for p in plan if isinstance(p, SizeNotSelected)]
+    if refused and (not skip or len(refused) == len(plan)):
+        if len(plan) == 1 or len({str(p) for p in refused}) == 1:
+            raise refused[0]
+        raise SizeNotSelected(f"none of the {len(plan)} requested sizes can run; the first: {refused[0]}")
+    return plan
+
+
+def _run(
+    s: _Setup,
+    plan: Iterable[tuple[int, BenchCase | SizeNotSelected]],
+    skip: bool,
+    on_row: Callable[[BenchRow], None] | None,
+) -> tuple[list[BenchRow], bool]:
+    """The row of each planned size, and whether Ctrl-C stopped them (keeping the finished ones)."""
+    rows: list[BenchRow] = []
+    try:
+        for size, planned in plan:
+            row = _row(s, size, planned, skip)
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    except KeyboardInterrupt:
+        return rows, True
+    return rows, False

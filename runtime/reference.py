@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from runtime.datatypes import DTYPE_NAMES
+from runtime.datatypes import REDUCTIONS as REDUCTION_UFUNCS
 from runtime.errors import ExecutionError, ExecutionMismatch
 from synth.collectives import Collective
 
@@ -31,29 +33,11 @@ __all__ = [
     "reference",
 ]
 
-REDUCTIONS: dict[str, np.ufunc] = {
-    "sum": np.add,
-    "prod": np.multiply,
-    "min": np.minimum,
-    "max": np.maximum,
-}
-"""The reductions NCCL offers MSCCL (avg is never handed to an MSCCL algorithm)."""
+REDUCTIONS: dict[str, np.ufunc] = {name: getattr(np, ufunc) for name, ufunc in REDUCTION_UFUNCS.items()}
+"""The reductions of ``runtime.datatypes.REDUCTIONS``, as NumPy ufuncs."""
 
-DTYPES: dict[str, np.dtype] = {
-    name: np.dtype(kind)
-    for names, kind in (
-        (("f16", "float16", "half"), np.float16),
-        (("f32", "float32", "float"), np.float32),
-        (("f64", "float64", "double"), np.float64),
-        (("i8", "int8"), np.int8),
-        (("u8", "uint8"), np.uint8),
-        (("i32", "int32", "int"), np.int32),
-        (("u32", "uint32"), np.uint32),
-        (("i64", "int64"), np.int64),
-        (("u64", "uint64"), np.uint64),
-    )
-    for name in names
-}
+DTYPES: dict[str, np.dtype] = {name: np.dtype(kind) for kind, names in DTYPE_NAMES.items() for name in names}
+"""Every name of ``runtime.datatypes.DTYPE_NAMES``, mapped to its NumPy dtype."""
 
 
 def parse_dtype(name: str | np.dtype | type) -> np.dtype:

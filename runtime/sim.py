@@ -191,9 +191,13 @@ def simulate(
 ) -> SimResult:
     """Time ``ir`` on ``topology`` at ``size_bytes`` (nccl-tests' size; see the module docstring).
 
-    >>> from runtime.samples import ring_allgather
+    >>> from codegen import compile_algorithm
+    >>> from synth.baselines import make_baseline
+    >>> from synth.collectives import make_collective
     >>> from topologies.builders import ring
-    >>> round(simulate(ring_allgather(4), ring(4, 25.0, 0.7), 1e6).time_us, 3)  # 3 * (0.7 + 10)
+    >>> ring4 = ring(4, 25.0, 0.7)
+    >>> ir = compile_algorithm(make_baseline("ring", ring4, make_collective("allgather", 4)), ring4)
+    >>> round(simulate(ir, ring4, 1e6).time_us, 3)  # 3 * (0.7 + 10)
     32.1
     """
     program = build_program(ir)

@@ -7,6 +7,7 @@ from functools import cache
 
 import pytest
 from codegen_helpers import assert_loads_and_computes
+from executor_suite import baseline_cases
 from ir_interpreter import execute
 from msccl_xml_rules import violations
 
@@ -14,7 +15,6 @@ from codegen.compiler import compile_algorithm
 from codegen.dialects import DIALECTS
 from codegen.formats import read_ir, write_ir
 from codegen.semantics import find_wrong_result
-from runtime.suite import baseline_cases
 from synth.baselines import BASELINES, default_chunks, make_baseline
 from synth.collectives import COLLECTIVES, make_collective
 from topologies import load

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from codegen_helpers import assert_loads_and_computes, compile_and_run
+from executor_suite import EXAMPLE_PARAMS
 from ir_interpreter import execute
 from msccl_xml_rules import violations
 
@@ -13,7 +14,6 @@ from codegen.dialects import DIALECTS
 from codegen.examples import ring_allreduce
 from codegen.formats import read_ir, write_ir
 from codegen.loader import example_names, load_program
-from runtime.suite import EXAMPLE_PARAMS
 
 SMALL = EXAMPLE_PARAMS
 

@@ -23,9 +23,9 @@ def _has_gpu() -> bool:
 if not _has_gpu():
     pytest.skip("no CUDA GPU is visible", allow_module_level=True)
 
+import runtime_samples as samples  # noqa: E402
 from gpu_cases import eight_rank_irs  # noqa: E402
 
-from runtime import samples  # noqa: E402
 from runtime.cupy import run  # noqa: E402
 from runtime.cupy.executor import CupyExecutor, GpuExecutionError  # noqa: E402
 

@@ -10,9 +10,9 @@ from importlib import resources
 
 import numpy as np
 import pytest
+from kernel_emulator import EmulationError, emulate
 
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
-from runtime.cupy.emulator import EmulationError, emulate
 from runtime.cupy.pack import OP_CODES, PackError, pack
 
 IN, OUT, SCR = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
@@ -189,7 +189,8 @@ SAMPLES = [
 @pytest.mark.parametrize("inplace", [False, True])
 def test_emulated_kernel_equals_the_numpy_executor_on_every_sample(builder, kwargs, inplace):
     """The same buffers, tiles and FIFO shape the GPU executor uses, bit for bit against NumPy."""
-    from runtime import samples
+    import runtime_samples as samples
+
     from runtime.cupy.pack import plan_buffers
     from runtime.errors import DeadlockError
     from runtime.numpy import execute

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import runtime_samples as samples
 from ir_edit import edit_op
 
 from codegen.ir import Buffer, Ref
 from runtime import bench as bench_module
-from runtime import samples
 from runtime.bench import (
     BACKEND_MODULES,
     TABLE_HEADERS,

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import runtime_samples as samples
 from conftest import assert_one_line_error
 
 import codegen.custom
@@ -19,7 +20,6 @@ import xccl
 from codegen import compile_program, custom_collective, load_program, write_ir
 from codegen.errors import DslError
 from common.errors import XcclError
-from runtime import samples
 from runtime.bench import CHECKS, bench
 from runtime.errors import MemoryLimitError, SizeNotSelected
 from runtime.numpy import run

@@ -9,10 +9,7 @@ runs it too)."""
 from __future__ import annotations
 
 import pytest
-
-from codegen.loader import example_names
-from runtime.numpy import run
-from runtime.suite import (
+from executor_suite import (
     DTYPES,
     EXAMPLE_PARAMS,
     OPS,
@@ -22,6 +19,9 @@ from runtime.suite import (
     example_cases,
     representative,
 )
+
+from codegen.loader import example_names
+from runtime.numpy import run
 from synth.baselines import BASELINES
 from synth.collectives import COLLECTIVES
 

@@ -7,13 +7,13 @@ import dataclasses
 
 import numpy as np
 import pytest
+import runtime_samples as samples
 from ir_edit import edit_op
 
 from codegen.compiler import compile_algorithm
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
 from codegen.lower import lower_algorithm
 from codegen.pipeline import CompileOptions, run_pipeline
-from runtime import samples
 from runtime.errors import DeadlockError, ExecutionError, ExecutionMismatch, UninitializedRead
 from runtime.numpy import run
 from runtime.reference import check_outputs, make_inputs, reference

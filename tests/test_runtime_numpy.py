@@ -6,11 +6,11 @@ import doctest
 
 import numpy as np
 import pytest
+import runtime_samples as samples
 
 import runtime.numpy.runner
 import runtime.sim
 from codegen.ir import IR, Buffer, Gpu, Op, OpType, Ref, Threadblock
-from runtime import samples
 from runtime.errors import ExecutionError
 from runtime.numpy import NumpyExecutor, execute, run
 from runtime.protocol import fifo_depth, tile_bytes

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import runtime_samples as samples
 
 from codegen.compiler import compile_algorithm
-from runtime import samples
 from runtime.errors import DeadlockError, ExecutionError
 from runtime.sim import simulate
 from synth.baselines import default_chunks, make_baseline

@@ -11,13 +11,13 @@ first carried by ``nop`` steps.
 from __future__ import annotations
 
 import pytest
+from executor_suite import calls
 
 from codegen.check import find_problems
 from codegen.formats import load_ir
 from codegen.ir import OpType
 from runtime.errors import DeadlockError, ExecutionMismatch, UninitializedRead
 from runtime.numpy import run
-from runtime.suite import calls
 
 
 def _step(

@@ -6,6 +6,7 @@ import random
 from dataclasses import replace
 
 import pytest
+from executor_suite import baseline_cases
 from ir_edit import edit_op
 from ir_interpreter import ExecutionError, execute
 
@@ -15,7 +16,6 @@ from codegen.errors import IRCheckError
 from codegen.examples import allpairs_allreduce, ring_allreduce
 from codegen.ir import IR, Buffer, Op, OpType, Ref
 from codegen.semantics import _Layout, check_result, find_wrong_result
-from runtime.suite import baseline_cases
 from synth.baselines import make_baseline
 from synth.collectives import COLLECTIVES, ROOTED, make_collective
 from topologies import load

@@ -15,9 +15,13 @@ name, a size like ``"1MiB"``), so a session reads like the command line::
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import xccl
 from codegen import compile_algorithm, compile_program, save_ir
 from codegen.dsl import Program
 from codegen.errors import CodegenError
@@ -32,23 +36,8 @@ from synth.cost import SimResult
 from synth.errors import InfeasibleError, SolverTimeout
 from topologies import Topology, TopologyError, load, topology_from_dict
 
-__all__ = [
-    "METHODS",
-    "bench",
-    "best_backend",
-    "collective",
-    "compile",
-    "export",
-    "lower_bound",
-    "pareto",
-    "run",
-    "simulate",
-    "synthesize",
-    "topology",
-]
-
-METHODS = ("smt", "milp", *BASELINES)
-"""``synthesize``'s methods: SMT (SCCL style), MILP (TACCL style, needs a sketch), or a baseline."""
+__all__ = list(xccl.__all__)
+"""The public names, declared once by the package (``import xccl`` loads this module on first use)."""
 
 
 def topology(name_or_path: str | Path | dict | Topology) -> Topology:
@@ -131,20 +120,25 @@ def synthesize(
     'baseline:ring'
     """
     topo = _load(topology)
-    if method == "smt":
-        return _smt(topo, collective, chunks or 1, root, steps, rounds, time_limit_s)
-    if method == "milp":
-        if chunks is not None:
-            raise CollectiveError("method milp: chunks come from the sketch; pass chunkup= to split them")
-        if chunkup is not None and (isinstance(chunkup, bool) or not isinstance(chunkup, int) or chunkup < 1):
-            raise CollectiveError(f"chunkup: expected an integer >= 1, got {chunkup!r}")
-        return _milp(topo, collective, root, sketch, size, chunkup, time_limit_s, solver)
-    if method in BASELINES:
-        name = collective.name if isinstance(collective, Collective) else collective
-        default = default_chunks(method, name, topo.num_ranks)
-        coll = _collective_for(collective, topo, chunks or default, root)
-        return make_baseline(method, topo, coll)
-    raise CollectiveError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
+    if method not in SYNTHESIZERS:
+        raise CollectiveError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
+    request = _Request(chunks, root, steps, rounds, sketch, size, chunkup, time_limit_s, solver)
+    return SYNTHESIZERS[method](topo, collective, request)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """``synthesize``'s options, as each method reads them."""
+
+    chunks: int | None
+    root: int | None
+    steps: int | None
+    rounds: int | None
+    sketch: Any
+    size: str | int
+    chunkup: int | None
+    time_limit_s: float | None
+    solver: str | None
 
 
 def _collective_for(coll: str | Collective, topo: Topology, chunks: int, root: int | None) -> Collective:
@@ -154,12 +148,14 @@ def _collective_for(coll: str | Collective, topo: Topology, chunks: int, root: i
     return make_collective(coll, topo.num_ranks, chunks, root)
 
 
-def _smt(topo, coll, chunks, root, steps, rounds, time_limit_s) -> Algorithm:
+def _smt(topo: Topology, coll: str | Collective, request: _Request) -> Algorithm:
+    """SMT: the fewest steps, or the instance ``steps``/``rounds``."""
     from synth.smt import least_steps, solve_instance
     from synth.smt.synthesizer import DEFAULT_TIME_LIMIT_S
 
-    c = _collective_for(coll, topo, chunks, root)
-    time_limit_s = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    chunks, steps, rounds = request.chunks or 1, request.steps, request.rounds
+    c = _collective_for(coll, topo, chunks, request.root)
+    time_limit_s = DEFAULT_TIME_LIMIT_S if request.time_limit_s is None else request.time_limit_s
     if steps is None:
         result = least_steps(topo, c, time_limit_s=time_limit_s)
         if result.algorithm is None:
@@ -178,20 +174,50 @@ def _smt(topo, coll, chunks, root, steps, rounds, time_limit_s) -> Algorithm:
     )
 
 
-def _milp(topo, coll, root, sketch, size, chunkup, time_limit_s, solver) -> Algorithm:
+def _milp(topo: Topology, coll: str | Collective, request: _Request) -> Algorithm:
+    """MILP: a schedule from the sketch, for buffers of ``size``."""
     from sketches import load_sketch
     from synth.milp import Options
     from synth.milp import synthesize as milp_synthesize
 
-    if sketch is None:
+    chunkup = request.chunkup
+    if request.chunks is not None:
+        raise CollectiveError("method milp: chunks come from the sketch; pass chunkup= to split them")
+    if chunkup is not None and (isinstance(chunkup, bool) or not isinstance(chunkup, int) or chunkup < 1):
+        raise CollectiveError(f"chunkup: expected an integer >= 1, got {chunkup!r}")
+    if request.sketch is None:
         raise InfeasibleError("method milp needs a sketch (a shipped name such as 'ndv2x2-relay', or a file)")
     name = coll.name if isinstance(coll, Collective) else coll
-    limit = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
-    options = Options(solver=solver, chunkup=chunkup, **limit)
+    limit = {} if request.time_limit_s is None else {"time_limit_s": request.time_limit_s}
+    options = Options(solver=request.solver, chunkup=chunkup, **limit)
     result = milp_synthesize(
-        topo, name, load_sketch(sketch), size_bytes=_size_bytes(size), root=root, options=options
+        topo,
+        name,
+        load_sketch(request.sketch),
+        size_bytes=_size_bytes(request.size),
+        root=request.root,
+        options=options,
     )
     return result.algorithm
+
+
+def _baseline(kind: str, topo: Topology, coll: str | Collective, request: _Request) -> Algorithm:
+    """The ``kind`` baseline, with its default chunks unless told otherwise."""
+    name = coll.name if isinstance(coll, Collective) else coll
+    chunks = request.chunks or default_chunks(kind, name, topo.num_ranks)
+    return make_baseline(kind, topo, _collective_for(coll, topo, chunks, request.root))
+
+
+SYNTHESIZERS: dict[str, Callable[[Topology, str | Collective, _Request], Algorithm]] = {
+    "smt": _smt,
+    "milp": _milp,
+    **{kind: partial(_baseline, kind) for kind in BASELINES},
+}
+"""``synthesize``'s methods, by name: SMT (SCCL style), MILP (TACCL style, needs a sketch), and
+every baseline of ``synth.baselines.BASELINES``."""
+
+METHODS = tuple(SYNTHESIZERS)
+"""``synthesize``'s methods: SMT (SCCL style), MILP (TACCL style, needs a sketch), or a baseline."""
 
 
 def pareto(
@@ -344,25 +370,21 @@ def run(
     ...
     common.units.SizeError: size 1.5 (float): expected a whole number of bytes ...
     """
+    from runtime.backends import BenchCase, backends
     from runtime.bench import aligned_size
     from runtime.selection import check_window
 
     nbytes = parse_size(size)
     target = _target(ir)
     ir = target.ir
-    if backend not in ("auto", "numpy", "cupy"):
-        raise ExecutionError(f"backend {backend!r}: run takes numpy, cupy or auto")
+    executors = {name: cls for name, cls in backends().items() if cls.checks}
+    if backend != "auto" and backend not in executors:
+        raise ExecutionError(f"backend {backend!r}: run takes {', '.join(executors)} or auto")
     chosen = best_backend() if backend == "auto" else backend
     place = _placement(ir, inplace)
     nbytes = aligned_size(ir, nbytes, dtype)
     check_window(ir, nbytes, target.dialect)
-    if chosen == "cupy":
-        from runtime import cupy as gpu
-
-        return gpu.run(ir, nbytes, dtype, op, inplace=place, declared=target.declared)
-    from runtime.numpy import run as cpu_run
-
-    return cpu_run(ir, nbytes, dtype, op, inplace=place, declared=target.declared)
+    return executors[chosen]().run_once(ir, BenchCase(nbytes, dtype, op, place, target.declared))
 
 
 def bench(

@@ -1,32 +1,42 @@
-"""The ``cupy`` benchmark backend: the GPU executor timed with CUDA events, checked like NumPy's."""
+"""The ``cupy`` benchmark backend: the GPU executor timed with CUDA events, checked like NumPy's.
+
+Light to import, as the registry must be (``runtime.backends``): CuPy and the executor are
+imported when a trial is prepared or an IR is run.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from codegen.ir import IR
-from runtime.bench import Backend, BenchCase, ExecutorTrial, Trial, register_backend
-from topologies.model import Topology
+from runtime.backends import ExecutorBackend, ExecutorTrial, register_backend
 
-__all__ = ["CupyBackend"]
+if TYPE_CHECKING:
+    from topologies.model import Topology
+
+__all__ = ["CupyBackend", "CupyTrial"]
 
 
-class _CupyTrial(ExecutorTrial):
+class CupyTrial(ExecutorTrial):
+    """Timed by CUDA events around one launch."""
+
     def run(self) -> float:
         return self.ex.time_us(repeats=1, warmup=0)[0]
 
 
 @register_backend
-class CupyBackend(Backend):
+class CupyBackend(ExecutorBackend):
     name = "cupy"
     description = "the CuPy GPU executor (peer-to-peer kernels), timed with CUDA events"
     timing = "device"
     checks = True
+    trial = CupyTrial
 
     def __init__(
         self, devices: list[int] | None = None, tile_bytes: int | None = None, seed: int = 0
     ) -> None:
-        self.devices, self.tile_bytes, self.seed = devices, tile_bytes, seed
+        super().__init__(seed, devices=devices, tile_bytes=tile_bytes)
 
     @classmethod
     def available(cls) -> bool:
@@ -41,17 +51,12 @@ class CupyBackend(Backend):
         }
         return f"CuPy {cupy.__version__} on {', '.join(sorted(names))}"
 
-    def prepare(self, ir: IR, case: BenchCase, topology: Topology | None) -> Trial:
+    def executor(self) -> Callable[..., Any]:
         from runtime.cupy.executor import CupyExecutor
 
-        ex = CupyExecutor(
-            ir,
-            case.size_bytes,
-            case.dtype,
-            case.op,
-            inplace=case.inplace,
-            devices=self.devices,
-            tile_bytes=self.tile_bytes,
-            declared=case.declared,
-        )
-        return _CupyTrial(ex, self.seed)
+        return CupyExecutor
+
+    def runner(self) -> Callable[..., Any]:
+        from runtime.cupy.runner import run
+
+        return run

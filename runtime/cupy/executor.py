@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from codegen.ir import IR, Buffer
+from codegen.ir import IR
 from common.errors import XcclError
 from runtime import protocol
 from runtime.cupy.pack import Packed, pack, plan_buffers
 from runtime.errors import ExecutionError
-from runtime.program import build_program, call_aliases, chunk_elems
-from runtime.reference import parse_dtype, parse_op
+from runtime.executor import Executor
+from runtime.program import call_aliases
 from synth.collectives import Collective
 
 __all__ = [
@@ -109,7 +109,7 @@ def place(num_ranks: int, devices: list[int]) -> Placement:
     return Placement(tuple(devices[r // per] for r in range(num_ranks)))
 
 
-class CupyExecutor:
+class CupyExecutor(Executor):
     """Buffers, FIFOs and flags for one IR at one size; ``launch`` runs the collective once."""
 
     def __init__(
@@ -125,15 +125,8 @@ class CupyExecutor:
         timeout_s: float = 10.0,
         declared: Collective | None = None,
     ) -> None:
-        self.ir = ir
         # the same validation and buffer sizes as the NumPy executor (declared: a custom IR's result)
-        self.program = build_program(ir, declared)
-        self.dtype = parse_dtype(dtype)
-        self.op = parse_op(op)
-        if self.dtype.name not in DTYPES:
-            raise ExecutionError(f"dtype {self.dtype.name}: the GPU kernel supports {', '.join(DTYPES)}")
-        self.size_bytes = size_bytes
-        self.chunk_elems = chunk_elems(ir, size_bytes, self.dtype)
+        super().__init__(ir, size_bytes, dtype, op, inplace, declared)
         proto = protocol.protocol(ir.protocol)
         tile = proto.tile_bytes if tile_bytes is None else tile_bytes
         self.tile_elems = max(1, tile // self.dtype.itemsize)
@@ -153,12 +146,9 @@ class CupyExecutor:
         self.epoch = 0
         self._allocate()
 
-    @property
-    def collective(self):
-        return self.program.collective
-
-    def input_elems(self, rank: int) -> int:
-        return self.program.chunks[rank][Buffer.INPUT] * self.chunk_elems
+    def check_dtype(self) -> None:
+        if self.dtype.name not in DTYPES:
+            raise ExecutionError(f"dtype {self.dtype.name}: the GPU kernel supports {', '.join(DTYPES)}")
 
     # -- setup -----------------------------------------------------------------------------
     def _enable_peers(self) -> None:

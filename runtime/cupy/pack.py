@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codegen.ir import IR, Buffer, OpType
+from codegen.ir import IR, Buffer, Op, OpType
 from common.errors import XcclError
 
 __all__ = [
@@ -80,88 +80,105 @@ class Packed:
 
 def pack(ir: IR) -> Packed:
     """Flatten ``ir``; raise :class:`PackError` where the runtime could not execute it."""
-    where = f"{ir.name}"
-    order: list[tuple[int, int]] = []  # (rank, tb id) per global block
-    global_index: dict[tuple[int, int], int] = {}
+    index, rank_blocks = _block_index(ir)
+    conn_index = _connections(ir)
+    blocks = np.zeros((len(index), BLOCK_FIELDS), dtype=np.int32)
+    step_rows: list[list[int]] = []
+    dep_rows: list[tuple[int, int]] = []
+    for gpu in ir.gpus:
+        for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
+            if len(tb.ops) >= STEP_STRIDE:
+                raise PackError(
+                    f"{ir.name}: rank {gpu.rank} threadblock {tb.id}: {len(tb.ops)} steps, at most {STEP_STRIDE - 1}"
+                )
+            send_conn = conn_index[(gpu.rank, tb.send, tb.channel)] if tb.send is not None else -1
+            recv_conn = conn_index[(tb.recv, gpu.rank, tb.channel)] if tb.recv is not None else -1
+            b = index[(gpu.rank, tb.id)]
+            blocks[b, :6] = (gpu.rank, tb.id, send_conn, recv_conn, len(step_rows), len(tb.ops))
+            for k, op in enumerate(tb.ops):
+                first_dep = len(dep_rows)
+                dep_rows += _deps(ir, index, gpu.rank, tb.id, k, op)
+                step_rows.append(_step_row(op, first_dep))
+    steps = np.array(step_rows, dtype=np.int32).reshape(-1, STEP_FIELDS)
+    deps = np.array(dep_rows, dtype=np.int32).reshape(-1, 2)
+    connections = tuple(Connection(*key) for key in conn_index)
+    return Packed(blocks, steps, deps, connections, tuple(rank_blocks))
+
+
+def _block_index(ir: IR) -> tuple[dict[tuple[int, int], int], list[tuple[int, int]]]:
+    """The global block of each (rank, threadblock id), ordered by rank then id, and each rank's
+    half-open range of blocks."""
+    index: dict[tuple[int, int], int] = {}
     rank_blocks = []
     for gpu in ir.gpus:
-        begin = len(order)
+        begin = len(index)
         for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
-            global_index[(gpu.rank, tb.id)] = len(order)
-            order.append((gpu.rank, tb.id))
-        rank_blocks.append((begin, len(order)))
+            index[(gpu.rank, tb.id)] = len(index)
+        rank_blocks.append((begin, len(index)))
+    return index, rank_blocks
 
-    senders: dict[tuple[int, int, int], int] = {}
-    receivers: dict[tuple[int, int, int], int] = {}
+
+def _connections(ir: IR) -> dict[tuple[int, int, int], int]:
+    """The index of each connection (sender, receiver, channel), in order; each must have exactly
+    one sending and one receiving threadblock."""
+    senders: set[tuple[int, int, int]] = set()
+    receivers: set[tuple[int, int, int]] = set()
     for gpu in ir.gpus:
         for tb in gpu.threadblocks:
-            b = global_index[(gpu.rank, tb.id)]
-            if tb.send is not None:
-                key = (gpu.rank, tb.send, tb.channel)
-                if key in senders:
+            for peer, taken, key, verb in (
+                (tb.send, senders, (gpu.rank, tb.send, tb.channel), "send to"),
+                (tb.recv, receivers, (tb.recv, gpu.rank, tb.channel), "receive from"),
+            ):
+                if peer is None:
+                    continue
+                if key in taken:
                     raise PackError(
-                        f"{where}: rank {gpu.rank}: two threadblocks send to rank {tb.send} on channel {tb.channel}"
+                        f"{ir.name}: rank {gpu.rank}: two threadblocks {verb} rank {peer} on channel {tb.channel}"
                     )
-                senders[key] = b
-            if tb.recv is not None:
-                key = (tb.recv, gpu.rank, tb.channel)
-                if key in receivers:
-                    raise PackError(
-                        f"{where}: rank {gpu.rank}: two threadblocks receive from rank {tb.recv} on channel {tb.channel}"
-                    )
-                receivers[key] = b
-    conn_index: dict[tuple[int, int, int], int] = {}
-    connections = []
-    for key in sorted(set(senders) | set(receivers)):
+                taken.add(key)
+    index = {}
+    for key in sorted(senders | receivers):
         if key not in senders or key not in receivers:
             side = (
                 f"no threadblock of rank {key[0]} sends"
                 if key not in senders
                 else f"no threadblock of rank {key[1]} receives"
             )
-            raise PackError(f"{where}: connection {key[0]} -> {key[1]} channel {key[2]}: {side}")
-        conn_index[key] = len(connections)
-        connections.append(Connection(*key))
+            raise PackError(f"{ir.name}: connection {key[0]} -> {key[1]} channel {key[2]}: {side}")
+        index[key] = len(index)
+    return index
 
-    blocks = np.zeros((len(order), BLOCK_FIELDS), dtype=np.int32)
-    step_rows: list[list[int]] = []
-    dep_rows: list[tuple[int, int]] = []
-    for gpu in ir.gpus:
-        for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
-            b = global_index[(gpu.rank, tb.id)]
-            if len(tb.ops) >= STEP_STRIDE:
-                raise PackError(
-                    f"{where}: rank {gpu.rank} threadblock {tb.id}: {len(tb.ops)} steps, at most {STEP_STRIDE - 1}"
-                )
-            send_conn = conn_index[(gpu.rank, tb.send, tb.channel)] if tb.send is not None else -1
-            recv_conn = conn_index[(tb.recv, gpu.rank, tb.channel)] if tb.recv is not None else -1
-            blocks[b, :6] = (gpu.rank, tb.id, send_conn, recv_conn, len(step_rows), len(tb.ops))
-            for k, op in enumerate(tb.ops):
-                first_dep = len(dep_rows)
-                for dep in op.deps:
-                    target = global_index.get((gpu.rank, dep.tb))
-                    if target is None:
-                        raise PackError(
-                            f"{where}: rank {gpu.rank} threadblock {tb.id} step {k}: depends on missing threadblock {dep.tb}"
-                        )
-                    dep_rows.append((target, dep.op))
-                step_rows.append(
-                    [
-                        OP_CODES[op.type],
-                        BUF_CODES[op.src.buffer] if op.src is not None else -1,
-                        op.src.index if op.src is not None else 0,
-                        BUF_CODES[op.dst.buffer] if op.dst is not None else -1,
-                        op.dst.index if op.dst is not None else 0,
-                        op.count if op.type is not OpType.NOP else 0,
-                        first_dep,
-                        len(op.deps),
-                        int(op.has_dep),
-                        0,
-                    ]
-                )
-    steps = np.array(step_rows, dtype=np.int32).reshape(-1, STEP_FIELDS)
-    deps = np.array(dep_rows, dtype=np.int32).reshape(-1, 2)
-    return Packed(blocks, steps, deps, tuple(connections), tuple(rank_blocks))
+
+def _deps(
+    ir: IR, index: dict[tuple[int, int], int], rank: int, tb: int, step: int, op: Op
+) -> list[tuple[int, int]]:
+    """The (global block, step) rows of ``op``'s dependencies, all on its own rank."""
+    rows = []
+    for dep in op.deps:
+        target = index.get((rank, dep.tb))
+        if target is None:
+            raise PackError(
+                f"{ir.name}: rank {rank} threadblock {tb} step {step}: depends on missing threadblock {dep.tb}"
+            )
+        rows.append((target, dep.op))
+    return rows
+
+
+def _step_row(op: Op, first_dep: int) -> list[int]:
+    """One row of the step table (see the module docstring)."""
+    src, dst = op.src, op.dst
+    return [
+        OP_CODES[op.type],
+        BUF_CODES[src.buffer] if src is not None else -1,
+        src.index if src is not None else 0,
+        BUF_CODES[dst.buffer] if dst is not None else -1,
+        dst.index if dst is not None else 0,
+        op.count if op.type is not OpType.NOP else 0,
+        first_dep,
+        len(op.deps),
+        int(op.has_dep),
+        0,
+    ]
 
 
 def plan_buffers(program, chunk_elems: int, aliases, zeros) -> tuple[list, list, list]:

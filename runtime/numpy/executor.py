@@ -28,11 +28,12 @@ from codegen.ir import IR, Buffer, OpType
 from common.units import format_size
 from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
+from runtime.executor import Executor
 from runtime.limits import check_memory, memory_limit
 from runtime.numpy.memory import Message, RankMemory
 from runtime.numpy.ops import HANDLERS, Call
-from runtime.program import Connection, Program, TbProgram, build_program, call_aliases, chunk_elems
-from runtime.reference import REDUCTIONS, parse_dtype, parse_op
+from runtime.program import Connection, TbProgram, call_aliases
+from runtime.reference import REDUCTIONS
 from synth.collectives import Collective
 
 __all__ = ["ExecStats", "NumpyExecutor"]
@@ -59,7 +60,7 @@ class _Tb:
         self.done = not prog.transmissions
 
 
-class NumpyExecutor:
+class NumpyExecutor(Executor):
     """Runs one IR at one size, dtype and reduction; :meth:`load` inputs, :meth:`execute`, read
     :meth:`outputs`. ``tile_bytes`` and ``fifo_depth`` default to the IR protocol's values;
     ``declared`` is the expected result of a ``custom`` IR (``runtime.program.collective_of``);
@@ -80,14 +81,8 @@ class NumpyExecutor:
         declared: Collective | None = None,
         max_memory: int | str | None = None,
     ) -> None:
-        self.ir = ir
-        self.program: Program = build_program(ir, declared)
-        self.dtype = parse_dtype(dtype)
-        self.op = parse_op(op)
+        super().__init__(ir, size_bytes, dtype, op, inplace, declared)
         self.ufunc = REDUCTIONS[self.op]
-        self.inplace = inplace
-        self.size_bytes = size_bytes
-        self.chunk_elems = chunk_elems(ir, size_bytes, self.dtype)
         tile = protocol.tile_bytes(ir.protocol) if tile_bytes is None else tile_bytes
         self.layout = protocol.layout(self.chunk_elems, self.dtype.itemsize, tile)
         self.fifo_depth = protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth
@@ -106,10 +101,6 @@ class NumpyExecutor:
         }
         self._loaded = False
 
-    @property
-    def collective(self) -> Collective | None:
-        return self.program.collective
-
     def footprint_bytes(self, aliases: Sequence[tuple[str, int] | None]) -> int:
         """About the host memory one checked execution takes: every rank's buffers (in place, the
         smaller inside the larger), the inputs kept to reload them, and the reference (its terms
@@ -126,10 +117,6 @@ class NumpyExecutor:
             wide = 8 if self.dtype.kind == "f" else item
             reference = inputs * (item + wide) + 2 * self.collective.num_addresses * 8
         return (buffers + inputs) * chunk * item + reference * chunk
-
-    def input_elems(self, rank: int) -> int:
-        """Elements of ``rank``'s input buffer."""
-        return self.program.chunks[rank][Buffer.INPUT] * self.chunk_elems
 
     def load(self, inputs: Sequence[np.ndarray]) -> None:
         """Put one input array per rank in place; everything else starts as garbage."""

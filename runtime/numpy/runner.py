@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
 
 from codegen.ir import IR
+from runtime.backends import NumpyTrial
 from runtime.errors import ExecutionError
 from runtime.numpy.executor import NumpyExecutor
 from runtime.program import collective_of
-from runtime.reference import check_outputs, executor_inputs, reference
 from synth.collectives import Collective
 
-__all__ = ["RunResult", "execute", "run"]
+__all__ = ["ExecutorOptions", "RunResult", "execute", "run"]
 
 
 @dataclass(frozen=True)
@@ -44,20 +44,29 @@ class RunResult:
         return asdict(self)
 
 
+class ExecutorOptions(TypedDict, total=False):
+    """How :func:`run` and :func:`execute` call the :class:`NumpyExecutor` (its keywords, passed on):
+    ``inplace`` (default False), ``tile_bytes`` and ``fifo_depth`` (default: the IR protocol's),
+    ``schedule_seed`` (another interleaving), ``declared`` (the expected result of a ``custom`` IR)
+    and ``max_memory`` (the host-memory limit)."""
+
+    inplace: bool
+    tile_bytes: int | None
+    fifo_depth: int | None
+    schedule_seed: int | None
+    declared: Collective | None
+    max_memory: int | str | None
+
+
 def run(
     ir: IR,
     size_bytes: int,
     dtype: str | np.dtype = "float32",
     op: str = "sum",
     *,
-    inplace: bool = False,
     seed: int = 0,
     check: bool = True,
-    tile_bytes: int | None = None,
-    fifo_depth: int | None = None,
-    schedule_seed: int | None = None,
-    declared: Collective | None = None,
-    max_memory: int | str | None = None,
+    **options: Unpack[ExecutorOptions],
 ) -> RunResult:
     """Run ``ir`` once at ``size_bytes`` (nccl-tests' size) on seeded random inputs and compare every
     output with the NumPy reference; raises ``ExecutionMismatch``, ``DeadlockError``,
@@ -65,32 +74,21 @@ def run(
     ``max_memory``). A ``custom`` IR is compared with the collective ``declared`` for it; without
     one its outputs are not compared (``checked`` False).
 
-    >>> from runtime.samples import ring_allgather
-    >>> result = run(ring_allgather(4), 4096, "float32")
+    >>> from codegen import compile_algorithm
+    >>> from synth.baselines import make_baseline
+    >>> from synth.collectives import make_collective
+    >>> from topologies import load
+    >>> ring4 = load("ring:4")
+    >>> ir = compile_algorithm(make_baseline("ring", ring4, make_collective("allgather", 4)), ring4)
+    >>> result = run(ir, 4096, "float32")
     >>> result.checked, result.count, result.chunk_elems
     (True, 1024, 256)
     """
-    ex = NumpyExecutor(
-        ir,
-        size_bytes,
-        dtype,
-        op,
-        inplace=inplace,
-        tile_bytes=tile_bytes,
-        fifo_depth=fifo_depth,
-        schedule_seed=schedule_seed,
-        declared=declared,
-        max_memory=max_memory,
-    )
-    coll = ex.collective
-    inputs = executor_inputs(ex, seed)
-    ex.load(inputs)
-    start = time.perf_counter()
-    stats = ex.execute()
-    wall = time.perf_counter() - start
-    checked = check and coll is not None
-    if checked:
-        check_outputs(reference(coll, inputs, ex.chunk_elems, ex.op), ex.outputs(), ir.name)
+    ex = NumpyExecutor(ir, size_bytes, dtype, op, **options)
+    trial = NumpyTrial(ex, seed)
+    trial.reset()
+    wall_us = trial.run()
+    checked = check and trial.check()
     return RunResult(
         ir_name=ir.name,
         collective=ir.collective,
@@ -99,27 +97,19 @@ def run(
         count=size_bytes // ex.dtype.itemsize,
         dtype=ex.dtype.name,
         op=ex.op,
-        inplace=inplace,
+        inplace=ex.inplace,
         chunk_elems=ex.chunk_elems,
         tiles=ex.layout.ntiles,
         max_count=ex.layout.max_count,
-        calls=stats.calls,
-        bytes_written=stats.bytes_written,
-        wall_s=wall,
+        calls=trial.stats.calls,
+        bytes_written=trial.stats.bytes_written,
+        wall_s=wall_us / 1e6,
         checked=checked,
     )
 
 
 def execute(
-    ir: IR,
-    inputs: Sequence[np.ndarray],
-    op: str = "sum",
-    *,
-    inplace: bool = False,
-    tile_bytes: int | None = None,
-    fifo_depth: int | None = None,
-    schedule_seed: int | None = None,
-    declared: Collective | None = None,
+    ir: IR, inputs: Sequence[np.ndarray], op: str = "sum", **options: Unpack[ExecutorOptions]
 ) -> list[np.ndarray]:
     """Run ``ir`` on the given per-rank inputs (1-D, one dtype) and return every rank's output
     (``declared``: the collective of a ``custom`` IR, which sizes its buffers)."""
@@ -128,21 +118,11 @@ def execute(
         return []
     dtype = arrays[0].dtype
     elems = arrays[0].size
-    in_chunks = _input_chunks(ir, declared)
+    in_chunks = _input_chunks(ir, options.get("declared"))
     if in_chunks < 1 or elems % in_chunks:
         raise ExecutionError(f"{ir.name}: inputs of {elems} elements do not split into {in_chunks} chunks")
     size = elems // in_chunks * ir.nchunksperloop * dtype.itemsize
-    ex = NumpyExecutor(
-        ir,
-        size,
-        dtype,
-        op,
-        inplace=inplace,
-        tile_bytes=tile_bytes,
-        fifo_depth=fifo_depth,
-        schedule_seed=schedule_seed,
-        declared=declared,
-    )
+    ex = NumpyExecutor(ir, size, dtype, op, **options)
     ex.load(arrays)
     ex.execute()
     return [out.copy() for out in ex.outputs()]

@@ -35,7 +35,7 @@ def _with_note(doc: dict, rows: list[dict]) -> dict:
     return {**doc, "rows": clean, **({"note": ONE_RANK_NOTE} if changed else {})}
 
 
-def algorithm_topology(algo: Algorithm, override: str | None, where: str) -> Topology:
+def algorithm_topology(algo: Algorithm, override: str | Topology | None, where: str) -> Topology:
     """The topology an algorithm file names, or the one given with --topology."""
     from topologies import TopologyError, load
 
@@ -203,7 +203,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("baseline", help="build a baseline algorithm (ring, direct, ...) and verify it")
-    p.add_argument("kind", choices=BASELINE_NAMES, metavar="KIND", help=f"one of {', '.join(BASELINE_NAMES)}")
+    p.add_argument("kind", choices=BASELINE_NAMES, metavar="KIND", help="one of %(choices)s")
     add_collective_args(p, chunks_default=None)
     add_output_args(p)
     p.set_defaults(func=cmd_baseline)

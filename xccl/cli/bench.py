@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, TypeVar
 from codegen.errors import DslError
 from codegen.examples import example_names
 from common.units import SizeError, format_size, parse_size, parse_size_range
+from runtime.backends import backends
+from runtime.datatypes import DTYPE_NAMES, REDUCTIONS
 from xccl.cli.algorithms import algorithm_topology
-from xccl.cli.choices import REDUCTIONS, RUNTIME_BACKENDS
 from xccl.cli.common import input_kind
 from xccl.cli.output import print_json, print_table, progress
 from xccl.cli.solving import long_command
@@ -38,7 +39,6 @@ FILE_HELP = (
     "(.json from xccl baseline or xccl synth: compiled first) or a DSL program (.py defining "
     "program() or building one Program, or example:NAME: compiled first)"
 )
-DTYPE_NAMES = ("f16", "f32", "f64", "i8", "u8", "i32", "u32", "i64", "u64")
 INTERRUPTED = 130
 T = TypeVar("T")
 
@@ -60,26 +60,50 @@ def load_runnable(
 ) -> Runnable:
     """The IR in (or compiled from) ``source``; algorithms are compiled for in-place calls when
     ``inplace``. ``topology`` overrides the one the algorithm or program names."""
-    from codegen.compiler import compile_algorithm
-    from codegen.loader import load_program
-    from runtime.selection import run_target
-    from synth.algorithm import Algorithm
     from topologies import load
 
     kind = input_kind(source)
     if params and kind != "program":
         what = "an IR" if kind == "ir" else "an algorithm"
         raise DslError(f"{source}: -D applies to DSL programs, not to {what}")
-    topo = load(topology) if topology else None
-    if kind in ("ir", "program"):
-        prog = load_program(source, params) if kind == "program" else None
-        target = run_target(prog or source)
-        topo = topo or (prog.topology if prog is not None else None)
-        return Runnable(target.ir, topo, target.declared, target.dialect)
+    return LOADERS[kind](source, params, inplace, load(topology) if topology else None)
+
+
+def _ir(source: str, params: dict[str, object], inplace: bool, topology: Topology | None) -> Runnable:
+    """An IR file, run as written (judged by its own dialect's window)."""
+    from runtime.selection import run_target
+
+    target = run_target(source)
+    return Runnable(target.ir, topology, target.declared, target.dialect)
+
+
+def _program(source: str, params: dict[str, object], inplace: bool, topology: Topology | None) -> Runnable:
+    """A DSL program, compiled for the runtime that runs its collective, on the topology it names."""
+    from codegen.loader import load_program
+    from runtime.selection import run_target
+
+    prog = load_program(source, params)
+    target = run_target(prog)
+    return Runnable(target.ir, topology or prog.topology, target.declared, target.dialect)
+
+
+def _algorithm(source: str, params: dict[str, object], inplace: bool, topology: Topology | None) -> Runnable:
+    """An algorithm file, verified on its topology and compiled (for in-place calls if ``inplace``)."""
+    from codegen.compiler import compile_algorithm
+    from synth.algorithm import Algorithm
+
     algo = Algorithm.load(source)
     topo = algorithm_topology(algo, topology, source)
     algo.verify(topo)
     return Runnable(compile_algorithm(algo, topo, inplace=inplace), topo)
+
+
+LOADERS: dict[str, Callable[[str, dict[str, object], bool, Topology | None], Runnable]] = {
+    "ir": _ir,
+    "program": _program,
+    "algorithm": _algorithm,
+}
+"""How ``run`` and ``bench`` get an IR from each kind of FILE (``xccl.cli.common.input_kind``)."""
 
 
 def _placement(ir: IR, inplace: bool) -> bool:
@@ -91,14 +115,17 @@ def _where(inplace: bool) -> str:
     return "in-place" if inplace else "out-of-place"
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Runnable, bool]:
-    """The runnable FILE and whether the call is in place."""
+def _call(args: argparse.Namespace) -> tuple[Runnable, bool, dict]:
+    """The runnable FILE, whether the call is in place, and the ``runtime.bench.bench`` arguments
+    both commands share; the backend's options are refused, if they must be, before FILE is read."""
     from codegen.loader import parse_params
     from runtime.reference import parse_dtype
 
+    options = _backend_options(args)
     parse_dtype(args.dtype)
     runnable = load_runnable(args.file, parse_params(args.define), args.inplace, args.topology)
-    return runnable, _placement(runnable.ir, args.inplace)
+    inplace = _placement(runnable.ir, args.inplace)
+    return runnable, inplace, _bench_args(args, runnable, inplace, options)
 
 
 def _sizes(flag: str, parse: Callable[[str], T], text: str) -> T:
@@ -120,17 +147,19 @@ def _report_json(args: argparse.Namespace, report: BenchReport) -> dict:
 def _backend_options(args: argparse.Namespace) -> dict:
     """The backend's options; refuses, before any work, what cannot be honoured (``--check`` on a
     backend that moves no data, ``--max-memory`` where it does not apply)."""
-    from runtime.bench import BenchError, backends
+    from runtime.bench import BenchError
 
-    backend = backends()[args.backend]
+    table = backends()
+    backend = table[args.backend]
     if args.check and not backend.checks:
         raise BenchError(f"--check: the {args.backend} backend moves no data, so no output can be compared")
     options = {}
     if args.max_memory is not None:
-        if args.backend != "numpy":
+        if not backend.host_memory:
+            held = ", ".join(name for name, cls in table.items() if cls.host_memory)
             raise BenchError(
                 f"--max-memory: the {args.backend} backend does not hold every rank in host memory "
-                "(it applies to numpy)"
+                f"(it applies to {held})"
             )
         options["max_memory"] = _sizes("--max-memory", parse_size, args.max_memory)
     return options
@@ -185,7 +214,7 @@ def _checked_line(report: BenchReport, checks: bool) -> str:
 
 
 def _print_table(args: argparse.Namespace, ir: IR, inplace: bool, report: BenchReport) -> None:
-    from runtime.bench import TABLE_HEADERS, backends
+    from runtime.bench import TABLE_HEADERS
 
     print(
         f"# {ir.name}: {ir.collective} on {ir.num_ranks} ranks, {_where(inplace)}, backend {report.backend}"
@@ -206,18 +235,16 @@ def _print_table(args: argparse.Namespace, ir: IR, inplace: bool, report: BenchR
 
 @long_command
 def cmd_bench(args: argparse.Namespace) -> int:
-    from runtime.bench import BenchError, backends, bench
+    from runtime.bench import BenchError, bench
 
     sizes = _sizes("--sizes", parse_size_range, args.sizes)
-    options = _backend_options(args)
-    runnable, inplace = _prepare(args)
+    runnable, inplace, kwargs = _call(args)
     ir = runnable.ir
     if backends()[args.backend].needs_topology and runnable.topology is None:
         raise BenchError(
             f"{args.file}: backend {args.backend} times the IR on a topology, and this file names none: "
             "pass --topology"
         )
-    kwargs = _bench_args(args, runnable, inplace, options)
     done = []
 
     def on_row(row: BenchRow) -> None:
@@ -240,33 +267,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     from runtime.bench import bench
 
     size = _sizes("--size", parse_size, args.size)
-    options = _backend_options(args)
-    runnable, inplace = _prepare(args)
-    ir = runnable.ir
-    report = bench(
-        ir, [size], warmup=0, repeats=1, skip=False, **_bench_args(args, runnable, inplace, options)
-    )
+    runnable, inplace, kwargs = _call(args)
+    report = bench(runnable.ir, [size], warmup=0, repeats=1, skip=False, **kwargs)
     if report.interrupted:
         progress("interrupted")
         return INTERRUPTED
-    (row,) = report.rows
     if args.json:
         print_json(_report_json(args, report))
-    elif not row.failed:
-        rounded = "" if row.size_bytes == size else f", rounded down from {format_size(size)}"
-        what = (
-            f"{ir.name}: {ir.collective} on {ir.num_ranks} ranks, {format_size(row.size_bytes)} "
-            f"({row.count} {row.dtype}{rounded}), {row.op}, {_where(inplace)}"
-        )
-        took = f"({report.backend}, {row.time_us / 1e3:.2f} ms)"
-        if row.check == "ok":
-            print(f"ok: {what}: every output matches the NumPy reference {took}")
-        else:
-            print(f"{row.check}: {what}: ran, outputs not compared: {row.note} {took}")
+    elif not report.rows[0].failed:
+        print(_run_line(runnable.ir, inplace, report, size))
     return _exit_status(report, args.check, "run")
 
 
+def _run_line(ir: IR, inplace: bool, report: BenchReport, size: int) -> str:
+    """What ``xccl run`` says of a run that did not fail: the check word, the call, the time."""
+    (row,) = report.rows
+    rounded = "" if row.size_bytes == size else f", rounded down from {format_size(size)}"
+    what = (
+        f"{ir.name}: {ir.collective} on {ir.num_ranks} ranks, {format_size(row.size_bytes)} "
+        f"({row.count} {row.dtype}{rounded}), {row.op}, {_where(inplace)}"
+    )
+    took = f"({report.backend}, {row.time_us / 1e3:.2f} ms)"
+    if row.check == "ok":
+        return f"ok: {what}: every output matches the NumPy reference {took}"
+    return f"{row.check}: {what}: ran, outputs not compared: {row.note} {took}"
+
+
 def _common(p: argparse.ArgumentParser, choices: list[str]) -> None:
+    table = backends()
     p.add_argument(
         "file",
         metavar="FILE",
@@ -278,14 +306,14 @@ def _common(p: argparse.ArgumentParser, choices: list[str]) -> None:
         choices=choices,
         default="numpy",
         help="runtime to execute on (default numpy): "
-        + "; ".join(f"{n}: {RUNTIME_BACKENDS[n][0]}" for n in choices),
+        + "; ".join(f"{n}: {table[n].description}" for n in choices),
     )
     p.add_argument(
         "--dtype",
         "-d",
         default="f32",
         metavar="TYPE",
-        help=f"element type: {', '.join(DTYPE_NAMES)} (default f32)",
+        help=f"element type: {', '.join(names[0] for names in DTYPE_NAMES.values())} (default f32)",
     )
     p.add_argument("--op", choices=list(REDUCTIONS), default="sum", help="reduction (default sum)")
     p.add_argument(
@@ -330,7 +358,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "the check of the outputs against the NumPy reference. Ctrl-C keeps the finished rows."
         ),
     )
-    _common(p, sorted(RUNTIME_BACKENDS))
+    _common(p, sorted(backends()))
     p.add_argument(
         "--sizes", "-s", default="1KiB:1MiB", help="LOW:HIGH[:FACTOR] or a,b,c (default 1KiB:1MiB, doubling)"
     )
@@ -343,6 +371,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="execute an IR, algorithm or DSL program once and check it against the NumPy reference",
         description=f"FILE is {FILE_HELP}; examples: {examples}.",
     )
-    _common(p, sorted(name for name, (_, checks) in RUNTIME_BACKENDS.items() if checks))
+    _common(p, sorted(name for name, cls in backends().items() if cls.checks))
     p.add_argument("--size", default="1MiB", help="nccl-tests size: the larger buffer (default 1MiB)")
     p.set_defaults(func=cmd_run)

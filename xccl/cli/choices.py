@@ -1,11 +1,20 @@
-"""Names the parser offers whose registries live in heavy modules, kept here so that building the
-parser (``xccl --help``, every command's start) loads no solver, executor or array library.
+"""What the parser offers from registries that live in heavy modules, without loading them when
+the parser is built (``xccl --help``, every command's start).
 
-Each is a copy of its registry's keys, in the registry's order; ``tests/test_cli_choices.py``
-fails when one drifts, naming the registry to copy from.
+A choice list is a :class:`RegistryNames`: a view of its registry's keys that imports the registry
+the first time a value is checked or the names are listed, which argparse does only for an option
+that is given, or in the help of the command that has it. The numbers below are copies of their
+sources' defaults, which live in modules that import the solvers; ``tests/test_cli_choices.py``
+fails when one drifts, naming the constant to copy from. Registries that live in light modules
+(the runtime backends, dtypes and reductions) are imported directly by the commands that offer them.
 """
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from functools import cached_property
+from typing import overload
 
 __all__ = [
     "ALLREDUCE_METHODS",
@@ -15,14 +24,38 @@ __all__ = [
     "MILP_SOLVERS",
     "MILP_STAGE_TIME_LIMIT_S",
     "MILP_TIME_LIMIT_S",
-    "REDUCTIONS",
-    "RUNTIME_BACKENDS",
     "SMT_INSTANCE_TIME_LIMIT_S",
     "SMT_TIME_LIMIT_S",
+    "RegistryNames",
 ]
 
-BASELINE_NAMES = ("ring", "bidir-ring", "direct", "recursive-doubling", "binomial-tree", "hierarchical")
-"""``synth.baselines.BASELINES``."""
+
+class RegistryNames(Sequence[str]):
+    """The keys of ``module.attribute`` (a name -> factory map, or a tuple of names), in its order,
+    read on first use."""
+
+    def __init__(self, module: str, attribute: str) -> None:
+        self.module, self.attribute = module, attribute
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(getattr(importlib.import_module(self.module), self.attribute))
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return self.names[index]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __repr__(self) -> str:
+        return f"RegistryNames({self.module}.{self.attribute})"
+
+
+BASELINE_NAMES = RegistryNames("synth.baselines", "BASELINES")
 
 ALLREDUCE_METHODS = ("auto", "compose", "direct")
 """``synth.smt.synthesizer.ALLREDUCE_METHODS``."""
@@ -42,18 +75,7 @@ MILP_TIME_LIMIT_S = 600.0
 MILP_STAGE_TIME_LIMIT_S = 30.0
 """``synth.milp.pipeline.DEFAULT_STAGE_TIME_LIMIT_S``."""
 
-MILP_COLLECTIVES = ("allgather", "alltoall", "broadcast", "reducescatter", "reduce", "allreduce")
-"""``synth.milp.synthesis.SUPPORTED``."""
+MILP_COLLECTIVES = RegistryNames("synth.milp.synthesis", "SUPPORTED")
 
 MILP_SOLVERS = ("highs", "cbc")
 """``synth.milp.solvers.BACKENDS``, in order of preference."""
-
-REDUCTIONS = ("sum", "prod", "min", "max")
-"""``runtime.reference.REDUCTIONS``."""
-
-RUNTIME_BACKENDS = {
-    "cupy": ("the CuPy GPU executor (peer-to-peer kernels), timed with CUDA events", True),
-    "numpy": ("the NumPy reference executor on this CPU (every rank in one process)", True),
-    "sim": ("the alpha-beta timing simulator (model time, no data)", False),
-}
-"""``runtime.bench.backends()``, sorted: name -> (description, whether it checks outputs)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +23,9 @@ from xccl.cli.output import format_table
 from xccl.cli.solving import positive_int
 
 if TYPE_CHECKING:
+    from codegen.dsl import Program
     from codegen.ir import IR
+    from codegen.pipeline import PassRecord, PipelineResult
 
 __all__ = ["register"]
 
@@ -52,71 +55,107 @@ def _stderr(text: str) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from codegen.compiler import run_compiler
-    from codegen.formats import load_ir, save_ir, write_ir
-    from codegen.ir import IR
-    from codegen.loader import load_program, parse_params
-    from codegen.lower import lower_algorithm
-    from codegen.pipeline import run_pipeline
-    from synth.algorithm import Algorithm
+    from codegen.formats import save_ir, write_ir
 
-    kind = input_kind(args.input)
-    if kind == "ir":
-        for flag, value in (
-            ("--instances", args.instances),
-            ("--channels", args.channels),
-            ("--inplace", args.inplace),
-        ):
-            if value:
-                raise DslError(f"{args.input}: {flag} applies to programs and algorithms, not to an IR")
-        ir = load_ir(args.input)
-        _check_what_it_computes(ir, args.input)
-        if args.protocol:
-            ir = replace(ir, protocol=args.protocol)
-        result = run_pipeline(
-            ir, IR_PASSES, verify_each=args.verify_each, print_after=tuple(args.print_after)
-        )
-    else:
-        if kind == "program":
-            prog = load_program(args.input, parse_params(args.define))
-            if args.inplace:
-                raise DslError(
-                    f"{args.input}: --inplace applies to algorithms; a program declares inplace itself"
-                )
-        else:
-            algo = Algorithm.load(args.input)
-            topo = algorithm_topology(algo, args.topology, args.input)
-            algo.verify(topo)
-            prog = lower_algorithm(algo, topo, inplace=args.inplace)
-        result = run_compiler(
-            prog,
-            channels=args.channels,
-            instances=args.instances,
-            protocol=args.protocol,
-            dialect=None if args.dialect == "json" else args.dialect,
-            verify_each=args.verify_each,
-            print_after=tuple(args.print_after),
-        )
-    ir = result.result
-    if not isinstance(ir, IR):
-        raise CodegenError("the pipeline did not produce an IR")
-    if args.min_bytes is not None:
-        ir = replace(ir, min_bytes=args.min_bytes)
-    if args.max_bytes is not None:
-        ir = replace(ir, max_bytes=args.max_bytes)
-    for record in result.records:
-        if record.dump is not None:
-            _stderr(f"--- after {record.name} ---\n{record.dump}")
-    if args.time_passes:
-        rows = [[r.name, f"{1000 * r.seconds:.2f}"] for r in result.records]
-        rows.append(["total", f"{1000 * sum(r.seconds for r in result.records):.2f}"])
-        _stderr(format_table(["pass", "ms"], rows))
+    result = COMPILERS[input_kind(args.input)](args)
+    ir = _selected(_result_ir(result), args.min_bytes, args.max_bytes)
+    _report_passes(result.records, args.time_passes)
     if args.output:
         save_ir(ir, args.output, args.dialect, force=args.force)
         print(f"wrote {args.output}: {_summary(ir)}, checked for {_target(args.dialect)}")
     else:
         sys.stdout.write(write_ir(ir, args.dialect))
     return 0
+
+
+def _compile_ir(args: argparse.Namespace) -> PipelineResult:
+    """An IR file: checked for what it computes, then normalized and checked again."""
+    from codegen.formats import load_ir
+    from codegen.pipeline import run_pipeline
+
+    for flag, value in (
+        ("--instances", args.instances),
+        ("--channels", args.channels),
+        ("--inplace", args.inplace),
+    ):
+        if value:
+            raise DslError(f"{args.input}: {flag} applies to programs and algorithms, not to an IR")
+    ir = load_ir(args.input)
+    _check_what_it_computes(ir, args.input)
+    if args.protocol:
+        ir = replace(ir, protocol=args.protocol)
+    return run_pipeline(ir, IR_PASSES, verify_each=args.verify_each, print_after=tuple(args.print_after))
+
+
+def _compile_program(args: argparse.Namespace) -> PipelineResult:
+    """A DSL program (a file, or a shipped example) with its ``-D`` parameters."""
+    from codegen.loader import load_program, parse_params
+
+    prog = load_program(args.input, parse_params(args.define))
+    if args.inplace:
+        raise DslError(f"{args.input}: --inplace applies to algorithms; a program declares inplace itself")
+    return _run_compiler(prog, args)
+
+
+def _compile_algorithm(args: argparse.Namespace) -> PipelineResult:
+    """An algorithm file, verified on its topology and lowered to a program first."""
+    from codegen.lower import lower_algorithm
+    from synth.algorithm import Algorithm
+
+    algo = Algorithm.load(args.input)
+    topo = algorithm_topology(algo, args.topology, args.input)
+    algo.verify(topo)
+    return _run_compiler(lower_algorithm(algo, topo, inplace=args.inplace), args)
+
+
+COMPILERS: dict[str, Callable[[argparse.Namespace], PipelineResult]] = {
+    "ir": _compile_ir,
+    "program": _compile_program,
+    "algorithm": _compile_algorithm,
+}
+"""What ``xccl compile`` does with each kind of input (``xccl.cli.common.input_kind``)."""
+
+
+def _run_compiler(prog: Program, args: argparse.Namespace) -> PipelineResult:
+    from codegen.compiler import run_compiler
+
+    return run_compiler(
+        prog,
+        channels=args.channels,
+        instances=args.instances,
+        protocol=args.protocol,
+        dialect=None if args.dialect == "json" else args.dialect,
+        verify_each=args.verify_each,
+        print_after=tuple(args.print_after),
+    )
+
+
+def _result_ir(result: PipelineResult) -> IR:
+    from codegen.ir import IR
+
+    if not isinstance(result.result, IR):
+        raise CodegenError("the pipeline did not produce an IR")
+    return result.result
+
+
+def _selected(ir: IR, min_bytes: int | None, max_bytes: int | None) -> IR:
+    """``ir`` with the size window ``--min-bytes``/``--max-bytes`` set where given."""
+    if min_bytes is not None:
+        ir = replace(ir, min_bytes=min_bytes)
+    if max_bytes is not None:
+        ir = replace(ir, max_bytes=max_bytes)
+    return ir
+
+
+def _report_passes(records: Sequence[PassRecord], time_passes: bool) -> None:
+    """On stderr: the stages ``--print-after`` asked for, and (``--time-passes``) each pass's time."""
+    for record in records:
+        if record.dump is not None:
+            _stderr(f"--- after {record.name} ---\n{record.dump}")
+    if time_passes:
+        rows = [[r.name, f"{1000 * r.seconds:.2f}"] for r in records]
+        rows.append(["total", f"{1000 * sum(r.seconds for r in records):.2f}"])
+        _stderr(format_table(["pass", "ms"], rows))
 
 
 def _check_what_it_computes(ir: IR, where: str) -> None:

@@ -21,7 +21,8 @@ import hashlib
 import json
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +34,9 @@ from synth.collectives import make_collective
 from xccl.cli.output import print_table, progress
 
 if TYPE_CHECKING:
+    from codegen.ir import IR
     from synth.algorithm import Algorithm
+    from synth.smt.pareto import Front
     from topologies.model import Topology
 
 __all__ = ["register"]
@@ -121,9 +124,12 @@ def _plot_bytes(plot, *args, **kwargs) -> bytes:
 
 @dataclass(frozen=True)
 class Row:
+    """One algorithm of the table: where it runs, its label, and (once compiled) its IR and check."""
+
     machine: Topology
     label: str
     algorithm: Algorithm
+    ir: IR | None = None
     check: str = ""
 
 
@@ -136,44 +142,48 @@ def _done(start: float, text: str) -> None:
     progress(f"           {text} ({time.perf_counter() - start:.1f} s)")
 
 
-def _execute(ir, backend: str) -> str:
-    from runtime import cupy as gpu
-    from runtime.bench import aligned_size
-    from runtime.numpy import run as cpu_run
-
-    size = aligned_size(ir, parse_size(RUN_SIZE), "float32")
-    inplace = not ir.outofplace
-    result = (gpu.run if backend == "cupy" else cpu_run)(ir, size, "float32", "sum", inplace=inplace)
-    return f"passed ({backend})" if result.checked else "not checked"
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
-    from codegen import compile_algorithm, write_ir
-    from runtime.sim import simulate as simulate_ir
-    from synth.baselines import make_baseline
-    from synth.bounds import lower_bound_us, rounds_per_chunk_bound, steps_lower_bound
-    from synth.cost import simulate
-    from synth.milp import synthesize as milp_synthesize
-    from synth.plots import plot_front, plot_times
-    from synth.smt import pareto_front
     from topologies import load
     from xccl.api import best_backend
 
-    out = Path(args.out)
+    out = _output_folder(args.out)
+    folder = DemoFolder.open(out, args.force)
+    backend = args.backend or best_backend()
+    dgx1, ndv2x2 = load("dgx1"), load("ndv2x2")
+    front = _smt_front(dgx1)
+    milp = _milp_schedule(ndv2x2)
+    rows = _with_baselines(dgx1, ndv2x2, front.algorithms, milp)
+    rows = _compile(rows, folder)
+    rows = _execute(rows, backend)
+    table = _compare(rows, front, (dgx1, ndv2x2), folder)
+    _print_report(table, (dgx1, ndv2x2), folder)
+    return 0
+
+
+def _output_folder(text: str) -> Path:
+    out = Path(text)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DemoError(f"{out}: --out: expected a folder to write into: {exc.strerror or exc}") from None
-    folder = DemoFolder.open(out, args.force)
-    sizes = [parse_size(s) for s in SIZES]
-    backend = args.backend or best_backend()
-    dgx1, ndv2x2 = load("dgx1"), load("ndv2x2")
+    return out
+
+
+def _smt_front(dgx1: Topology) -> Front:
+    """Stage 1: the SMT Pareto front of DGX-1 allgather, each instance reported as it is decided."""
+    from synth.smt import pareto_front
 
     t = _stage(1, "DGX-1 allgather: SMT Pareto front (SCCL's walk, bounds from HiGHS)")
     front = pareto_front(
         dgx1, "allgather", on_outcome=lambda o: progress(f"           {o.instance}: {o.summary()}")
     )
     _done(t, front.message())
+    return front
+
+
+def _milp_schedule(ndv2x2: Topology) -> Algorithm:
+    """Stage 2: the MILP schedule of two NDv2 machines from the shipped sketch."""
+    from synth.milp import synthesize as milp_synthesize
 
     t = _stage(
         2, "2 x NDv2 allgather: MILP from sketch ndv2x2-relay at 1 GiB (routing, ordering, scheduling)"
@@ -182,52 +192,91 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ndv2x2, "allgather", "ndv2x2-relay", size_bytes=parse_size("1GiB"), log=lambda s: None
     )
     _done(t, f"{milp.algorithm.name}, chunkup {milp.chunkup}, verified")
+    return milp.algorithm
+
+
+def _with_baselines(dgx1: Topology, ndv2x2: Topology, smt: Sequence[Algorithm], milp: Algorithm) -> list[Row]:
+    """Stage 3: the synthesized algorithms and the ring baseline on each machine (``xccl.synthesize``)."""
+    from xccl.api import synthesize
 
     t = _stage(3, "ring baselines on both machines")
-    rows = [Row(dgx1, f"SMT S={a.num_steps} R={a.rounds} C={a.chunks}", a) for a in front.algorithms]
-    rows.append(Row(dgx1, "ring baseline", make_baseline("ring", dgx1, make_collective("allgather", 8))))
-    rows.append(Row(ndv2x2, "MILP (ndv2x2-relay)", milp.algorithm))
-    rows.append(Row(ndv2x2, "ring baseline", make_baseline("ring", ndv2x2, make_collective("allgather", 16))))
+    rows = [Row(dgx1, f"SMT S={a.num_steps} R={a.rounds} C={a.chunks}", a) for a in smt]
+    rows.append(Row(dgx1, "ring baseline", synthesize(dgx1, "allgather", "ring")))
+    rows.append(Row(ndv2x2, "MILP (ndv2x2-relay)", milp))
+    rows.append(Row(ndv2x2, "ring baseline", synthesize(ndv2x2, "allgather", "ring")))
     _done(t, "built and verified")
+    return rows
 
-    t = _stage(4, f"compile to MSCCL XML (azure dialect), static checks, write {out}/")
-    irs = []
+
+def _compile(rows: list[Row], folder: DemoFolder) -> list[Row]:
+    """Stage 4: each algorithm compiled (``xccl.compile``, statically checked) and written as XML."""
+    from codegen import write_ir
+    from xccl.api import compile as compile_ir
+
+    t = _stage(4, f"compile to MSCCL XML (azure dialect), static checks, write {folder.path}/")
+    compiled = []
     for row in rows:
-        ir = compile_algorithm(row.algorithm, row.machine, dialect="azure")
+        ir = compile_ir(row.algorithm, row.machine, dialect="azure")
         name = f"{row.algorithm.file_stem}{'-ring' if row.label.startswith('ring') else ''}.xml"
         folder.save(name, write_ir(ir, "azure").encode("utf-8"))
-        irs.append(ir)
-    _done(t, f"{len(irs)} XML files, every one passed the checker")
+        compiled.append(replace(row, ir=ir))
+    _done(t, f"{len(compiled)} XML files, every one passed the checker")
+    return compiled
+
+
+def _execute(rows: list[Row], backend: str) -> list[Row]:
+    """Stage 5: each IR executed once (``xccl.run``) and compared with the NumPy reference."""
+    from xccl.api import run
 
     t = _stage(5, f"execute at {RUN_SIZE} on {backend}, every output compared with the NumPy reference")
-    rows = [
-        Row(r.machine, r.label, r.algorithm, _execute(ir, backend)) for r, ir in zip(rows, irs, strict=True)
-    ]
+    checked = []
+    for row in rows:
+        result = run(row.ir, RUN_SIZE, backend=backend)
+        checked.append(replace(row, check=f"passed ({backend})" if result.checked else "not checked"))
     _done(t, "all outputs correct")
+    return checked
 
+
+def _compare(rows: list[Row], front: Front, machines: Sequence[Topology], folder: DemoFolder) -> list[list]:
+    """Stage 6: the table of modeled times against the lower bound and the compiled XML's time in
+    the IR simulator, and the two plots."""
     t = _stage(6, "modeled times against the lower bound, the XML in the IR simulator; plots")
-    table = []
-    for row, ir in zip(rows, irs, strict=True):
-        times = [simulate(row.algorithm, row.machine, s).time_us for s in sizes]
-        compiled = simulate_ir(ir, row.machine, sizes[-1]).time_us
-        bounds = [
-            lower_bound_us(row.machine, make_collective("allgather", row.machine.num_ranks), s) for s in sizes
-        ]
-        table.append(
-            [
-                row.machine.name,
-                row.label,
-                row.algorithm.num_steps,
-                row.algorithm.rounds,
-                row.algorithm.chunks,
-                row.check,
-                *(f"{x:.2f}" for x in times),
-                *(f"{100 * b / x:.0f}%" for b, x in zip(bounds, times, strict=True)),
-                f"{compiled:.2f}",
-            ]
-        )
-    coll = make_collective("allgather", 8)
-    front_png = _plot_bytes(
+    table = [_table_row(row) for row in rows]
+    folder.save(FRONT_PNG, _front_png(machines[0], front))
+    folder.save(TIMES_PNG, _times_png(rows, machines))
+    folder.finish()
+    _done(t, f"plots in {folder.path}/")
+    return table
+
+
+def _table_row(row: Row) -> list:
+    from runtime.sim import simulate as simulate_ir
+    from xccl.api import lower_bound, simulate
+
+    sizes = [parse_size(s) for s in SIZES]
+    times = [simulate(row.algorithm, row.machine, s).time_us for s in sizes]
+    compiled = simulate_ir(row.ir, row.machine, sizes[-1]).time_us
+    bounds = [lower_bound(row.machine, "allgather", s) for s in sizes]
+    algo = row.algorithm
+    return [
+        row.machine.name,
+        row.label,
+        algo.num_steps,
+        algo.rounds,
+        algo.chunks,
+        row.check,
+        *(f"{x:.2f}" for x in times),
+        *(f"{100 * b / x:.0f}%" for b, x in zip(bounds, times, strict=True)),
+        f"{compiled:.2f}",
+    ]
+
+
+def _front_png(dgx1: Topology, front: Front) -> bytes:
+    from synth.bounds import rounds_per_chunk_bound, steps_lower_bound
+    from synth.plots import plot_front
+
+    coll = make_collective("allgather", dgx1.num_ranks)
+    return _plot_bytes(
         plot_front,
         dgx1,
         front.algorithms,
@@ -236,17 +285,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
         rounds_per_chunk_bound(dgx1, coll),
         "allgather on dgx1: SMT front",
     )
-    times_png = _plot_bytes(
+
+
+def _times_png(rows: list[Row], machines: Sequence[Topology]) -> bytes:
+    from synth.plots import plot_times
+
+    return _plot_bytes(
         plot_times,
         [
-            ("allgather on dgx1", dgx1, [(r.label, r.algorithm) for r in rows if r.machine is dgx1]),
-            ("allgather on ndv2x2", ndv2x2, [(r.label, r.algorithm) for r in rows if r.machine is ndv2x2]),
+            (f"allgather on {m.name}", m, [(r.label, r.algorithm) for r in rows if r.machine is m])
+            for m in machines
         ],
     )
-    folder.save(FRONT_PNG, front_png)
-    folder.save(TIMES_PNG, times_png)
-    folder.finish()
-    _done(t, f"plots in {out}/")
+
+
+def _print_report(table: list[list], machines: Sequence[Topology], folder: DemoFolder) -> None:
+    from xccl.api import lower_bound
+
+    sizes = [parse_size(s) for s in SIZES]
     print()
     print_table(
         [
@@ -264,12 +320,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         title="allgather: synthesized vs ring baseline, modeled time and share of the lower bound",
     )
     print()
-    for machine in (dgx1, ndv2x2):
-        bound = [lower_bound_us(machine, make_collective("allgather", machine.num_ranks), s) for s in sizes]
+    for machine in machines:
+        bound = [lower_bound(machine, "allgather", s) for s in sizes]
         parts = (f"{x:.2f} us @{format_size(s)}" for x, s in zip(bound, sizes, strict=True))
         print(f"lower bound on {machine.name}: " + ", ".join(parts))
-    print(f"files: {', '.join(sorted(folder.written))} in {out}/")
-    return 0
+    print(f"files: {', '.join(sorted(folder.written))} in {folder.path}/")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

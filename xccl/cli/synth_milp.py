@@ -77,7 +77,7 @@ def register(methods: argparse._SubParsersAction) -> None:
         required=True,
         choices=MILP_COLLECTIVES,
         metavar="COLL",
-        help=", ".join(MILP_COLLECTIVES),
+        help="%(choices)s",
     )
     p.add_argument("--root", type=int, default=None, help="root of broadcast/reduce (default 0)")
     p.add_argument(

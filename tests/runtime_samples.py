@@ -1,5 +1,5 @@
-"""Hand-written IRs in the style the MSCCL tools emit: the subjects of the runtime's doctests, tests
-and benchmark (codegen compiles the same schedules from algorithms).
+"""Test support: hand-written IRs in the style the MSCCL tools emit, the subjects of the runtime's
+tests and of ``benchmarks/runtime_cupy.py`` (codegen compiles the same schedules from algorithms).
 
 Each builder returns a complete :class:`IR`: one ``Gpu`` per rank, threadblocks with one send and one
 receive peer on one channel, and ops whose local operands are the op's own rank's.

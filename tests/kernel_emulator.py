@@ -1,10 +1,11 @@
-"""The GPU kernel's protocol, emulated on the CPU block by block (no GPU needed).
+"""Test support: the GPU kernel's protocol, emulated on the CPU block by block (no GPU needed).
 
 Each kernel block becomes a Python generator that follows ``xccl_kernel.cu`` line for line at the
 level of pieces: it walks tiles and steps, waits on dependency flags and on the connection
 counters (yielding while it waits), moves one FIFO slot at a time and raises the same counters.
 A round-robin scheduler runs the blocks; if none can move, the launch would time out on the GPU,
-and the emulator reports the same error code. Tests use it to check the packing and the protocol.
+and the emulator reports the same error code. ``tests/test_cupy_kernel.py`` uses it to check the
+packing and the protocol without a GPU.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The standard set of compiled schedules an executor must run correctly, and the calls to run them at.
+"""Test support: the standard set of compiled schedules an executor must run correctly, and the calls
+to run them at.
 
 Every shipped DSL example (small parameters) and every baseline on the topologies where it applies,
 compiled by codegen, out of place and in place where the collective has an in-place form. Each is
