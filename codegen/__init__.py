@@ -2,13 +2,13 @@
 
 The functions most callers need:
 
-- :func:`compile_algorithm` (``Algorithm -> IR``) and :func:`compile_program` (``Program -> IR``),
+- :func:`compile_algorithm` (``Algorithm -> IR``) and :func:`compile_program` (``ChunkProgram -> IR``),
   both statically checked for a target dialect (``"azure"`` by default, ``None`` for none);
 - :func:`load_ir` / :func:`read_ir` (MSCCL XML of either dialect or our JSON -> IR),
   :func:`write_ir` / :func:`save_ir` (IR -> text or file, formats in :data:`FORMATS`);
 - :func:`check_ir` / :func:`find_problems`, the static checker; :func:`check_result` /
   :func:`find_wrong_result`, what an IR computes (symbolic execution);
-- :class:`Program` and :func:`chunk`, the DSL; :func:`custom_collective` states the result of a
+- :class:`ChunkProgram` and :func:`chunk`, the DSL; :func:`custom_collective` states the result of a
   schedule that is none of the named collectives; :func:`load_program` loads a DSL file.
 
 Names are imported on first use, so that a small module (:mod:`codegen.dialects`,
@@ -27,6 +27,7 @@ __all__ = [
     "PASSES",
     "PROTOCOLS",
     "Buffer",
+    "ChunkProgram",
     "ChunkRef",
     "CodegenError",
     "Dep",
@@ -38,7 +39,6 @@ __all__ = [
     "Op",
     "OpType",
     "Problem",
-    "Program",
     "Ref",
     "Threadblock",
     "WrongSlot",
@@ -81,7 +81,7 @@ _HOME = {
     "Dialect": "codegen.dialects",
     "ChunkRef": "codegen.dsl",
     "PROTOCOLS": "codegen.protocols",
-    "Program": "codegen.dsl",
+    "ChunkProgram": "codegen.dsl",
     "WrongSlot": "codegen.dsl",
     "chunk": "codegen.dsl",
     "current_program": "codegen.dsl",

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from codegen.check import check_ir, find_deadlock
 from codegen.dialects import Dialect, get_dialect
-from codegen.dsl import PROTOCOLS, Program
+from codegen.dsl import PROTOCOLS, ChunkProgram
 from codegen.errors import CodegenError, DslError
 from codegen.ir import IR
 from codegen.lower import lower_algorithm
@@ -26,7 +26,7 @@ __all__ = ["compile_algorithm", "compile_program", "run_compiler"]
 
 
 def run_compiler(
-    program: Program,
+    program: ChunkProgram,
     *,
     channels: int | None = None,
     instances: int | None = None,
@@ -92,7 +92,7 @@ def _check_width(name: str, instances: int, channels: int | None) -> None:
         )
 
 
-def compile_program(program: Program, **options) -> IR:
+def compile_program(program: ChunkProgram, **options) -> IR:
     """The checked IR of a DSL program (options as :func:`run_compiler`)."""
     result = run_compiler(program, **options).result
     if not isinstance(result, IR):

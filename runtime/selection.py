@@ -28,7 +28,7 @@ from common.units import format_size
 from runtime.errors import SizeNotSelected
 
 if TYPE_CHECKING:
-    from codegen.dsl import Program
+    from codegen.dsl import ChunkProgram
     from synth.collectives import Collective
 
 __all__ = ["RUNTIME_NAMES", "RunTarget", "check_window", "run_target", "runtime_dialect", "window_bytes"]
@@ -58,12 +58,12 @@ class RunTarget:
     dialect: str
 
 
-def run_target(source: IR | Program | str | Path) -> RunTarget:
+def run_target(source: IR | ChunkProgram | str | Path) -> RunTarget:
     """An IR as given (judged by its runtime's dialect), a DSL program compiled for the runtime
     that runs its collective (keeping a custom collective as the declared result), or an IR file
     (MSCCL XML judged by its own dialect, or our JSON IR)."""
     from codegen.compiler import compile_program
-    from codegen.dsl import Program
+    from codegen.dsl import ChunkProgram
     from codegen.errors import XmlFormatError
     from codegen.formats import read_ir
     from codegen.formats.xml_reader import xml_dialect
@@ -71,7 +71,7 @@ def run_target(source: IR | Program | str | Path) -> RunTarget:
 
     if isinstance(source, IR):
         return RunTarget(source, None, runtime_dialect(source.collective))
-    if isinstance(source, Program):
+    if isinstance(source, ChunkProgram):
         dialect = runtime_dialect(source.collective.name)
         ir = compile_program(source, dialect=dialect)
         return RunTarget(ir, source.collective if ir.collective == "custom" else None, dialect)

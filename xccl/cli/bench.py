@@ -36,7 +36,7 @@ __all__ = ["Runnable", "load_runnable", "register"]
 FILE_HELP = (
     "an IR (MSCCL XML in either dialect, or xccl's JSON IR: run as written), an algorithm "
     "(.json from xccl baseline or xccl synth: compiled first) or a DSL program (.py defining "
-    "program() or building one Program, or example:NAME: compiled first)"
+    "program() or building one ChunkProgram, or example:NAME: compiled first)"
 )
 DTYPE_NAMES = ("f16", "f32", "f64", "i8", "u8", "i32", "u32", "i64", "u64")
 INTERRUPTED = 130

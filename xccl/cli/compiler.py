@@ -196,7 +196,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="compile an algorithm, a DSL program or an IR into MSCCL XML or JSON IR",
         description=(
             "INPUT is an algorithm file (.json, from xccl baseline or xccl synth), a DSL program "
-            "(.py defining program() or building one Program, or example:NAME for "
+            "(.py defining program() or building one ChunkProgram, or example:NAME for "
             f"{', '.join(example_names())}), or an IR (.xml or IR .json) to check and re-emit."
         ),
     )
