@@ -7,11 +7,11 @@ from dataclasses import replace
 from ir_interpreter import execute
 
 from codegen.compiler import compile_program
-from codegen.dialects import DIALECTS, file_problems
 from codegen.dsl import ChunkProgram
 from codegen.ir import IR
 from codegen.passes import DEFAULT_PIPELINE
 from codegen.pipeline import CompileOptions, run_pipeline
+from codegen.rules import DIALECTS, file_problems
 from codegen.semantics import find_wrong_result
 
 __all__ = ["assert_loads_and_computes", "compile_and_run", "map_ops", "stage_after", "steps_of"]

@@ -26,11 +26,9 @@ from dataclasses import replace
 
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
 from codegen.ir import OpType, Ref
+from codegen.rules import MAX_COUNT
 
 __all__ = ["aggregate_chunks"]
-
-MAX_COUNT = 71
-"""The runtimes' largest ``cnt`` (their limit is ``cnt < 72``)."""
 
 WINDOW = 0.02
 """Default time window of a run in a timed program, as a fraction of the schedule's span."""

@@ -6,7 +6,8 @@ Flows take the user's channel if given, else channels ``0 .. channels-1`` round 
 moves to the next channel when the one it would take cannot hold it: on some connection its
 transfers would be received in another order than sent (the global order decides both), a
 threadblock would need two send peers or two receive peers, or a rank would talk to more than
-32 peers in one direction on the channel (the runtimes' threadblocks per channel). Unless the
+``MAX_PEERS_PER_CHANNEL`` peers in one direction on the channel (the runtimes' threadblocks per
+channel, :mod:`codegen.rules`). Unless the
 user chose the channel, a flow also moves on rather than share a channel with a transfer the other
 way between the same ranks at the same depth when either has more calls than the FIFO holds
 (``codegen.protocols``) and is ordered together with its receive: an exchange on one channel would
@@ -27,15 +28,10 @@ from collections import defaultdict
 from codegen.errors import CodegenError, DslError
 from codegen.instr_dag import InstrDAG
 from codegen.protocols import fifo_calls
+from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
 
-__all__ = ["MAX_CHANNELS", "assign_channels"]
-
-MAX_CHANNELS = 32
-"""NCCL's MAXCHANNELS: no runtime accepts more."""
-
-MAX_PEERS_PER_CHANNEL = 32
-"""Sending (and receiving) threadblocks per channel the runtimes allow: one per peer."""
+__all__ = ["assign_channels"]
 
 
 class _Flows:

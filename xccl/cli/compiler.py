@@ -8,12 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from codegen.dialects import DIALECTS
 from codegen.errors import CodegenError, DslError
 from codegen.examples import example_names
 from codegen.formats import FORMATS
 from codegen.passes import PASSES
 from codegen.protocols import PROTOCOLS
+from codegen.rules import DIALECTS
 from common.errors import XcclError
 from common.units import parse_size
 from xccl.cli.algorithms import algorithm_topology
