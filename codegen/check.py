@@ -114,23 +114,14 @@ def _count_mismatch(
                 stb,
                 sk,
             )
-    if len(sent) > len(got):
-        return Problem(
-            f"sends {len(sent)} transfers to rank {b} on channel {ch}, rank {b} threadblock {rtb} "
-            f"receives {len(got)}: this step's transfer is never received",
-            a,
-            stb,
-            sent[len(got)][0],
-        )
-    if len(got) > len(sent):
-        return Problem(
-            f"receives {len(got)} transfers from rank {a} on channel {ch}, rank {a} threadblock {stb} "
-            f"sends {len(sent)}: this step waits forever",
-            b,
-            rtb,
-            got[len(sent)][0],
-        )
-    return None
+    if len(sent) == len(got):
+        return None
+    matched = min(len(sent), len(got))
+    if len(sent) > matched:
+        what = f"sends {len(sent)} transfers to rank {b} on channel {ch}, rank {b} threadblock {rtb} receives"
+        return Problem(f"{what} {len(got)}: this step's transfer is never received", a, stb, sent[matched][0])
+    what = f"receives {len(got)} transfers from rank {a} on channel {ch}, rank {a} threadblock {stb} sends"
+    return Problem(f"{what} {len(sent)}: this step waits forever", b, rtb, got[matched][0])
 
 
 def find_deadlock(ir: IR) -> Problem | None:

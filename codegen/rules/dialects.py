@@ -44,6 +44,10 @@ MAX_PEERS_PER_CHANNEL = 32
 """Sending (and receiving) threadblocks per channel: one per peer."""
 MAX_BUFFER_CHUNKS = 1 << 15
 """Chunks a buffer can have: step offsets are stored as 16-bit integers."""
+_BOTH_RUN = tuple((name, name) for name in ("allreduce", "allgather", "reduce", "broadcast", "alltoall"))
+"""Collectives both runtimes run, under our names."""
+_BOTH_REQUIRE = ("ngpus", "nchunksperloop", "nchannels", "proto", "coll", "inplace")
+"""``<algo>`` attributes both parsers require."""
 
 
 @dataclass(frozen=True)
@@ -110,22 +114,14 @@ DIALECTS: dict[str, Dialect] = {
         name="msccl",
         description="microsoft/msccl research runtime (NCCL 2.12 fork)",
         runtime="the research runtime (microsoft/msccl)",
-        collectives=(
-            ("allreduce", "allreduce"),
-            ("allgather", "allgather"),
-            ("reduce", "reduce"),
-            ("broadcast", "broadcast"),
-            ("alltoall", "alltoall"),
-            ("reducescatter", "reduce_scatter"),
-            ("custom", "custom"),
-        ),
+        collectives=(*_BOTH_RUN, ("reducescatter", "reduce_scatter"), ("custom", "custom")),
         max_steps=256,
         max_threadblocks=216,
         checks_buffer_sizes=True,
         window_whole_buffer=frozenset({"alltoall", "allreduce", "broadcast", "reduce", "custom"}),
         max_bytes_inclusive=False,
         xml=XmlSpelling(
-            required=("name", "ngpus", "nchunksperloop", "nchannels", "proto", "coll", "inplace"),
+            required=("name", *_BOTH_REQUIRE),
             writes_outofplace=False,
             unlimited_max_bytes=1 << 30,
             default_max_bytes=1 << 27,
@@ -137,16 +133,7 @@ DIALECTS: dict[str, Dialect] = {
         name="azure",
         description="Azure msccl-executor-nccl production executor (NCCL 2.23 fork)",
         runtime="the Azure executor",
-        collectives=(
-            ("allreduce", "allreduce"),
-            ("allgather", "allgather"),
-            ("reduce", "reduce"),
-            ("broadcast", "broadcast"),
-            ("alltoall", "alltoall"),
-            ("reducescatter", "reducescatter"),
-            ("gather", "gather"),
-            ("scatter", "scatter"),
-        ),
+        collectives=(*_BOTH_RUN, ("reducescatter", "reducescatter"), ("gather", "gather"), ("scatter", "scatter")),
         max_steps=64,
         max_threadblocks=1024,
         checks_buffer_sizes=False,
@@ -155,17 +142,7 @@ DIALECTS: dict[str, Dialect] = {
         ),
         max_bytes_inclusive=True,
         xml=XmlSpelling(
-            required=(
-                "nchunksperloop",
-                "nchannels",
-                "ngpus",
-                "proto",
-                "coll",
-                "minBytes",
-                "maxBytes",
-                "inplace",
-                "outofplace",
-            ),
+            required=(*_BOTH_REQUIRE, "minBytes", "maxBytes", "outofplace"),
             writes_outofplace=True,
             unlimited_max_bytes=0,
             default_max_bytes=None,
