@@ -35,16 +35,8 @@ __all__ = ["PROTOCOLS", "ChunkProgram", "ChunkRef", "WrongSlot", "chunk", "curre
 
 _CURRENT: ContextVar[ChunkProgram | None] = ContextVar("xccl_current_program", default=None)
 
-_NAMES = {
-    "input": "input",
-    "i": "input",
-    "output": "output",
-    "o": "output",
-    "scratch": "scratch",
-    "s": "scratch",
-}
-
-_BUFFER_NAMES = {Buffer.INPUT: "input", Buffer.OUTPUT: "output", Buffer.SCRATCH: "scratch"}
+_NAMES = {name: b.long_name for b in Buffer for name in (b.value, b.long_name)}
+"""The buffers' names in the DSL, long (``input``) or as the IR spells them (``i``)."""
 
 Value = tuple[int, ...]
 """What a slot holds: the sorted ids of the collective's chunks reduced into it (one id for a copy)."""
@@ -194,7 +186,7 @@ class ChunkProgram:
 
     def _buffer_name(self, buffer: str | Buffer) -> str:
         if isinstance(buffer, Buffer):
-            return _BUFFER_NAMES[buffer]
+            return buffer.long_name
         if not isinstance(buffer, str) or not buffer:
             raise DslError(
                 f"{self.name}: buffer: expected input, output, scratch or a slice name, got {buffer!r}"
@@ -227,8 +219,8 @@ class ChunkProgram:
     def _canon(self, slot: _Slot) -> tuple[int, str, int]:
         """The physical slot (in place, the smaller buffer lies in the larger: ``Alias``)."""
         alias = self._aliases[slot.rank] if self.inplace else None
-        if alias is not None and slot.buffer == _BUFFER_NAMES[alias.small]:
-            return slot.rank, _BUFFER_NAMES[alias.large], alias.offset + slot.index
+        if alias is not None and slot.buffer == alias.small.long_name:
+            return slot.rank, alias.large.long_name, alias.offset + slot.index
         return slot.rank, slot.buffer, slot.index
 
     def _value(self, slot: _Slot) -> Value | None:

@@ -34,7 +34,6 @@ _GARBAGE = "data nothing wrote (read from a slot before anything was written the
 _MIXED = (
     "a mix that can never be right (a chunk reduced twice, or chunks of different slots reduced together)"
 )
-_BUFFERS = {Buffer.INPUT: "input", Buffer.OUTPUT: "output", Buffer.SCRATCH: "scratch"}
 
 
 def modes(ir: IR) -> list[bool]:
