@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codegen.errors import CodegenError
+from codegen.ir import OpType
 
 __all__ = [
     "DIALECTS",
@@ -92,6 +93,8 @@ class Dialect:
     """Whether a call of exactly ``maxBytes`` is selected (the window is ``[min, max]``, not ``[min, max)``)."""
     xml: XmlSpelling | None
     """How its XML parser reads a file; None for a runtime that reads no MSCCL XML."""
+    op_types: frozenset[OpType] = frozenset(OpType)
+    """The step types the runtime executes (both MSCCL runtimes: all of the IR's)."""
     max_channels: int = MAX_CHANNELS
     max_count: int = MAX_COUNT
     max_dep_threadblock: int = MAX_DEP_THREADBLOCK

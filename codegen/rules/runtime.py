@@ -136,6 +136,8 @@ def _step_problems(r: int, tb: Threadblock, d: Dialect) -> list[Problem]:
     pending = False
     for k, op in enumerate(tb.ops):
         at = (r, tb.id, k)
+        if op.type not in d.op_types:
+            out.append(Problem(f"{op.type.value}: the {d.name} runtime has no such step", *at))
         if d.deps_per_step is not None and len(op.deps) > d.deps_per_step:
             out.append(
                 Problem(
