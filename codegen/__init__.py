@@ -2,16 +2,17 @@
 
 The functions most callers need:
 
-- :func:`compile_algorithm` (``Algorithm -> IR``) and :func:`compile_program` (``Program -> IR``),
+- :func:`compile_algorithm` (``Algorithm -> IR``) and :func:`compile_program` (``ChunkProgram -> IR``),
   both statically checked for a target dialect (``"azure"`` by default, ``None`` for none);
 - :func:`load_ir` / :func:`read_ir` (MSCCL XML of either dialect or our JSON -> IR),
   :func:`write_ir` / :func:`save_ir` (IR -> text or file, formats in :data:`FORMATS`);
-- :func:`check_ir` / :func:`find_problems`, the static checker; :func:`check_result` /
+- :func:`check_ir` / :func:`find_problems`, the static checker, asking the one set of rules on
+  what an IR may contain and what each runtime accepts (:mod:`codegen.rules`); :func:`check_result` /
   :func:`find_wrong_result`, what an IR computes (symbolic execution);
-- :class:`Program` and :func:`chunk`, the DSL; :func:`custom_collective` states the result of a
+- :class:`ChunkProgram` and :func:`chunk`, the DSL; :func:`custom_collective` states the result of a
   schedule that is none of the named collectives; :func:`load_program` loads a DSL file.
 
-Names are imported on first use, so that a small module (:mod:`codegen.dialects`,
+Names are imported on first use, so that a small module (:mod:`codegen.rules`,
 :mod:`codegen.protocols`) loads alone: the command line builds its choices from them.
 """
 
@@ -27,6 +28,7 @@ __all__ = [
     "PASSES",
     "PROTOCOLS",
     "Buffer",
+    "ChunkProgram",
     "ChunkRef",
     "CodegenError",
     "Dep",
@@ -38,7 +40,6 @@ __all__ = [
     "Op",
     "OpType",
     "Problem",
-    "Program",
     "Ref",
     "Threadblock",
     "WrongSlot",
@@ -68,7 +69,7 @@ __all__ = [
 ]
 
 _HOME = {
-    "Problem": "codegen.problems",
+    "Problem": "codegen.rules",
     "check_ir": "codegen.check",
     "find_deadlock": "codegen.check",
     "find_problems": "codegen.check",
@@ -77,11 +78,11 @@ _HOME = {
     "compile_algorithm": "codegen.compiler",
     "compile_program": "codegen.compiler",
     "run_compiler": "codegen.compiler",
-    "DIALECTS": "codegen.dialects",
-    "Dialect": "codegen.dialects",
+    "DIALECTS": "codegen.rules",
+    "Dialect": "codegen.rules",
     "ChunkRef": "codegen.dsl",
     "PROTOCOLS": "codegen.protocols",
-    "Program": "codegen.dsl",
+    "ChunkProgram": "codegen.dsl",
     "WrongSlot": "codegen.dsl",
     "chunk": "codegen.dsl",
     "current_program": "codegen.dsl",

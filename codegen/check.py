@@ -1,31 +1,34 @@
 """The static checker: prove what the runtimes need before an IR is written or run.
 
-Universal rules: threadblock ids 0..k-1, peers that exist, at most one threadblock per (channel,
-peer) and direction, ops that fit their threadblock's peers, offsets inside the buffers, buffers
-no larger than ``nchunksperloop`` makes them (and ``nchunksperloop`` a multiple of the ranks where
-each rank has a share), dependencies that name existing steps; on every connection (sender,
-receiver, channel) the sender's counts equal the receiver's, in order; no cycle through
-dependencies, program order and connection order together (a cycle is a deadlock), also once every
-connection holds only as many calls as NCCL's FIFO does (``codegen.protocols``) and every step moves
-one call per chunk, as at large sizes. ``final`` adds: every awaited step has ``has_dep``. A
-dialect adds the rules of its runtime (:mod:`codegen.dialects`, which owns them all), and an XML
-file's facts the rules on what the file says beyond its IR. Every problem names rank, threadblock
-and step. What the schedule computes is :mod:`codegen.semantics`'s to check.
+The rules on what an IR may contain and on what each runtime accepts are :mod:`codegen.rules`'s
+(the checker asks there, as the XML reader and writer and the runtime loader do). What the checker
+adds is the flow of the whole schedule: on every connection (sender, receiver, channel) the
+sender's counts equal the receiver's, in order; no cycle through dependencies, program order and
+connection order together (a cycle is a deadlock), also once every connection holds only as many
+calls as NCCL's FIFO does (``codegen.protocols``) and every step moves one call per chunk, as at
+large sizes. Every problem names rank, threadblock and step. What the schedule computes is
+:mod:`codegen.semantics`'s to check.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import deque
 from typing import TYPE_CHECKING
 
-from codegen.dialects import Dialect, dialect_problems, file_problems, get_dialect
 from codegen.errors import IRCheckError
-from codegen.ir import IR, Buffer, Gpu, OpType
+from codegen.ir import IR
 from codegen.limits import TRANSFERS
-from codegen.passes.size_buffers import buffer_sizes
-from codegen.problems import Problem
 from codegen.protocols import PROTOCOLS, fifo_calls
-from synth.collectives import ROOTED
+from codegen.rules import (
+    Dialect,
+    Problem,
+    connections,
+    dialect_problems,
+    file_problems,
+    get_dialect,
+    ranks_in_order,
+)
+from codegen.rules import structure_problems as _structure_problems
 
 if TYPE_CHECKING:
     from codegen.formats.xml_reader import XmlFacts
@@ -44,19 +47,12 @@ def check_ir(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -
 def find_problems(
     ir: IR, dialect: str | Dialect | None = None, final: bool = True, facts: XmlFacts | None = None
 ) -> list[Problem]:
-    """Every rule the IR breaks (empty: it is safe to run). ``facts``: what the XML file it was
-    read from says beyond it, for the rules on the file (:func:`codegen.dialects.file_problems`)."""
-    out: list[Problem] = []
-    if ir.protocol not in PROTOCOLS:
-        out.append(Problem(f"protocol {ir.protocol!r}: expected one of {', '.join(PROTOCOLS)}"))
-    if ir.nchunksperloop < 1:
-        out.append(Problem(f"nchunksperloop must be >= 1, got {ir.nchunksperloop}"))
-    if len(ir.gpus) != ir.num_ranks or any(g.rank != r for r, g in enumerate(ir.gpus)):
-        out.append(Problem(f"expected gpus 0..{ir.num_ranks - 1} in order, got {[g.rank for g in ir.gpus]}"))
+    """Every rule the IR breaks (empty: it is safe to run): the universal rules (``final`` adds
+    ``has_dep`` on every awaited step), the flow once they hold, then ``facts`` (what the XML file
+    it was read from says beyond it) and ``dialect``'s rules."""
+    out = _structure_problems(ir, final=final)
+    if not ranks_in_order(ir):
         return out
-    out.extend(_check_collective(ir))
-    for gpu in ir.gpus:
-        out.extend(_check_gpu(ir, gpu, final))
     if not out:  # the flow checks need a sound structure
         out.extend(_check_connections(ir))
         if not out:
@@ -69,132 +65,6 @@ def find_problems(
     return out
 
 
-def _check_collective(ir: IR) -> list[Problem]:
-    """``nchunksperloop`` against the buffers it makes (a buffer said to hold more chunks than the
-    user's buffer has lets steps run past its end) and the root of a rooted collective."""
-    out = []
-    if ir.collective in ROOTED and ir.root is not None and not 0 <= ir.root < ir.num_ranks:
-        out.append(Problem(f"root {ir.root}: expected a rank in 0..{ir.num_ranks - 1}"))
-    sizes = buffer_sizes(ir.collective, ir.num_ranks, ir.nchunksperloop)
-    if sizes is None or ir.nchunksperloop < 1:
-        return out
-    c = ir.chunk_factor
-    if c < 1 or (c != ir.nchunksperloop and c * ir.num_ranks != ir.nchunksperloop):
-        out.append(
-            Problem(
-                f"nchunksperloop={ir.nchunksperloop}: {ir.collective} on {ir.num_ranks} ranks needs a "
-                f"multiple of {ir.num_ranks} (each rank's share of the larger buffer)"
-            )
-        )
-        return out
-    for gpu in ir.gpus:
-        for what, declared, real, buffer in (
-            ("i_chunks", gpu.input_chunks, sizes[0], "input"),
-            ("o_chunks", gpu.output_chunks, sizes[1], "output"),
-        ):
-            if declared > real:
-                out.append(
-                    Problem(
-                        f"{what}={declared}, but nchunksperloop={ir.nchunksperloop} makes {ir.collective}'s "
-                        f"{buffer} {real} chunk(s): steps past them run outside the user's buffer",
-                        gpu.rank,
-                    )
-                )
-    return out
-
-
-def _check_gpu(ir: IR, gpu: Gpu, final: bool) -> list[Problem]:
-    out = []
-    r = gpu.rank
-    ids = [tb.id for tb in gpu.threadblocks]
-    if sorted(ids) != list(range(len(ids))):
-        missing = sorted(set(range(len(ids))) - set(ids))
-        out.append(Problem(f"threadblock ids must be 0..{len(ids) - 1}, missing {missing}", r))
-        return out
-    sizes = {
-        Buffer.INPUT: gpu.input_chunks,
-        Buffer.OUTPUT: gpu.output_chunks,
-        Buffer.SCRATCH: gpu.scratch_chunks,
-    }
-    owners: dict[tuple[int, str, int], int] = {}
-    awaited = {
-        (d.tb, d.op): (tb.id, k) for tb in gpu.threadblocks for k, op in enumerate(tb.ops) for d in op.deps
-    }
-    for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
-        for what, peer in (("send", tb.send), ("recv", tb.recv)):
-            if peer is None:
-                continue
-            if not 0 <= peer < ir.num_ranks or peer == r:
-                out.append(
-                    Problem(f"{what} peer {peer}: expected another rank in 0..{ir.num_ranks - 1}", r, tb.id)
-                )
-                continue
-            other = owners.setdefault((tb.channel, what, peer), tb.id)
-            if other != tb.id:
-                verb = "sends to" if what == "send" else "receives from"
-                moves = (lambda t: t.sends) if what == "send" else (lambda t: t.receives)
-                step = next((k for k, op in enumerate(tb.ops) if moves(op.type)), 0)
-                out.append(
-                    Problem(
-                        f"{verb} rank {peer} on channel {tb.channel}, as threadblock {other} does: one "
-                        f"(channel, peer) connection per direction may have only one threadblock",
-                        r,
-                        tb.id,
-                        step,
-                    )
-                )
-        if tb.channel < 0:
-            out.append(Problem(f"channel {tb.channel}: expected >= 0", r, tb.id))
-        for k, op in enumerate(tb.ops):
-            at = (r, tb.id, k)
-            if op.type.sends and tb.send is None:
-                out.append(Problem(f"{op.type.value} sends but the threadblock has no send peer", *at))
-            if op.type.receives and tb.recv is None:
-                out.append(Problem(f"{op.type.value} receives but the threadblock has no receive peer", *at))
-            if op.type is not OpType.NOP and op.count < 1:
-                out.append(Problem(f"count {op.count}: expected >= 1", *at))
-            for name, ref, needed in (
-                ("src", op.src, op.type.reads_src),
-                ("dst", op.dst, op.type.writes_dst),
-            ):
-                if ref is None:
-                    if needed:
-                        out.append(Problem(f"{op.type.value} needs a {name} operand", *at))
-                    continue
-                size = sizes[ref.buffer]
-                if ref.index < 0 or ref.index + max(op.count, 1) > size:
-                    last = ref.index + max(op.count, 1) - 1
-                    out.append(
-                        Problem(
-                            f"{name} {ref.buffer.value}[{ref.index}..{last}] is outside the buffer of {size} chunk(s)",
-                            *at,
-                        )
-                    )
-            for d in op.deps:
-                if not 0 <= d.tb < len(ids) or not 0 <= d.op < len(gpu.threadblock(d.tb).ops):
-                    out.append(
-                        Problem(f"depends on threadblock {d.tb} step {d.op}, which does not exist", *at)
-                    )
-            if final and (tb.id, k) in awaited and not op.has_dep:
-                u, v = awaited[(tb.id, k)]
-                out.append(
-                    Problem(f"threadblock {u} step {v} waits for this step, but hasdep is not set", *at)
-                )
-    return out
-
-
-def _connections(ir: IR) -> dict[tuple[int, int, int], tuple[int | None, int | None]]:
-    """(sender, receiver, channel) -> (sending threadblock, receiving threadblock)."""
-    conns: dict[tuple[int, int, int], list] = defaultdict(lambda: [None, None])
-    for gpu in ir.gpus:
-        for tb in gpu.threadblocks:
-            if tb.send is not None:
-                conns[(gpu.rank, tb.send, tb.channel)][0] = tb.id
-            if tb.recv is not None:
-                conns[(tb.recv, gpu.rank, tb.channel)][1] = tb.id
-    return {k: (v[0], v[1]) for k, v in conns.items()}
-
-
 def _transfers(ir: IR, rank: int, tb_id: int | None, sends: bool) -> list[tuple[int, int]]:
     if tb_id is None:
         return []
@@ -203,66 +73,55 @@ def _transfers(ir: IR, rank: int, tb_id: int | None, sends: bool) -> list[tuple[
 
 
 def _check_connections(ir: IR) -> list[Problem]:
+    """On every connection, each transfer sent is received, with the same count, in order."""
     out = []
-    for (a, b, ch), (stb, rtb) in sorted(_connections(ir).items()):
+    for (a, b, ch), (stb, rtb) in sorted(connections(ir).items()):
         sent = _transfers(ir, a, stb, True)
         got = _transfers(ir, b, rtb, False)
         if not sent and not got:
             continue
-        if rtb is None:
-            out.append(
-                Problem(
-                    f"sends to rank {b} on channel {ch}, but no threadblock of rank {b} receives from rank {a} on it",
-                    a,
-                    stb,
-                    sent[0][0],
-                )
-            )
+        if rtb is None or stb is None:
+            out.append(_one_sided(a, b, ch, stb, rtb, sent or got))
             continue
-        if stb is None:
-            out.append(
-                Problem(
-                    f"receives from rank {a} on channel {ch}, but no threadblock of rank {a} sends to rank {b} on it",
-                    b,
-                    rtb,
-                    got[0][0],
-                )
-            )
-            continue
-        for n, ((sk, sc), (rk, rc)) in enumerate(zip(sent, got, strict=False)):
-            if sc != rc:
-                out.append(
-                    Problem(
-                        f"transfer {n} to rank {b} on channel {ch} sends cnt={sc}, but rank {b} threadblock {rtb} "
-                        f"step {rk} receives cnt={rc}",
-                        a,
-                        stb,
-                        sk,
-                    )
-                )
-                break
-        else:
-            if len(sent) > len(got):
-                out.append(
-                    Problem(
-                        f"sends {len(sent)} transfers to rank {b} on channel {ch}, rank {b} threadblock {rtb} "
-                        f"receives {len(got)}: this step's transfer is never received",
-                        a,
-                        stb,
-                        sent[len(got)][0],
-                    )
-                )
-            elif len(got) > len(sent):
-                out.append(
-                    Problem(
-                        f"receives {len(got)} transfers from rank {a} on channel {ch}, rank {a} threadblock {stb} "
-                        f"sends {len(sent)}: this step waits forever",
-                        b,
-                        rtb,
-                        got[len(sent)][0],
-                    )
-                )
+        found = _count_mismatch(a, b, ch, (stb, sent), (rtb, got))
+        if found is not None:
+            out.append(found)
     return out
+
+
+def _one_sided(a: int, b: int, ch: int, stb: int | None, rtb: int | None, moves: list) -> Problem:
+    """A connection with a threadblock at one end only: its first transfer is never matched."""
+    if rtb is None:
+        me, peer, verb, other = (a, stb), b, f"sends to rank {b}", f"receives from rank {a}"
+    else:
+        me, peer, verb, other = (b, rtb), a, f"receives from rank {a}", f"sends to rank {b}"
+    return Problem(
+        f"{verb} on channel {ch}, but no threadblock of rank {peer} {other} on it", *me, moves[0][0]
+    )
+
+
+def _count_mismatch(
+    a: int, b: int, ch: int, sender: tuple[int, list], receiver: tuple[int, list]
+) -> Problem | None:
+    """The first transfer whose counts differ at the two ends, or the first one left over."""
+    (stb, sent), (rtb, got) = sender, receiver
+    for n, ((sk, sc), (rk, rc)) in enumerate(zip(sent, got, strict=False)):
+        if sc != rc:
+            return Problem(
+                f"transfer {n} to rank {b} on channel {ch} sends cnt={sc}, but rank {b} threadblock {rtb} "
+                f"step {rk} receives cnt={rc}",
+                a,
+                stb,
+                sk,
+            )
+    if len(sent) == len(got):
+        return None
+    matched = min(len(sent), len(got))
+    if len(sent) > matched:
+        what = f"sends {len(sent)} transfers to rank {b} on channel {ch}, rank {b} threadblock {rtb} receives"
+        return Problem(f"{what} {len(got)}: this step's transfer is never received", a, stb, sent[matched][0])
+    what = f"receives {len(got)} transfers from rank {a} on channel {ch}, rank {a} threadblock {stb} sends"
+    return Problem(f"{what} {len(sent)}: this step waits forever", b, rtb, got[matched][0])
 
 
 def find_deadlock(ir: IR) -> Problem | None:
@@ -324,7 +183,7 @@ def _calls_graph(ir: IR, depth: int | None) -> tuple[list[tuple[int, int, int]],
         for tb in gpu.threadblocks:
             for k, op in enumerate(tb.ops):
                 preds[first[(gpu.rank, tb.id, k)]].extend(ends[(gpu.rank, d.tb, d.op)] for d in op.deps)
-    for (a, b, _ch), (stb, rtb) in _connections(ir).items():
+    for (a, b, _ch), (stb, rtb) in connections(ir).items():
         sent = [i for k, _ in _transfers(ir, a, stb, True) for i in _span(first, ends, (a, stb, k))]
         got = [i for k, _ in _transfers(ir, b, rtb, False) for i in _span(first, ends, (b, rtb, k))]
         for m, (s, r) in enumerate(zip(sent, got, strict=False)):

@@ -11,14 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from codegen.check import check_ir, find_deadlock
-from codegen.dialects import Dialect, get_dialect
-from codegen.dsl import PROTOCOLS, Program
+from codegen.dsl import PROTOCOLS, ChunkProgram
 from codegen.errors import CodegenError, DslError
 from codegen.ir import IR
 from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE
-from codegen.passes.assign_channels import MAX_CHANNELS
 from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
+from codegen.rules import MAX_CHANNELS, MAX_COUNT, Dialect, get_dialect
 from synth.algorithm import Algorithm
 from topologies import Topology
 
@@ -26,7 +25,7 @@ __all__ = ["compile_algorithm", "compile_program", "run_compiler"]
 
 
 def run_compiler(
-    program: Program,
+    program: ChunkProgram,
     *,
     channels: int | None = None,
     instances: int | None = None,
@@ -37,7 +36,9 @@ def run_compiler(
     print_after: tuple[str, ...] = (),
 ) -> PipelineResult:
     """Compile with the pipeline's records (timings, dumps). ``instances``/``protocol`` override the
-    program's. The result is statically checked for ``dialect`` (``None``: universal rules only).
+    program's. The passes keep within ``dialect``'s limits (channels, counts, steps per threadblock;
+    ``None``: the limits every runtime shares) and the result is statically checked for it
+    (``None``: universal rules only).
 
     ``channels=None`` (auto) starts with one channel per instance and spreads flows over more while a
     threadblock has more steps than the dialect allows; an integer fixes the count. The plain
@@ -51,21 +52,24 @@ def run_compiler(
             raise DslError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         dag = replace(dag, info=replace(dag.info, protocol=protocol))
     instances = program.instances if instances is None else instances
-    _check_width(program.name, instances, channels)
-    limit = get_dialect(dialect).max_steps if dialect is not None else None
+    d = None if dialect is None else get_dialect(dialect)
+    max_channels = MAX_CHANNELS if d is None else d.max_channels
+    _check_width(program.name, instances, channels, max_channels)
+    limit = None if d is None else d.max_steps
+    fixed = {"max_channels": max_channels, "max_count": MAX_COUNT if d is None else d.max_count}
 
     def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...]) -> PipelineResult:
         width = channels or 1
         while True:
-            options = CompileOptions(instances=instances, channels=width, bounded_fifos=bounded)
+            options = CompileOptions(instances=instances, channels=width, bounded_fifos=bounded, **fixed)
             result = run_pipeline(dag, pipeline, options, verify, dumps)
             ir = result.result
             if not isinstance(ir, IR):
                 return result
             steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
-            if channels is not None or limit is None or steps <= limit or width * instances >= MAX_CHANNELS:
+            if channels is not None or limit is None or steps <= limit or width * instances >= max_channels:
                 return result
-            width = min(MAX_CHANNELS // instances, max(width + 1, width * -(-steps // limit)))
+            width = min(max_channels // instances, max(width + 1, width * -(-steps // limit)))
 
     # the reference compiler's order, if it is deadlock-free with the runtime's FIFOs too (it uses
     # fewer channels); else the order within the FIFO bound (order_by_critical_path)
@@ -76,23 +80,23 @@ def run_compiler(
     else:
         result = attempt(True, verify_each, print_after)
     if isinstance(result.result, IR):
-        check_ir(result.result, dialect)
+        check_ir(result.result, d)
     return result
 
 
-def _check_width(name: str, instances: int, channels: int | None) -> None:
+def _check_width(name: str, instances: int, channels: int | None, max_channels: int) -> None:
     """Refuse, before the pipeline replicates anything, more channels than the runtime has."""
     for value, what in ((instances, "instances"), (channels, "channels")):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise CodegenError(f"{name}: {what}: expected an integer >= 1, got {value!r}")
-    if instances * (channels or 1) > MAX_CHANNELS:
+    if instances * (channels or 1) > max_channels:
         raise CodegenError(
-            f"{name}: {instances} instance(s) x {channels or 1} channel(s) exceed the {MAX_CHANNELS} "
+            f"{name}: {instances} instance(s) x {channels or 1} channel(s) exceed the {max_channels} "
             "channels of the runtime"
         )
 
 
-def compile_program(program: Program, **options) -> IR:
+def compile_program(program: ChunkProgram, **options) -> IR:
     """The checked IR of a DSL program (options as :func:`run_compiler`)."""
     result = run_compiler(program, **options).result
     if not isinstance(result, IR):

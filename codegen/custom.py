@@ -6,9 +6,9 @@ as "after the call, rank r's output slot j holds rank s's input chunk i": the DS
 program against it symbolically when it compiles, and ``xccl run`` / ``xccl bench`` compare the
 executed outputs with it. An output slot the statement leaves out is not checked.
 
->>> from codegen.dsl import Program, chunk
+>>> from codegen.dsl import ChunkProgram, chunk
 >>> swap = custom_collective(2, 1, 1, {(0, 0): (1, 0), (1, 0): (0, 0)})  # ranks trade their chunk
->>> with Program("swap", None, swap) as prog:
+>>> with ChunkProgram("swap", None, swap) as prog:
 ...     _ = chunk(0, "input", 0).copy(1, "output", 0)
 ...     _ = chunk(1, "input", 0).copy(0, "output", 0)
 >>> prog.check()

@@ -1,15 +1,15 @@
 """The chunk DSL (GC3 / MSCCLang style): write a schedule as copies and reductions of chunks.
 
-A :class:`Program` is a context for one collective on one topology; inside ``with Program(...)``
+A :class:`ChunkProgram` is a context for one collective on one topology; inside ``with ChunkProgram(...)``
 the module functions (:func:`chunk`) find it through a :class:`~contextvars.ContextVar`, and every
 call also accepts the program explicitly (``prog.chunk(...)``). ``chunk(rank, buffer, index)``
 names slots of a rank's ``input``, ``output`` or ``scratch`` buffer (any other name is a named
 scratch slice, packed into the scratch buffer at compile time); ``ref.copy(...)`` and
 ``ref.reduce(...)`` record operations and execute them symbolically at once, so
-:meth:`Program.check` can report every output slot that ends up wrong.
+:meth:`ChunkProgram.check` can report every output slot that ends up wrong.
 
->>> from codegen.dsl import Program, chunk
->>> with Program("ring", "ring:4", "allgather", inplace=True) as prog:
+>>> from codegen.dsl import ChunkProgram, chunk
+>>> with ChunkProgram("ring", "ring:4", "allgather", inplace=True) as prog:
 ...     for r in range(4):
 ...         c = chunk(r, "output", r)
 ...         for step in range(3):
@@ -31,37 +31,29 @@ from codegen.protocols import PROTOCOLS
 from synth.collectives import Collective, make_collective
 from topologies import Topology, load
 
-__all__ = ["PROTOCOLS", "ChunkRef", "Program", "WrongSlot", "chunk", "current_program"]
+__all__ = ["PROTOCOLS", "ChunkProgram", "ChunkRef", "WrongSlot", "chunk", "current_program"]
 
-_CURRENT: ContextVar[Program | None] = ContextVar("xccl_current_program", default=None)
+_CURRENT: ContextVar[ChunkProgram | None] = ContextVar("xccl_current_program", default=None)
 
-_NAMES = {
-    "input": "input",
-    "i": "input",
-    "output": "output",
-    "o": "output",
-    "scratch": "scratch",
-    "s": "scratch",
-}
-
-_BUFFER_NAMES = {Buffer.INPUT: "input", Buffer.OUTPUT: "output", Buffer.SCRATCH: "scratch"}
+_NAMES = {name: b.long_name for b in Buffer for name in (b.value, b.long_name)}
+"""The buffers' names in the DSL, long (``input``) or as the IR spells them (``i``)."""
 
 Value = tuple[int, ...]
 """What a slot holds: the sorted ids of the collective's chunks reduced into it (one id for a copy)."""
 
 
-def current_program(program: Program | None = None) -> Program:
+def current_program(program: ChunkProgram | None = None) -> ChunkProgram:
     """``program`` if given, else the one whose ``with`` block is active."""
     if program is not None:
         return program
     prog = _CURRENT.get()
     if prog is None:
-        raise DslError("no program in context: use `with Program(...):` or pass program=")
+        raise DslError("no program in context: use `with ChunkProgram(...):` or pass program=")
     return prog
 
 
 def chunk(
-    rank: int, buffer: str | Buffer, index: int, size: int = 1, program: Program | None = None
+    rank: int, buffer: str | Buffer, index: int, size: int = 1, program: ChunkProgram | None = None
 ) -> ChunkRef:
     """A reference to ``size`` chunks of ``buffer`` on ``rank`` from slot ``index``."""
     return current_program(program).chunk(rank, buffer, index, size)
@@ -100,7 +92,7 @@ class _Op:
     time: tuple[float, float] | None = None
 
 
-class Program:
+class ChunkProgram:
     """One collective's schedule, written as chunk operations (see the module docstring).
 
     ``collective`` is a :class:`~synth.collectives.Collective` or a name (then ``chunks_per_rank``
@@ -159,7 +151,7 @@ class Program:
         self._token: Token | None = None
 
     # -- context ---------------------------------------------------------------------------
-    def __enter__(self) -> Program:
+    def __enter__(self) -> ChunkProgram:
         if self._token is not None:
             raise DslError(f"program {self.name} is already in a with block")
         self._token = _CURRENT.set(self)
@@ -172,7 +164,7 @@ class Program:
 
     def __repr__(self) -> str:
         topo = self.topology.name if self.topology is not None else "any"
-        return f"Program({self.name!r}, {topo}, {self.collective!r}, {len(self._ops)} ops)"
+        return f"ChunkProgram({self.name!r}, {topo}, {self.collective!r}, {len(self._ops)} ops)"
 
     # -- references ------------------------------------------------------------------------
     @property
@@ -194,7 +186,7 @@ class Program:
 
     def _buffer_name(self, buffer: str | Buffer) -> str:
         if isinstance(buffer, Buffer):
-            return _BUFFER_NAMES[buffer]
+            return buffer.long_name
         if not isinstance(buffer, str) or not buffer:
             raise DslError(
                 f"{self.name}: buffer: expected input, output, scratch or a slice name, got {buffer!r}"
@@ -227,8 +219,8 @@ class Program:
     def _canon(self, slot: _Slot) -> tuple[int, str, int]:
         """The physical slot (in place, the smaller buffer lies in the larger: ``Alias``)."""
         alias = self._aliases[slot.rank] if self.inplace else None
-        if alias is not None and slot.buffer == _BUFFER_NAMES[alias.small]:
-            return slot.rank, _BUFFER_NAMES[alias.large], alias.offset + slot.index
+        if alias is not None and slot.buffer == alias.small.long_name:
+            return slot.rank, alias.large.long_name, alias.offset + slot.index
         return slot.rank, slot.buffer, slot.index
 
     def _value(self, slot: _Slot) -> Value | None:
@@ -388,7 +380,7 @@ class Program:
 class ChunkRef:
     """``size`` consecutive chunks of one rank's buffer; copy and reduce them."""
 
-    program: Program
+    program: ChunkProgram
     rank: int
     buffer: str
     index: int

@@ -3,7 +3,9 @@
 It mirrors the runtime's model (reference/msccl-xml.md, sections 3 and 4): per rank (``Gpu``),
 threadblocks, each with at most one send peer and one receive peer on one channel, holding an
 ordered list of ops (the XML's ``<step>`` elements). Every op moves ``count`` consecutive chunks of
-a buffer; the buffers are split into ``nchunksperloop`` chunks in total (see ``IR.chunk_factor``).
+a buffer; the buffers are split into ``nchunksperloop`` chunks in total (see
+:func:`codegen.rules.chunk_factor`). What an IR may contain, and what each runtime accepts of one,
+is :mod:`codegen.rules`'s to say: this module only defines the types.
 
 Op semantics (``src``/``dst`` are always LOCAL buffer locations of the op's own rank):
 
@@ -36,9 +38,17 @@ __all__ = ["IR", "Buffer", "Dep", "Gpu", "Op", "OpType", "Ref", "Threadblock"]
 
 
 class Buffer(StrEnum):
+    """A rank's buffers: the user's input and output, and the scratch the runtime allocates. What
+    each may hold is :mod:`codegen.rules`'s to say."""
+
     INPUT = "i"
     OUTPUT = "o"
     SCRATCH = "s"
+
+    @property
+    def long_name(self) -> str:
+        """``input``, ``output`` or ``scratch``: how messages and the DSL name it."""
+        return self.name.lower()
 
 
 class OpType(StrEnum):
@@ -206,14 +216,6 @@ class IR:
     @property
     def nchannels(self) -> int:
         return 1 + max((tb.channel for g in self.gpus for tb in g.threadblocks), default=0)
-
-    @property
-    def chunk_factor(self) -> int:
-        """Chunks per rank of the collective: ``nchunksperloop`` over the ranks for collectives whose
-        larger buffer holds every rank's share (allgather, reducescatter, alltoall, gather, scatter)."""
-        if self.collective in ("allgather", "reducescatter", "alltoall", "gather", "scatter"):
-            return self.nchunksperloop // self.num_ranks
-        return self.nchunksperloop
 
     def gpu(self, rank: int) -> Gpu:
         return self.gpus[rank]

@@ -10,6 +10,7 @@ raised by its environment variable.
 
 from __future__ import annotations
 
+from codegen.rules import MAX_BUFFER_CHUNKS
 from common.limits import Limit
 from synth.collectives import SLOTS
 from topologies.limits import RANKS
@@ -19,7 +20,8 @@ __all__ = ["CHUNKS", "RANKS", "SLOTS", "TRANSFERS"]
 # RANKS (``ngpus`` / ``num_ranks`` a reader accepts) is the topologies' limit, and SLOTS (ranks
 # times ``nchunksperloop``, the chunk slots the symbolic execution tracks) the collectives': one
 # number each, wherever it is checked.
-CHUNKS = Limit("chunks", 1 << 15, "XCCL_MAX_BUFFER_CHUNKS")
-"""``nchunksperloop`` and each buffer's chunks (``i_chunks``, ``o_chunks``, ``s_chunks``)."""
+CHUNKS = Limit("chunks", MAX_BUFFER_CHUNKS, "XCCL_MAX_BUFFER_CHUNKS")
+"""``nchunksperloop`` and each buffer's chunks (``i_chunks``, ``o_chunks``, ``s_chunks``); by
+default what the runtimes can address."""
 TRANSFERS = Limit("chunk transfers", 1 << 23, "XCCL_MAX_TRANSFERS")
 """Chunks moved by send and receive steps, summed: the calls the deadlock check orders."""

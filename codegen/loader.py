@@ -1,8 +1,8 @@
 """Load a user's DSL program from a Python file (how ``xccl compile program.py`` finds it).
 
 The file is run as a fresh module. It either defines ``program(**params)`` returning a
-:class:`~codegen.dsl.Program` (called with the parameters given, e.g. ``-D num_ranks=4``), or builds
-exactly one ``Program`` while it runs (a module-level ``with Program(...) as prog:`` block).
+:class:`~codegen.dsl.ChunkProgram` (called with the parameters given, e.g. ``-D num_ranks=4``), or builds
+exactly one ``ChunkProgram`` while it runs (a module-level ``with ChunkProgram(...) as prog:`` block).
 ``example:NAME`` names a shipped example (``codegen/examples/NAME.py``). An error inside the file
 is reported on one line with the file and line number, and so is a file that exits
 (``sys.exit()``) instead of building a program.
@@ -18,7 +18,7 @@ import traceback
 from importlib import resources
 from pathlib import Path
 
-from codegen.dsl import Program
+from codegen.dsl import ChunkProgram
 from codegen.errors import DslError
 from codegen.examples import EXAMPLES_PREFIX, example_names
 from common.errors import XcclError
@@ -64,8 +64,8 @@ def _exit_call(exc: SystemExit) -> str:
     return "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
 
 
-def load_program(source: str | Path, params: dict[str, object] | None = None) -> Program:
-    """The Program a DSL file defines (see the module docstring)."""
+def load_program(source: str | Path, params: dict[str, object] | None = None) -> ChunkProgram:
+    """The ChunkProgram a DSL file defines (see the module docstring)."""
     path = _resolve(str(source))
     params = params or {}
     name = f"_xccl_program_{abs(hash(str(path.resolve())))}"
@@ -86,8 +86,8 @@ def load_program(source: str | Path, params: dict[str, object] | None = None) ->
                         f"{path}: program() takes no parameter {extra[0]!r} (it takes {', '.join(accepted) or 'none'})"
                     )
                 prog = factory(**params)
-                if not isinstance(prog, Program):
-                    raise DslError(f"{path}: program() returned {type(prog).__name__}, expected a Program")
+                if not isinstance(prog, ChunkProgram):
+                    raise DslError(f"{path}: program() returned {type(prog).__name__}, expected a ChunkProgram")
                 return prog
         except XcclError as exc:
             if str(exc).startswith(f"{path}:"):  # already names the file (the checks just above)
@@ -98,14 +98,15 @@ def load_program(source: str | Path, params: dict[str, object] | None = None) ->
         except SystemExit as exc:  # sys.exit(), exit(), raise SystemExit: not a way to end loading
             raise DslError(
                 f"{_where(exc, path)}: {path.name} called {_exit_call(exc)} while loading; a DSL program "
-                "defines program() or builds one Program, it does not exit"
+                "defines program() or builds one ChunkProgram, it does not exit"
             ) from None
         if params:
             raise DslError(f"{path}: parameters were given but the file defines no program() function")
-        built = list({id(v): v for v in vars(module).values() if isinstance(v, Program)}.values())
+        built = list({id(v): v for v in vars(module).values() if isinstance(v, ChunkProgram)}.values())
         if len(built) != 1:
             raise DslError(
-                f"{path}: expected a function program() or exactly one Program built at module level, found {len(built)}"
+                f"{path}: expected a function program() or exactly one ChunkProgram built at module level, "
+                f"found {len(built)}"
             )
         return built[0]
     finally:

@@ -1,4 +1,4 @@
-"""Lowering ``Algorithm -> Program``: every send of a synthesized step becomes a DSL operation,
+"""Lowering ``Algorithm -> ChunkProgram``: every send of a synthesized step becomes a DSL operation,
 so synthesized and hand-written schedules go through one compiler.
 
 Non-combining collectives: a chunk arrives in its output slot where the receiver has one, else in
@@ -30,7 +30,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import replace
 
-from codegen.dsl import Program
+from codegen.dsl import ChunkProgram
 from synth.algorithm import Algorithm, Provenance, Send
 from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes, start_times
 from topologies import Topology, TopologyError, load
@@ -54,14 +54,14 @@ def lower_algorithm(
     instances: int = 1,
     protocol: str = "Simple",
     name: str | None = None,
-) -> Program:
+) -> ChunkProgram:
     """A DSL program doing what ``algo`` does (checked symbolically before it is returned)."""
     if topology is None:
         try:
             topology = load(algo.topology)
         except TopologyError:
             topology = None  # a topology file we cannot find: links were checked by verify()
-    prog = Program(name or algo.name, topology, algo.collective, instances, protocol, inplace)
+    prog = ChunkProgram(name or algo.name, topology, algo.collective, instances, protocol, inplace)
     topology = prog.topology
     untimed = any(s.start_us is None for step in algo.steps for s in step.sends)
     if topology is not None and untimed and not algo.provenance.method.startswith("baseline"):
@@ -118,7 +118,7 @@ class _Scratch:
         return ("scratch", self.next[rank] - 1)
 
 
-def _lower_copies(prog: Program, algo: Algorithm, times: Times) -> None:
+def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
     coll = algo.collective
     n = coll.num_ranks
     scratch = _Scratch(n)
@@ -153,7 +153,7 @@ def _lower_copies(prog: Program, algo: Algorithm, times: Times) -> None:
 
 
 class _Combining:
-    def __init__(self, prog: Program, algo: Algorithm, times: Times) -> None:
+    def __init__(self, prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
         self.prog = prog
         self.algo = algo
         self.times = times

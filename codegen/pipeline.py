@@ -16,6 +16,7 @@ from codegen.check import check_ir
 from codegen.errors import CodegenError
 from codegen.ir import IR
 from codegen.passes import DEFAULT_PIPELINE, PASSES
+from codegen.rules import MAX_CHANNELS, MAX_COUNT
 
 __all__ = ["CompileOptions", "PassRecord", "PipelineResult", "describe_stage", "run_pipeline"]
 
@@ -26,7 +27,8 @@ class CompileOptions:
 
     instances: int = 1
     channels: int = 1
-    max_count: int = 71
+    max_count: int = MAX_COUNT
+    max_channels: int = MAX_CHANNELS
     bounded_fifos: bool = True
     window: float = 0.02
     """Aggregation's time window in a timed program (``aggregate_chunks``), a fraction of its span."""

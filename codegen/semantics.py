@@ -24,7 +24,7 @@ from typing import Any
 from codegen.errors import IRCheckError
 from codegen.ir import IR, Buffer, Op, OpType, Ref
 from codegen.limits import SLOTS
-from codegen.problems import Problem
+from codegen.rules import Problem, chunk_factor
 from synth.collectives import COLLECTIVES, ROOTED, Collective, CollectiveError, make_collective
 
 __all__ = ["check_result", "find_wrong_result", "modes"]
@@ -86,7 +86,7 @@ class _Layout:
 
     def __init__(self, ir: IR, coll: Collective) -> None:
         self.coll = coll
-        self.c = ir.chunk_factor
+        self.c = chunk_factor(ir)
         self.inputs = coll.input_chunks * self.c
         self.outputs = coll.output_chunks * self.c
         self.bit: dict[int, int] = {}

@@ -1,10 +1,12 @@
-"""An IR as the runtime loads it: validated, with every threadblock's ops folded into transmissions.
+"""An IR as the runtime loads it: judged by the rules, with every threadblock's ops folded into
+transmissions.
 
-The MSCCL parser (reference/msccl-xml.md, 3.7) does not execute ``nop`` steps: their dependencies
-are handed to the next real step. It also chains consecutive ``re`` steps into one transmission
-(same destination, same source buffer, the later without a dependency of its own, at most 16,
-ended by a step with ``hasdep``). Both executors (NumPy and the timing simulator) run these
-transmissions, so both see exactly what the runtime would.
+What a runtime refuses when it loads an IR is :mod:`codegen.rules`'s to say
+(:func:`codegen.rules.load_problems`, with the buffers the collective really has); how its parser
+reads a threadblock's steps too (:func:`codegen.rules.fold_steps`: the MSCCL parser, reference/
+msccl-xml.md 3.7, does not execute ``nop`` steps but hands their dependencies to the next real step,
+and chains consecutive ``re`` steps into one transmission). This module builds what the executors
+(NumPy, the timing simulator) run from that, so both see exactly what the runtime would.
 
 A transmission publishes the position of its last folded step (the XML ``s``) when it has
 ``has_dep``; a wait for ``(tb, op)`` in tile ``t`` is met once that threadblock has published
@@ -18,7 +20,17 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from codegen.ir import IR, Buffer, Dep, OpType, Ref
+from codegen.ir import IR, Buffer, Dep, OpType, Ref, Threadblock
+from codegen.rules import (
+    Dialect,
+    Problem,
+    chunk_factor,
+    collective_problems,
+    connections,
+    fold_steps,
+    get_dialect,
+    load_problems,
+)
 from runtime.errors import ExecutionError, SizeNotSelected
 from synth.collectives import Chunk, Collective, CollectiveError, make_collective
 
@@ -26,7 +38,6 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
-    "MAX_REDUCE_FUSION",
     "Connection",
     "Program",
     "TbProgram",
@@ -36,9 +47,6 @@ __all__ = [
     "chunk_elems",
     "collective_of",
 ]
-
-MAX_REDUCE_FUSION = 16
-"""``MSCCL_MAX_REDUCE_FUSION``: sources of one chained ``re`` transmission."""
 
 
 @dataclass(frozen=True)
@@ -122,18 +130,13 @@ def collective_of(ir: IR, declared: Collective | None = None) -> Collective | No
     postcondition is its expected result; None when nothing was declared)."""
     if ir.collective == "custom":
         return None if declared is None else _declared(ir, declared)
-    n, ncpl = ir.num_ranks, ir.nchunksperloop
-    if ncpl < 1:
-        raise ExecutionError(f"{ir.name}: nchunksperloop: expected at least 1, got {ncpl}")
+    found = collective_problems(ir)
+    if found:
+        raise ExecutionError(f"{ir.name}: {found[0]}")
     try:
-        coll = make_collective(ir.collective, n, max(1, ir.chunk_factor), ir.root)
+        return make_collective(ir.collective, ir.num_ranks, chunk_factor(ir), ir.root)
     except CollectiveError as exc:
         raise ExecutionError(f"{ir.name}: {exc}") from None
-    if coll.size_chunks != ncpl:
-        raise ExecutionError(
-            f"{ir.name}: nchunksperloop: {coll.name} on {n} ranks needs a multiple of {n}, got {ncpl}"
-        )
-    return coll
 
 
 def _declared(ir: IR, coll: Collective) -> Collective:
@@ -158,84 +161,24 @@ def _declared(ir: IR, coll: Collective) -> Collective:
     return Collective(coll.name, coll.num_ranks, coll.chunks_per_rank * k, coll.root, chunks, inputs, outputs)
 
 
-def _where(ir: IR, rank: int, tb: int, op: int | None = None, kind: OpType | None = None) -> str:
-    at = f"{ir.name}: rank {rank} tb {tb}"
-    return at if op is None else f"{at} op {op} ({kind.value if kind else '?'})"
-
-
-def _check_ref(ir: IR, where: str, what: str, ref: Ref | None, count: int, chunks: dict) -> None:
-    if ref is None:
-        raise ExecutionError(f"{where}: {what}: expected a buffer location, got none")
-    size = chunks[ref.buffer]
-    if ref.index < 0 or ref.index + count > size:
-        name = {Buffer.INPUT: "input", Buffer.OUTPUT: "output", Buffer.SCRATCH: "scratch"}[ref.buffer]
-        raise ExecutionError(
-            f"{where}: {what} {ref} with count {count} is outside the {name} buffer ({size} chunks)"
+def _transmissions(tb: Threadblock, d: Dialect) -> tuple[Transmission, ...]:
+    """The threadblock's steps as the parser of ``d`` folds them (:func:`codegen.rules.fold_steps`):
+    a chain of ``re`` steps keeps every source and moves the count of its last step, as the runtime
+    does."""
+    out = []
+    for folded in fold_steps(tb.ops, d):
+        ops = [tb.ops[i] for i in folded.ops]
+        first, last = ops[0], ops[-1]
+        srcs = tuple(op.src for op in ops if op.src is not None)
+        out.append(
+            Transmission(first.type, folded.ops, folded.deps, first.src, first.dst, srcs, last.count, last.has_dep)
         )
-
-
-def _fold(ir: IR, rank: int, tb) -> tuple[Transmission, ...]:
-    """The parser's folding of nops and re chains (see module docstring)."""
-    out: list[Transmission] = []
-    pending: list[Dep] = []
-    chain: tuple[Ref | None, Buffer] | None = None
-    for i, op in enumerate(tb.ops):
-        if op.type is OpType.NOP:
-            pending.extend(op.deps)
-            continue
-        key = (op.dst, op.src.buffer) if op.type is OpType.REDUCE and op.src is not None else None
-        if key is not None and key == chain and not op.deps:
-            last = out[-1]
-            out[-1] = Transmission(
-                last.type,
-                (*last.ops, i),
-                last.deps,
-                last.src,
-                last.dst,
-                (*last.srcs, op.src),
-                op.count,
-                op.has_dep,
-            )
-        else:
-            srcs = (op.src,) if op.src is not None else ()
-            out.append(
-                Transmission(op.type, (i,), (*pending, *op.deps), op.src, op.dst, srcs, op.count, op.has_dep)
-            )
-            pending = []
-        fused = len(out[-1].ops)
-        chain = key if key is not None and not op.has_dep and fused < MAX_REDUCE_FUSION else None
     return tuple(out)
 
 
-def _validate_tb(ir: IR, rank: int, tb, chunks: dict, tb_ops: dict[int, int]) -> None:
-    n = ir.num_ranks
-    for peer, role in ((tb.send, "send"), (tb.recv, "recv")):
-        if peer is not None and (peer == rank or not 0 <= peer < n):
-            raise ExecutionError(
-                f"{_where(ir, rank, tb.id)}: {role} peer {peer}: expected another rank in 0..{n - 1}"
-            )
-    if tb.channel < 0:
-        raise ExecutionError(f"{_where(ir, rank, tb.id)}: channel {tb.channel}: expected >= 0")
-    for i, op in enumerate(tb.ops):
-        where = _where(ir, rank, tb.id, i, op.type)
-        for dep in op.deps:
-            if dep.tb not in tb_ops or not 0 <= dep.op < tb_ops[dep.tb]:
-                raise ExecutionError(f"{where}: dependency {dep.tb}.{dep.op}: no such op on rank {rank}")
-        if op.type is OpType.NOP:
-            continue
-        if op.count < 1:
-            raise ExecutionError(f"{where}: count {op.count}: expected at least 1")
-        if op.type.sends and tb.send is None:
-            raise ExecutionError(f"{where}: sends, but the threadblock has no send peer")
-        if op.type.receives and tb.recv is None:
-            raise ExecutionError(f"{where}: receives, but the threadblock has no recv peer")
-        if op.type.reads_src:
-            _check_ref(ir, where, "src", op.src, op.count, chunks)
-        if op.type.writes_dst:
-            _check_ref(ir, where, "dst", op.dst, op.count, chunks)
-
-
 def _chunks(ir: IR, coll: Collective | None) -> tuple[dict[Buffer, int], ...]:
+    """Per rank, the buffers the runtime really has: input and output from the collective (the
+    IR's own for a ``custom`` one without a declared result), scratch from the IR."""
     out = []
     for gpu in ir.gpus:
         if coll is None:
@@ -246,47 +189,34 @@ def _chunks(ir: IR, coll: Collective | None) -> tuple[dict[Buffer, int], ...]:
     return tuple(out)
 
 
-def build_program(ir: IR, declared: Collective | None = None) -> Program:
-    """Validate ``ir`` for execution and fold it as the runtime's parser does (``declared``: the
-    expected result of a ``custom`` IR, see :func:`collective_of`).
+def _refused(ir: IR, problem: Problem) -> ExecutionError:
+    return ExecutionError(f"{ir.name}: {problem.located(('rank', 'tb', 'op'), ' ')}")
 
-    Raises :class:`ExecutionError` for anything the runtime would reject or corrupt: a wrong
-    number of gpus, bad peers, two threadblocks sharing a connection, send or receive steps without
-    the peer, dependencies on missing ops, locations outside their buffer.
+
+def build_program(ir: IR, declared: Collective | None = None, dialect: str | Dialect = "msccl") -> Program:
+    """Judge ``ir`` as a runtime loading it would, and fold it as its parser does (``declared``: the
+    expected result of a ``custom`` IR, see :func:`collective_of`; ``dialect``: whose parser, both
+    MSCCL runtimes fold alike).
+
+    Raises :class:`ExecutionError` for anything the runtime would reject or corrupt
+    (:func:`codegen.rules.load_problems`): a wrong number of gpus, an empty grid, bad peers, two
+    threadblocks sharing a connection, send or receive steps without the peer, dependencies on
+    missing ops, locations outside their buffer.
     """
+    d = get_dialect(dialect)
     coll = collective_of(ir, declared)
-    if len(ir.gpus) != ir.num_ranks or any(g.rank != r for r, g in enumerate(ir.gpus)):
-        raise ExecutionError(f"{ir.name}: gpus: expected ranks 0..{ir.num_ranks - 1} in order")
     chunks = _chunks(ir, coll)
-    tbs: list[TbProgram] = []
-    senders: dict[tuple[int, int, int], int] = {}
-    receivers: dict[tuple[int, int, int], int] = {}
-    for rank, gpu in enumerate(ir.gpus):
-        if not gpu.threadblocks:
-            raise ExecutionError(f"{ir.name}: rank {rank}: expected at least one threadblock, got none")
-        tb_ops = {tb.id: len(tb.ops) for tb in gpu.threadblocks}
-        if len(tb_ops) != len(gpu.threadblocks):
-            raise ExecutionError(f"{ir.name}: rank {rank}: threadblock ids must be unique")
-        for tb in gpu.threadblocks:
-            _validate_tb(ir, rank, tb, chunks[rank], tb_ops)
-            for peer, table, key in (
-                (tb.send, senders, (rank, tb.send, tb.channel)),
-                (tb.recv, receivers, (tb.recv, rank, tb.channel)),
-            ):
-                if peer is None:
-                    continue
-                if key in table:
-                    raise ExecutionError(
-                        f"{_where(ir, rank, tb.id)}: shares its connection with rank {peer} on channel "
-                        f"{tb.channel} with tb {table[key]} (one threadblock per connection and direction)"
-                    )
-                table[key] = tb.id
-            tbs.append(TbProgram(rank, tb.id, tb.send, tb.recv, tb.channel, _fold(ir, rank, tb)))
-    connections = {
-        key: Connection(*key, sender=senders.get(key), receiver=receivers.get(key))
-        for key in sorted(set(senders) | set(receivers))
-    }
-    return Program(ir, coll, tuple(tbs), chunks, connections)
+    found = load_problems(ir, chunks)
+    if found:
+        raise _refused(ir, found[0])
+    tbs = tuple(
+        TbProgram(gpu.rank, tb.id, tb.send, tb.recv, tb.channel, _transmissions(tb, d))
+        for gpu in ir.gpus
+        for tb in gpu.threadblocks
+    )
+    ends = sorted(connections(ir).items())
+    links = {key: Connection(*key, sender=sender, receiver=receiver) for key, (sender, receiver) in ends}
+    return Program(ir, coll, tbs, chunks, links)
 
 
 def chunk_elems(ir: IR, size_bytes: int, dtype: np.dtype) -> int:

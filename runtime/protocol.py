@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codegen.protocols import NCCL_STEPS, STEPS_PER_CALL
+from codegen.rules import MAX_COUNT
 from runtime.errors import ExecutionError
 
 __all__ = [
-    "MSCCL_MAX_COUNT",
     "NCCL_STEPS",
     "PROTOCOLS",
     "Layout",
@@ -28,10 +28,6 @@ __all__ = [
     "protocol",
     "tile_bytes",
 ]
-
-MSCCL_MAX_COUNT = 72
-"""``cnt`` must be below this; ``maxAllowedCount`` is capped at ``MSCCL_MAX_COUNT - 1``."""
-
 
 @dataclass(frozen=True)
 class Protocol:
@@ -70,10 +66,11 @@ def fifo_depth(protocol_name: str) -> int:
 
 
 def max_allowed_count(tile: int, chunk: int) -> int:
-    """``maxAllowedCount``: whole chunks one call may carry (``tile`` and ``chunk`` in bytes)."""
+    """``maxAllowedCount``: whole chunks one call may carry (``tile`` and ``chunk`` in bytes), at
+    most the runtimes' largest count (:data:`codegen.rules.MAX_COUNT`)."""
     if chunk <= 0:
-        return MSCCL_MAX_COUNT - 1
-    return min(max(1, tile // chunk), MSCCL_MAX_COUNT - 1)
+        return MAX_COUNT
+    return min(max(1, tile // chunk), MAX_COUNT)
 
 
 @dataclass(frozen=True)

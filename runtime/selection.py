@@ -1,5 +1,6 @@
 """Whether an MSCCL runtime selects an IR for a call of a given size: its ``minBytes``/``maxBytes``
-window, read as each runtime reads it (reference/msccl-xml.md, 3.2 and 3.8).
+window, read as each runtime reads it (reference/msccl-xml.md, 3.2 and 3.8; what each compares is
+its entry's in :data:`codegen.rules.DIALECTS`).
 
 - ``azure`` (msccl-executor-nccl) compares ``count x type size x ngpus`` for allgather,
   reducescatter and alltoall (nccl-tests' size: the whole larger buffer) and ``count x type size``
@@ -22,24 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from codegen.dialects import DIALECTS
 from codegen.ir import IR
+from codegen.rules import DIALECTS, Dialect, get_dialect
 from common.units import format_size
 from runtime.errors import SizeNotSelected
 
 if TYPE_CHECKING:
-    from codegen.dsl import Program
+    from codegen.dsl import ChunkProgram
     from synth.collectives import Collective
 
-__all__ = ["RUNTIME_NAMES", "RunTarget", "check_window", "run_target", "runtime_dialect", "window_bytes"]
-
-RUNTIME_NAMES = {"azure": "the Azure executor", "msccl": "the research runtime (microsoft/msccl)"}
-
-_WHOLE_BUFFER = {
-    "azure": frozenset({"allgather", "reducescatter", "alltoall", "allreduce", "broadcast", "reduce"}),
-    "msccl": frozenset({"alltoall", "allreduce", "broadcast", "reduce", "custom"}),
-}
-"""Collectives whose window compares nccl-tests' size (the rest compare a rank's share of it)."""
+__all__ = ["RunTarget", "check_window", "run_target", "runtime_dialect", "window_bytes"]
 
 
 def runtime_dialect(collective: str) -> str:
@@ -58,12 +51,12 @@ class RunTarget:
     dialect: str
 
 
-def run_target(source: IR | Program | str | Path) -> RunTarget:
+def run_target(source: IR | ChunkProgram | str | Path) -> RunTarget:
     """An IR as given (judged by its runtime's dialect), a DSL program compiled for the runtime
     that runs its collective (keeping a custom collective as the declared result), or an IR file
     (MSCCL XML judged by its own dialect, or our JSON IR)."""
     from codegen.compiler import compile_program
-    from codegen.dsl import Program
+    from codegen.dsl import ChunkProgram
     from codegen.errors import XmlFormatError
     from codegen.formats import read_ir
     from codegen.formats.xml_reader import xml_dialect
@@ -71,7 +64,7 @@ def run_target(source: IR | Program | str | Path) -> RunTarget:
 
     if isinstance(source, IR):
         return RunTarget(source, None, runtime_dialect(source.collective))
-    if isinstance(source, Program):
+    if isinstance(source, ChunkProgram):
         dialect = runtime_dialect(source.collective.name)
         ir = compile_program(source, dialect=dialect)
         return RunTarget(ir, source.collective if ir.collective == "custom" else None, dialect)
@@ -81,41 +74,42 @@ def run_target(source: IR | Program | str | Path) -> RunTarget:
     return RunTarget(ir, None, runtime_dialect(ir.collective) if json_ir else xml_dialect(text, str(source)))
 
 
-def window_bytes(ir: IR, size_bytes: int, dialect: str) -> int:
+def window_bytes(ir: IR, size_bytes: int, dialect: str | Dialect) -> int:
     """The bytes ``dialect``'s runtime compares with the window for a call of nccl-tests' size."""
-    if ir.collective in _WHOLE_BUFFER[dialect]:
+    if ir.collective in get_dialect(dialect).window_whole_buffer:
         return size_bytes
     return size_bytes // ir.num_ranks
 
 
-def _bounds(ir: IR, dialect: str) -> str:
+def _bounds(ir: IR, d: Dialect) -> str:
     high = "no limit" if not ir.max_bytes else str(ir.max_bytes)
-    upper = "<=" if dialect == "azure" else "<"
+    upper = "<=" if d.max_bytes_inclusive else "<"
     return f"minBytes {ir.min_bytes} <= bytes {upper} maxBytes {high}"
 
 
 def check_window(ir: IR, size_bytes: int, dialect: str) -> None:
     """Raise :class:`SizeNotSelected` unless ``dialect``'s runtime selects ``ir`` for a call of
     ``size_bytes`` (nccl-tests' size), naming the window as that runtime reads it."""
-    if dialect not in RUNTIME_NAMES:
-        raise SizeNotSelected(f"{ir.name}: dialect {dialect!r}: expected one of {', '.join(RUNTIME_NAMES)}")
-    low, high, runtime = ir.min_bytes, ir.max_bytes, RUNTIME_NAMES[dialect]
+    if dialect not in DIALECTS:
+        raise SizeNotSelected(f"{ir.name}: dialect {dialect!r}: expected one of {', '.join(DIALECTS)}")
+    d = DIALECTS[dialect]
+    low, high, runtime = ir.min_bytes, ir.max_bytes, d.runtime
     if high and low > high:
         raise SizeNotSelected(
             f"{ir.name}: minBytes {low} > maxBytes {high}: no runtime ever selects this algorithm "
             "(the research runtime refuses to load it, the Azure executor's window is empty)"
         )
-    if high and low == high and dialect == "msccl":
+    if high and low == high and not d.max_bytes_inclusive:
         raise SizeNotSelected(
             f"{ir.name}: minBytes = maxBytes = {low}: {runtime} never selects this algorithm "
             "(its window [minBytes, maxBytes) is empty)"
         )
     nbytes = window_bytes(ir, size_bytes, dialect)
-    below_max = nbytes <= high if dialect == "azure" else nbytes < high
+    below_max = nbytes <= high if d.max_bytes_inclusive else nbytes < high
     if low <= nbytes and (not high or below_max):
         return
     share = "" if nbytes == size_bytes else f", a rank's share of {format_size(size_bytes)}"
     raise SizeNotSelected(
         f"{ir.name}: {format_size(size_bytes)} is outside the algorithm's window: {runtime} compares "
-        f"{nbytes} bytes{share} and selects it only for {_bounds(ir, dialect)}"
+        f"{nbytes} bytes{share} and selects it only for {_bounds(ir, d)}"
     )

@@ -23,6 +23,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from codegen.ir import IR
+from codegen.rules import MAX_COUNT
 from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
 from runtime.program import Program, TbProgram, build_program
@@ -61,7 +62,7 @@ class _Sim:
         else:
             self.tile, self.ntiles = tile, -(-int(chunk_bytes) // int(tile))
         self.max_count = (
-            protocol.MSCCL_MAX_COUNT - 1
+            MAX_COUNT
             if tile is None
             else protocol.max_allowed_count(int(tile), int(chunk_bytes))
         )

@@ -7,24 +7,24 @@ from dataclasses import replace
 from ir_interpreter import execute
 
 from codegen.compiler import compile_program
-from codegen.dialects import DIALECTS, file_problems
-from codegen.dsl import Program
+from codegen.dsl import ChunkProgram
 from codegen.ir import IR
 from codegen.passes import DEFAULT_PIPELINE
 from codegen.pipeline import CompileOptions, run_pipeline
+from codegen.rules import DIALECTS, file_problems
 from codegen.semantics import find_wrong_result
 
 __all__ = ["assert_loads_and_computes", "compile_and_run", "map_ops", "stage_after", "steps_of"]
 
 
-def stage_after(program: Program, last: str, **options) -> object:
+def stage_after(program: ChunkProgram, last: str, **options) -> object:
     """The stage the default pipeline produces after pass ``last`` (inclusive)."""
     pipeline = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index(last) + 1]
     opts = CompileOptions(**{"instances": program.instances, **options})
     return run_pipeline(program.chunk_dag(), pipeline, opts, verify_each=True).result
 
 
-def compile_and_run(program: Program, seeds=(None, 1, 2), **options) -> IR:
+def compile_and_run(program: ChunkProgram, seeds=(None, 1, 2), **options) -> IR:
     """Compile (checked for the azure dialect unless told otherwise) and execute symbolically."""
     ir = compile_program(program, verify_each=True, **options)
     for seed in seeds:

@@ -14,6 +14,7 @@ import random
 from collections import defaultdict, deque
 
 from codegen.ir import IR, Buffer, OpType, Ref
+from codegen.rules import chunk_factor
 from synth.collectives import make_collective
 
 __all__ = ["ExecutionError", "execute"]
@@ -28,7 +29,7 @@ def execute(ir: IR, inplace: bool | None = None, seed: int | None = 0) -> None:
 
     ``inplace`` picks the call (default: in place iff the IR is only valid in place)."""
     inplace = (ir.inplace and not ir.outofplace) if inplace is None else inplace
-    coll = make_collective(ir.collective, ir.num_ranks, ir.chunk_factor, ir.root)
+    coll = make_collective(ir.collective, ir.num_ranks, chunk_factor(ir), ir.root)
     rng = random.Random(seed)
 
     def canon(rank: int, ref: Ref, k: int) -> tuple[int, Buffer, int]:

@@ -7,7 +7,7 @@ from codegen_helpers import compile_and_run, stage_after
 
 from codegen.chunk_dag import DepKind, ProgramInfo
 from codegen.compiler import compile_program
-from codegen.dsl import Program
+from codegen.dsl import ChunkProgram
 from codegen.errors import DslError
 from codegen.examples import recursive_doubling_allgather, ring_allreduce, two_step_alltoall
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
@@ -65,13 +65,13 @@ def test_instances_get_their_own_channels():
 
 
 def test_user_channels_are_kept_and_must_agree_within_a_flow():
-    prog = Program("ch", "ring:3", "allgather", inplace=True)
+    prog = ChunkProgram("ch", "ring:3", "allgather", inplace=True)
     for r in range(3):
         prog.chunk(r, "output", r).copy((r + 1) % 3, channel=2).copy((r + 2) % 3, channel=2)
     ir = compile_and_run(prog)
     assert {tb.channel for g in ir.gpus for tb in g.threadblocks} == {2}
     # one user threadblock, two channels: impossible
-    bad = Program("ch", "ring:3", "allgather", inplace=True, chunks_per_rank=2)
+    bad = ChunkProgram("ch", "ring:3", "allgather", inplace=True, chunks_per_rank=2)
     bad.chunk(0, "output", 0).copy(1, sendtb=0, channel=0)
     bad.chunk(0, "output", 1).copy(1, sendtb=0, channel=1)
     with pytest.raises(DslError, match="were given channels"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from codegen_helpers import compile_and_run, stage_after
 
-from codegen.dsl import Program
+from codegen.dsl import ChunkProgram
 from codegen.errors import DslError
 from codegen.examples import allpairs_allreduce, hierarchical_allreduce, ring_allreduce
 from codegen.ir import OpType
@@ -31,7 +31,7 @@ def test_one_threadblock_per_rank_when_one_suffices():
 
 
 def test_user_threadblocks_are_honoured():
-    prog = Program("tb", "fully-connected:3", "allgather", inplace=True)
+    prog = ChunkProgram("tb", "fully-connected:3", "allgather", inplace=True)
     for r in range(3):
         for k, peer in enumerate(p for p in range(3) if p != r):
             senders_of_peer = [q for q in range(3) if q != peer]
@@ -43,7 +43,7 @@ def test_user_threadblocks_are_honoured():
 
 
 def test_one_user_threadblock_cannot_send_to_two_peers():
-    prog = Program("tb", "fully-connected:3", "allgather", inplace=True)
+    prog = ChunkProgram("tb", "fully-connected:3", "allgather", inplace=True)
     prog.chunk(0, "output", 0).copy(1, sendtb=0)
     prog.chunk(0, "output", 0).copy(2, sendtb=0)
     with pytest.raises(DslError, match="threadblock 0: a threadblock has one send peer"):
@@ -51,7 +51,7 @@ def test_one_user_threadblock_cannot_send_to_two_peers():
 
 
 def test_a_rank_without_work_still_gets_a_threadblock():
-    prog = Program("bcast", "fully-connected:3", "broadcast", root=0)
+    prog = ChunkProgram("bcast", "fully-connected:3", "broadcast", root=0)
     prog.chunk(0, "input", 0).copy(0, "output", 0)
     prog.chunk(0, "input", 0).copy(1, "output", 0)
     prog.chunk(0, "input", 0).copy(2, "output", 0)

@@ -56,10 +56,10 @@ def test_a_program_file_with_a_function_or_a_with_block(tmp_path, xccl):
     func = tmp_path / "mine.py"
     func.write_text(
         textwrap.dedent("""
-        from codegen import Program, chunk
+        from codegen import ChunkProgram, chunk
 
         def program(n=3):
-            with Program("mine", f"fully-connected:{n}", "allgather", inplace=True) as prog:
+            with ChunkProgram("mine", f"fully-connected:{n}", "allgather", inplace=True) as prog:
                 for r in range(n):
                     for peer in range(n):
                         if peer != r:
@@ -73,9 +73,9 @@ def test_a_program_file_with_a_function_or_a_with_block(tmp_path, xccl):
     block = tmp_path / "block.py"
     block.write_text(
         textwrap.dedent("""
-        from codegen import Program, chunk
+        from codegen import ChunkProgram, chunk
 
-        with Program("block", "ring:3", "allgather", inplace=True) as prog:
+        with ChunkProgram("block", "ring:3", "allgather", inplace=True) as prog:
             for r in range(3):
                 chunk(r, "output", r).copy((r + 1) % 3).copy((r + 2) % 3)
     """)
@@ -89,17 +89,17 @@ def test_mistakes_in_a_program_file_point_at_the_line(tmp_path, xccl):
     bad = tmp_path / "bad.py"
     bad.write_text(
         textwrap.dedent("""
-        from codegen import Program, chunk
+        from codegen import ChunkProgram, chunk
 
         def program():
-            with Program("bad", "ring:4", "allgather") as prog:
+            with ChunkProgram("bad", "ring:4", "allgather") as prog:
                 chunk(0, "input", 0).copy(2, "output", 0)
             return prog
     """)
     )
     assert_one_line_error(xccl("compile", str(bad)), f"{bad}:6", "no link 0 -> 2")
     wrong = tmp_path / "wrong.py"
-    wrong.write_text("from codegen import Program\nprog = Program('w', 'ring:4', 'allgather')\n")
+    wrong.write_text("from codegen import ChunkProgram\nprog = ChunkProgram('w', 'ring:4', 'allgather')\n")
     assert_one_line_error(xccl("compile", str(wrong)), "w: 16 wrong output slot(s)", "rank 0 output[0]")
     assert_one_line_error(xccl("compile", str(bad), "-D", "n=2"), "takes no parameter 'n'")
     assert_one_line_error(xccl("compile", "example:nope"), "unknown example 'nope'")

@@ -12,8 +12,8 @@ from ir_interpreter import execute
 from msccl_xml_rules import violations
 
 from codegen.compiler import compile_algorithm
-from codegen.dialects import DIALECTS
 from codegen.formats import read_ir, write_ir
+from codegen.rules import DIALECTS
 from codegen.semantics import find_wrong_result
 from synth.baselines import BASELINES, default_chunks, make_baseline
 from synth.collectives import COLLECTIVES, make_collective

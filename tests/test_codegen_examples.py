@@ -10,10 +10,10 @@ from ir_interpreter import execute
 from msccl_xml_rules import violations
 
 from codegen.compiler import compile_program
-from codegen.dialects import DIALECTS
 from codegen.examples import ring_allreduce
 from codegen.formats import read_ir, write_ir
 from codegen.loader import example_names, load_program
+from codegen.rules import DIALECTS
 
 SMALL = EXAMPLE_PARAMS
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import codegen.dsl
-from codegen.dsl import Program, chunk, current_program
+from codegen.dsl import ChunkProgram, chunk, current_program
 from codegen.errors import DslError
 from codegen.ir import Buffer
 from synth.collectives import make_collective
@@ -20,9 +20,9 @@ def test_module_doctest():
 
 
 def test_with_block_sets_the_current_program_and_restores_it():
-    with Program("outer", "ring:4", "allgather") as outer:
+    with ChunkProgram("outer", "ring:4", "allgather") as outer:
         assert current_program() is outer
-        with Program("inner", "ring:4", "allgather") as inner:
+        with ChunkProgram("inner", "ring:4", "allgather") as inner:
             assert current_program() is inner
         assert current_program() is outer
     with pytest.raises(DslError, match="no program in context"):
@@ -30,12 +30,12 @@ def test_with_block_sets_the_current_program_and_restores_it():
 
 
 def test_every_call_can_take_the_program_explicitly():
-    prog = Program("explicit", "ring:4", "allgather")
+    prog = ChunkProgram("explicit", "ring:4", "allgather")
     ref = chunk(0, "input", 0, program=prog)
     assert ref.program is prog and prog.chunk(0, Buffer.INPUT, 0) == ref
 
 
-def _ring_allgather(prog: Program, skip_last: bool = False) -> None:
+def _ring_allgather(prog: ChunkProgram, skip_last: bool = False) -> None:
     n = prog.num_ranks
     for r in range(n):
         c = prog.chunk(r, "input", 0).copy(r, "output", r)
@@ -46,10 +46,10 @@ def _ring_allgather(prog: Program, skip_last: bool = False) -> None:
 
 
 def test_check_is_empty_for_a_correct_program_and_lists_every_wrong_slot():
-    good = Program("ag", "ring:4", "allgather")
+    good = ChunkProgram("ag", "ring:4", "allgather")
     _ring_allgather(good)
     assert good.check() == ()
-    bad = Program("ag", "ring:4", "allgather")
+    bad = ChunkProgram("ag", "ring:4", "allgather")
     _ring_allgather(bad, skip_last=True)
     wrong = bad.check()
     assert [(w.rank, w.index) for w in wrong] == [(3, 0)]
@@ -59,7 +59,7 @@ def test_check_is_empty_for_a_correct_program_and_lists_every_wrong_slot():
 
 
 def test_check_reports_a_partial_or_double_counted_reduction():
-    prog = Program("ar", "fully-connected:3", "allreduce", inplace=True)
+    prog = ChunkProgram("ar", "fully-connected:3", "allreduce", inplace=True)
     a = prog.chunk(0, "input", 0)
     a.reduce(prog.chunk(1, "input", 0))
     a.reduce(prog.chunk(1, "input", 0))  # rank 1 counted twice, rank 2 never
@@ -69,7 +69,7 @@ def test_check_reports_a_partial_or_double_counted_reduction():
 
 
 def test_inplace_programs_see_the_input_inside_the_output():
-    prog = Program("ag", "ring:4", "allgather", inplace=True)
+    prog = ChunkProgram("ag", "ring:4", "allgather", inplace=True)
     # rank 2's input[0] is its output[2]: nothing to copy locally
     for r in range(4):
         c = prog.chunk(r, "output", r)
@@ -80,13 +80,13 @@ def test_inplace_programs_see_the_input_inside_the_output():
 
 
 def test_copy_to_the_same_physical_slot_records_nothing():
-    prog = Program("ag", "ring:4", "allgather", inplace=True)
+    prog = ChunkProgram("ag", "ring:4", "allgather", inplace=True)
     dst = prog.chunk(1, "input", 0).copy(1, "output", 1)
     assert prog.num_ops == 0 and (dst.buffer, dst.index) == ("output", 1)
 
 
 def test_named_scratch_slices_are_packed_in_creation_order():
-    prog = Program("a2a", "fully-connected:3", "alltoall")
+    prog = ChunkProgram("a2a", "fully-connected:3", "alltoall")
     prog.chunk(0, "input", 1).copy(0, "tmp", 0)
     prog.chunk(0, "input", 2).copy(0, "tmp")  # no index: appended
     prog.chunk(0, "input", 0).copy(0, "other", 0)
@@ -100,7 +100,7 @@ def test_named_scratch_slices_are_packed_in_creation_order():
 
 
 def test_reduce_into_another_slot_reads_self_and_writes_dst():
-    prog = Program("ar", "fully-connected:2", "allreduce")
+    prog = ChunkProgram("ar", "fully-connected:2", "allreduce")
     for r in range(2):
         mine = prog.chunk(r, "input", 0)
         mine.reduce(prog.chunk(1 - r, "input", 0), dst=prog.chunk(r, "output", 0))
@@ -108,7 +108,7 @@ def test_reduce_into_another_slot_reads_self_and_writes_dst():
 
 
 def test_split_group_and_sizes():
-    prog = Program("ag", "fully-connected:2", "allgather", chunks_per_rank=4)
+    prog = ChunkProgram("ag", "fully-connected:2", "allgather", chunks_per_rank=4)
     ref = prog.chunk(0, "input", 0, size=4)
     halves = ref.split(2)
     assert [(h.index, h.size) for h in halves] == [(0, 2), (2, 2)]
@@ -136,24 +136,24 @@ def test_split_group_and_sizes():
     ],
 )
 def test_mistakes_raise_one_clear_dsl_error(action, message):
-    prog = Program("p", "ring:4", "allgather")
+    prog = ChunkProgram("p", "ring:4", "allgather")
     with pytest.raises(DslError, match=re.escape(message)):
         action(prog)
 
 
 def test_program_parameters_are_validated():
     with pytest.raises(DslError, match="protocol"):
-        Program("p", "ring:4", "allgather", protocol="LL64")
+        ChunkProgram("p", "ring:4", "allgather", protocol="LL64")
     with pytest.raises(DslError, match="instances"):
-        Program("p", "ring:4", "allgather", instances=0)
+        ChunkProgram("p", "ring:4", "allgather", instances=0)
     with pytest.raises(DslError, match="has 4 ranks, the collective 5"):
-        Program("p", "ring:4", make_collective("allgather", 5))
+        ChunkProgram("p", "ring:4", make_collective("allgather", 5))
     with pytest.raises(DslError, match="no in-place form"):
-        Program("p", "ring:4", "alltoall", inplace=True)
+        ChunkProgram("p", "ring:4", "alltoall", inplace=True)
 
 
 def test_without_a_topology_any_pair_may_talk():
-    prog = Program("p", None, make_collective("allgather", 3))
+    prog = ChunkProgram("p", None, make_collective("allgather", 3))
     prog.chunk(0, "input", 0).copy(2, "output", 0)
     assert prog.num_ops == 1
 
@@ -167,9 +167,9 @@ def test_the_example_in_the_docs_runs():
 
 
 def test_out_of_place_programs_may_not_write_their_input():
-    prog = Program("p", "ring:4", "allreduce")
+    prog = ChunkProgram("p", "ring:4", "allreduce")
     with pytest.raises(DslError, match="read-only"):
         prog.chunk(0, "input", 0).reduce(prog.chunk(1, "input", 0))
-    inplace = Program("q", "ring:4", "allreduce", inplace=True)
+    inplace = ChunkProgram("q", "ring:4", "allreduce", inplace=True)
     inplace.chunk(0, "input", 0).reduce(inplace.chunk(1, "input", 0))
     assert inplace.num_ops == 1

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from codegen.chunk_dag import DepKind
-from codegen.dsl import Program
+from codegen.dsl import ChunkProgram
 from codegen.examples import allpairs_allreduce
 from codegen.ir import OpType
 from codegen.passes.expand_instructions import expand_instructions
 
 
-def _program() -> Program:
-    prog = Program("mix", "fully-connected:2", "allreduce", chunks_per_rank=2)
+def _program() -> ChunkProgram:
+    prog = ChunkProgram("mix", "fully-connected:2", "allreduce", chunks_per_rank=2)
     prog.chunk(0, "input", 0).copy(1, "scratch", 0)  # remote copy: s + r
     prog.chunk(1, "input", 0).reduce(prog.chunk(1, "scratch", 0), dst=prog.chunk(1, "output", 0))  # cpy + re
     prog.chunk(1, "output", 0).copy(0, "output", 0)  # remote copy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from codegen_helpers import compile_and_run, stage_after
 
-from codegen.dsl import Program
+from codegen.dsl import ChunkProgram
 from codegen.examples import ring_allreduce
 from codegen.ir import OpType
 from codegen.lower import lower_algorithm
@@ -29,7 +29,7 @@ def test_ring_allreduce_fuses_every_forward():
 
 def test_a_result_read_again_is_kept():
     """rrs drops the local write: only when nothing reads the result later."""
-    prog = Program("keep", "fully-connected:3", "allreduce", inplace=True)
+    prog = ChunkProgram("keep", "fully-connected:3", "allreduce", inplace=True)
     a = prog.chunk(1, "input", 0).reduce(prog.chunk(0, "input", 0))
     a.copy(2, "scratch", 0)  # forwarded...
     a.copy(1, "scratch", 0)  # ...and read again on rank 1
@@ -66,7 +66,7 @@ def test_fused_pairs_that_would_need_two_threadblocks_per_peer_are_not_fused():
 
 
 def test_different_hints_are_not_fused():
-    prog = Program("hints", "ring:3", "allgather", inplace=True)
+    prog = ChunkProgram("hints", "ring:3", "allgather", inplace=True)
     for r in range(3):
         c = prog.chunk(r, "output", r)
         c = c.copy((r + 1) % 3, recvtb=0)

@@ -1,4 +1,4 @@
-"""Lowering Algorithm -> Program: each send becomes a DSL copy or reduce; relays use scratch;
+"""Lowering Algorithm -> ChunkProgram: each send becomes a DSL copy or reduce; relays use scratch;
 combining collectives reduce into the right buffer; a step's sends all read the previous state."""
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
+from codegen.rules import MAX_REDUCE_FUSION
 from runtime.errors import ExecutionError
 from runtime.numpy import HANDLERS
-from runtime.program import MAX_REDUCE_FUSION, build_program
+from runtime.program import build_program
 
 IN, OUT, SCR = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 

@@ -8,7 +8,8 @@ import pytest
 from codegen_helpers import stage_after
 
 from codegen.examples import allpairs_allreduce, recursive_doubling_allgather, two_step_alltoall
-from codegen.passes.size_buffers import buffer_sizes, size_buffers
+from codegen.passes.size_buffers import size_buffers
+from codegen.rules import buffer_sizes
 
 
 @pytest.mark.parametrize(

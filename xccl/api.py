@@ -23,7 +23,7 @@ from typing import Any
 
 import xccl
 from codegen import compile_algorithm, compile_program, save_ir
-from codegen.dsl import Program
+from codegen.dsl import ChunkProgram
 from codegen.errors import CodegenError
 from codegen.ir import IR
 from common.units import SizeError, parse_size, parse_size_range
@@ -249,7 +249,7 @@ def pareto(
 
 
 def compile(
-    source: Algorithm | Program,
+    source: Algorithm | ChunkProgram,
     topology: str | Path | Topology | None = None,
     *,
     dialect: str = "azure",
@@ -268,7 +268,7 @@ def compile(
     ...
     codegen.errors.CodegenError: compile: source: expected an Algorithm or a DSL Program, got str 'ring.json'
     """
-    if not isinstance(source, Algorithm | Program):
+    if not isinstance(source, Algorithm | ChunkProgram):
         raise CodegenError(
             f"compile: source: expected an Algorithm or a DSL Program, got {type(source).__name__} {_shown(source)}"
         )
@@ -276,7 +276,7 @@ def compile(
         raise CodegenError(
             f"compile: inplace: expected True or False, got {type(inplace).__name__} {_shown(inplace)}"
         )
-    if isinstance(source, Program):
+    if isinstance(source, ChunkProgram):
         return compile_program(source, instances=instances, protocol=protocol, dialect=dialect)
     topo = _load(topology) if topology is not None else None
     return compile_algorithm(
@@ -323,12 +323,12 @@ def best_backend() -> str:
     return "cupy" if _gpu_ready() else "numpy"
 
 
-def _target(source: IR | Program | str | Path):
+def _target(source: IR | ChunkProgram | str | Path):
     """What ``run`` and ``bench`` execute (``runtime.selection.run_target``): the IR, the result a
     DSL program declares for a custom collective, the dialect whose size window applies."""
     from runtime.selection import run_target
 
-    if not isinstance(source, IR | Program | str | Path):
+    if not isinstance(source, IR | ChunkProgram | str | Path):
         raise ExecutionError(
             f"{source!r} ({type(source).__name__}): expected an IR, a DSL Program or an IR file (.xml, .json)"
         )
@@ -344,7 +344,7 @@ def _placement(ir: IR, inplace: bool | None) -> bool:
 
 
 def run(
-    ir: IR | Program | str | Path,
+    ir: IR | ChunkProgram | str | Path,
     size: str | int = "1MiB",
     *,
     backend: str = "auto",
@@ -388,7 +388,7 @@ def run(
 
 
 def bench(
-    ir: IR | Program | str | Path,
+    ir: IR | ChunkProgram | str | Path,
     sizes: str | list[int | str] = "1KiB:1MiB",
     *,
     backend: str = "auto",

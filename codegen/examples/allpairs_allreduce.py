@@ -7,7 +7,7 @@ machine); the local reductions into one slot chain in the runtime (consecutive `
 
 from __future__ import annotations
 
-from codegen.dsl import Program, chunk
+from codegen.dsl import ChunkProgram, chunk
 from topologies import Topology
 
 __all__ = ["program"]
@@ -18,9 +18,9 @@ def program(
     instances: int = 1,
     protocol: str = "Simple",
     topology: Topology | str | None = None,
-) -> Program:
+) -> ChunkProgram:
     n = num_ranks
-    with Program(
+    with ChunkProgram(
         f"allreduce-allpairs-{n}",
         topology or f"fully-connected:{n}",
         "allreduce",

@@ -7,7 +7,7 @@ forward from their output.
 
 from __future__ import annotations
 
-from codegen.dsl import Program, chunk
+from codegen.dsl import ChunkProgram, chunk
 from topologies import Topology
 
 __all__ = ["program"]
@@ -19,9 +19,9 @@ def program(
     instances: int = 1,
     protocol: str = "Simple",
     topology: Topology | str | None = None,
-) -> Program:
+) -> ChunkProgram:
     n = num_ranks
-    with Program(
+    with ChunkProgram(
         f"broadcast-binomial-tree-{n}",
         topology or f"fully-connected:{n}",
         "broadcast",

@@ -12,7 +12,7 @@ Only phases 2 and 3 cross the network, each moving ``1/g`` of the data per GPU.
 
 from __future__ import annotations
 
-from codegen.dsl import Program, chunk
+from codegen.dsl import ChunkProgram, chunk
 from codegen.errors import DslError
 from topologies import Topology, load
 
@@ -24,7 +24,7 @@ def program(
     instances: int = 1,
     protocol: str = "Simple",
     local_ring: list[int] | None = None,
-) -> Program:
+) -> ChunkProgram:
     topo = load(topology)
     machines = topo.num_machines
     if machines < 2:
@@ -36,7 +36,7 @@ def program(
         """The GPU at position ``pos`` of machine ``m``'s ring."""
         return m * g + ring[pos % g]
 
-    with Program(
+    with ChunkProgram(
         f"allreduce-hierarchical-{machines}x{g}",
         topo,
         "allreduce",

@@ -6,7 +6,7 @@ In step ``k`` (1, 2, 4, ...) rank ``r`` sends the ``k`` blocks it holds, its ali
 
 from __future__ import annotations
 
-from codegen.dsl import Program, chunk
+from codegen.dsl import ChunkProgram, chunk
 from codegen.errors import DslError
 from topologies import Topology
 
@@ -19,11 +19,11 @@ def program(
     instances: int = 1,
     protocol: str = "Simple",
     topology: Topology | str | None = None,
-) -> Program:
+) -> ChunkProgram:
     n = num_ranks
     if n < 2 or n & (n - 1):
         raise DslError(f"recursive doubling needs a power-of-two rank count, got {n}")
-    with Program(
+    with ChunkProgram(
         f"allgather-recursive-doubling-{n}",
         topology or f"hypercube:{n.bit_length() - 1}",
         "allgather",

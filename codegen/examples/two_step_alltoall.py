@@ -9,7 +9,7 @@ Each network transfer thus carries ``g`` chunks instead of one.
 
 from __future__ import annotations
 
-from codegen.dsl import Program, chunk
+from codegen.dsl import ChunkProgram, chunk
 from codegen.errors import DslError
 from topologies import Topology, load
 
@@ -20,14 +20,14 @@ def program(
     topology: Topology | str = "dgx-a100x2",
     instances: int = 1,
     protocol: str = "Simple",
-) -> Program:
+) -> ChunkProgram:
     topo = load(topology)
     machines = topo.num_machines
     if machines < 2:
         raise DslError(f"two-step alltoall: {topo.name} has one machine")
     g = topo.num_ranks // machines
     n = topo.num_ranks
-    with Program(f"alltoall-two-step-{machines}x{g}", topo, "alltoall", instances, protocol) as prog:
+    with ChunkProgram(f"alltoall-two-step-{machines}x{g}", topo, "alltoall", instances, protocol) as prog:
         for src in range(n):
             m1, l1 = divmod(src, g)
             for dst in range(n):

@@ -3,7 +3,7 @@
 ``write_ir(ir, "azure" | "msccl" | "json")`` prints, ``read_ir(text)`` parses either kind (JSON
 starts with ``{``), ``load_ir(path)`` and ``save_ir(ir, path, fmt, force)`` do the file handling
 (an existing file is kept unless ``force``). ``read_ir_facts`` / ``load_ir_facts`` also return what
-an XML file says beyond its IR, for the rules of each runtime (``codegen.dialects.file_problems``).
+an XML file says beyond its IR, for the rules of each runtime (``codegen.rules.file_problems``).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen.dialects import DIALECTS
 from codegen.errors import CodegenError, XmlFormatError
 from codegen.formats.json_ir import read_ir_json, write_ir_json
 from codegen.formats.xml_reader import XmlFacts, read_xml, read_xml_facts
 from codegen.formats.xml_writer import write_xml
 from codegen.ir import IR
+from codegen.rules import DIALECTS
 from common.files import read_text, save_text
 
 __all__ = ["FORMATS", "Format", "load_ir", "load_ir_facts", "read_ir", "read_ir_facts", "save_ir", "write_ir"]
@@ -39,6 +39,7 @@ FORMATS: dict[str, Format] = {
     **{
         name: Format(name, ".xml", f"MSCCL XML for the {d.description}", _xml(name))
         for name, d in DIALECTS.items()
+        if d.xml is not None
     },
     "json": Format("json", ".json", "xccl's JSON IR (several dependencies per step allowed)", write_ir_json),
 }

@@ -5,7 +5,8 @@ The reader only parses. It accepts what the runtimes' tiny XML reader accepts (r
 declaration, single quotes, attributes split over lines, tabs between elements, names and values
 longer than the reader's buffers, a missing attribute (only the first 16 of an element count, as
 in the runtimes), an unknown step type or buffer, integers that are not integers, counts over
-xccl's limits (:mod:`codegen.limits`, checked before anything is built for them). Integers are read
+xccl's limits (:mod:`codegen.limits`, checked before anything is built for them); the reader's own
+limits are the runtimes' (:mod:`codegen.rules.xml_file`). Integers are read
 as ``strtol(s, 0)`` reads them (``0x10`` is 16, ``010`` is 8). Steps are numbered by position, as
 the runtimes do. Unknown elements are skipped, as the runtimes skip them; elements may nest to any
 depth (the reader keeps a stack, not a recursion), and it takes time linear in the text.
@@ -27,15 +28,14 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 
-from codegen.dialects import DIALECTS, MAX_ATTRIBUTES, MAX_NAME, MAX_VALUE, strtol
 from codegen.errors import XmlFormatError
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
 from codegen.limits import CHUNKS, RANKS
+from codegen.rules import DIALECTS, MAX_ATTRIBUTES, MAX_NAME, MAX_VALUE, file_dialect, strtol
+from synth.collectives import ROOTED
 
 __all__ = ["XmlFacts", "read_xml", "read_xml_facts", "strtol", "xml_dialect"]
 
-MSCCL_DEFAULT_MAX_BYTES = 1 << 27
-_ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
 _STEP_ATTRS = ("s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep")
 _SPACE = re.compile(r"[ \n\r]*")
 _NAME = re.compile(r"[^ />\n\r\t]*")
@@ -60,7 +60,7 @@ class _Node:
 @dataclass(frozen=True)
 class XmlFacts:
     """What a file says that its IR does not keep, for the rules of each runtime
-    (:func:`codegen.dialects.file_problems`)."""
+    (:func:`codegen.rules.file_problems`)."""
 
     algo: dict[str, str]
     """``<algo>``'s attributes as the runtimes read them (the first ``MAX_ATTRIBUTES``)."""
@@ -71,8 +71,8 @@ class XmlFacts:
 
     @property
     def dialect(self) -> str:
-        """The dialect the file is written in: ``azure`` if ``<algo>`` carries ``outofplace``."""
-        return "azure" if "outofplace" in self.algo else "msccl"
+        """The dialect the file is written in (:func:`codegen.rules.file_dialect`)."""
+        return file_dialect(self.algo)
 
 
 class _Lexer:
@@ -287,11 +287,11 @@ def _collective(a: _Attrs) -> str:
 
 
 def xml_dialect(text: str, where: str = "<xml>") -> str:
-    """The dialect a file is written in: ``azure`` if ``<algo>`` carries ``outofplace``."""
+    """The dialect a file is written in (:func:`codegen.rules.file_dialect`)."""
     got = _Lexer(text, where).element()
     if got is None or got[0].name != "algo":
         raise XmlFormatError(f"{where}:1: the first element must be <algo ...>")
-    return "azure" if "outofplace" in got[0].attrs else "msccl"
+    return file_dialect(got[0].attrs)
 
 
 def read_xml(text: str, where: str = "<xml>") -> IR:
@@ -310,10 +310,11 @@ def read_xml_facts(text: str, where: str = "<xml>") -> tuple[IR, XmlFacts]:
     if ncpl < 1:
         raise a.fail(f"attribute nchunksperloop: expected >= 1, got {ncpl}")
     a.int("nchannels", 1)
-    azure = "outofplace" in root.attrs
+    spelling = DIALECTS[file_dialect(root.attrs)].xml
     inplace = bool(a.int("inplace", 0))
-    max_bytes = a.int("maxBytes", 0) if "maxBytes" in root.attrs else MSCCL_DEFAULT_MAX_BYTES
-    if max_bytes == DIALECTS["azure" if azure else "msccl"].unlimited_max_bytes:
+    # absent: the research runtime's default (the executor requires the attribute)
+    max_bytes = a.int("maxBytes", 0) if "maxBytes" in root.attrs else DIALECTS["msccl"].xml.default_max_bytes
+    if max_bytes == spelling.unlimited_max_bytes:
         max_bytes = 0
     steps: dict[tuple[int, int], tuple[int, ...]] = {}
     gpus: dict[int, Gpu] = {}
@@ -336,12 +337,12 @@ def read_xml_facts(text: str, where: str = "<xml>") -> tuple[IR, XmlFacts]:
         gpus=tuple(gpus[r] for r in range(ngpus)),
         protocol=a.str("proto"),
         inplace=inplace,
-        outofplace=bool(a.int("outofplace", 0)) if azure else not inplace,
+        outofplace=bool(a.int("outofplace", 0)) if spelling.writes_outofplace else not inplace,
         root=a.int("root", 0) if "root" in root.attrs else None,
         min_bytes=a.int("minBytes", 0) if "minBytes" in root.attrs else 0,
         max_bytes=max_bytes,
     )
-    if ir.collective in _ROOTED and ir.root is None:
+    if ir.collective in ROOTED and ir.root is None:
         ir = _infer_root(ir)
     return ir, XmlFacts(dict(root.attrs), tuple(root.ignored), steps)
 

@@ -1,4 +1,4 @@
-"""Print an IR as MSCCL algorithm XML, in one of two dialects (:mod:`codegen.dialects`).
+"""Print an IR as MSCCL algorithm XML, in one of two dialects (:data:`codegen.rules.DIALECTS`).
 
 The writer only prints: dependency folding, ``hasdep`` marks, buffer sizes and threadblock ids are
 settled by passes before it runs, and an IR the runtime would reject is refused, not repaired.
@@ -13,13 +13,12 @@ writes ``i``/-1 and ``o``/-1, as the reference compiler does); for ``rrc``, ``rr
 from __future__ import annotations
 
 from codegen.check import check_ir
-from codegen.dialects import Dialect, get_dialect
+from codegen.errors import CodegenError
 from codegen.ir import IR, Op, OpType, Ref
+from codegen.rules import Dialect, get_dialect
+from synth.collectives import ROOTED
 
 __all__ = ["write_xml"]
-
-_ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
-
 
 def _attrs(pairs: list[tuple[str, object]]) -> str:
     return " ".join(f'{k}="{v}"' for k, v in pairs)
@@ -60,6 +59,8 @@ def write_xml(ir: IR, dialect: str | Dialect = "azure") -> str:
     """The XML text of ``ir`` for ``dialect``; an IR that fails the dialect's static checks raises
     :class:`~codegen.errors.IRCheckError` (naming rank, threadblock and step) instead."""
     d = get_dialect(dialect)
+    if d.xml is None:
+        raise CodegenError(f"the {d.name} runtime reads no MSCCL XML")
     check_ir(ir, d)
     head: list[tuple[str, object]] = [
         ("name", ir.name),
@@ -70,10 +71,10 @@ def write_xml(ir: IR, dialect: str | Dialect = "azure") -> str:
         ("coll", d.xml_collective(ir.collective)),
         ("inplace", int(ir.inplace)),
     ]
-    if d.writes_outofplace:
+    if d.xml.writes_outofplace:
         head.append(("outofplace", int(ir.outofplace)))
-    head += [("minBytes", ir.min_bytes), ("maxBytes", ir.max_bytes or d.unlimited_max_bytes)]
-    if ir.collective in _ROOTED and ir.root is not None:
+    head += [("minBytes", ir.min_bytes), ("maxBytes", ir.max_bytes or d.xml.unlimited_max_bytes)]
+    if ir.collective in ROOTED and ir.root is not None:
         head.append(("root", ir.root))
     lines = [f"<algo {_attrs(head)}>"]
     for gpu in ir.gpus:

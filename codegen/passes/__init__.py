@@ -50,7 +50,7 @@ PASSES: dict[str, Pass] = {
         Pass("aggregate_chunks", aggregate_chunks, InstrDAG, InstrDAG, ("max_count", "window")),
         Pass("fuse_recv_send", fuse_recv_send, InstrDAG, InstrDAG),
         Pass("order_by_critical_path", order_by_critical_path, InstrDAG, InstrDAG, ("bounded_fifos",)),
-        Pass("assign_channels", assign_channels, InstrDAG, ChannelDAG, ("channels",)),
+        Pass("assign_channels", assign_channels, InstrDAG, ChannelDAG, ("channels", "max_channels")),
         Pass("assign_threadblocks", assign_threadblocks, ChannelDAG, ScheduledDAG),
         Pass("insert_dependencies", insert_dependencies, ScheduledDAG, IR),
         Pass("fold_deps_into_nops", fold_deps_into_nops, IR, IR),

@@ -26,11 +26,9 @@ from dataclasses import replace
 
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
 from codegen.ir import OpType, Ref
+from codegen.rules import MAX_COUNT
 
 __all__ = ["aggregate_chunks"]
-
-MAX_COUNT = 71
-"""The runtimes' largest ``cnt`` (their limit is ``cnt < 72``)."""
 
 WINDOW = 0.02
 """Default time window of a run in a timed program, as a fraction of the schedule's span."""
@@ -52,74 +50,79 @@ def _offset(ref: Ref | None, base: Ref | None) -> tuple | None:
 def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT, window: float = WINDOW) -> InstrDAG:
     """Merge same-height transfers (and local copies/reductions) of contiguous chunks, close in
     time in a timed program."""
-    instrs = dag.instrs
-    height = dag.height
-    times = dag.times
-    span = window * max(times, default=0.0) if times is not None else 0.0
-    side_by_side = dag.info.model_timed
+    merged_into: dict[int, int] = {}  # member -> the run's first member (same position in the tuple)
+    counts: dict[int, int] = {}
+    for members in _candidates(dag).values():
+        if len(members) > 1:
+            _merge_runs(dag, members, max_count, window, merged_into, counts)
+    if not merged_into:
+        return dag
+    return _rebuild(dag, merged_into, counts)
+
+
+def _candidates(dag: InstrDAG) -> dict[tuple, list[tuple[int, ...]]]:
+    """Instructions that may merge, grouped: a send with its receive (``s`` + ``r`` or ``s`` +
+    ``rrc``) between the same ranks and buffers, or a local ``cpy``/``re``, with the same hints,
+    instance and height."""
+    instrs, height = dag.instrs, dag.height
     groups: dict[tuple, list[tuple[int, ...]]] = defaultdict(list)
     for i, ins in enumerate(instrs):
         if ins.type is OpType.SEND:
             r = instrs[ins.send_match]
             if r.type not in (OpType.RECV, OpType.RECV_REDUCE_COPY):
                 continue
-            key = (
-                "transfer",
-                ins.rank,
-                r.rank,
-                r.type,
-                ins.src.buffer,
-                r.dst.buffer,
-                _offset(r.src, r.dst),
-                ins.tb_hint,
-                r.tb_hint,
-                ins.channel_hint,
-                ins.instance,
-                height[i],
-                height[ins.send_match],
-            )
-            groups[key].append((i, ins.send_match))
+            ends = (ins.rank, r.rank, r.type, ins.src.buffer, r.dst.buffer, _offset(r.src, r.dst))
+            hints = (ins.tb_hint, r.tb_hint, ins.channel_hint, ins.instance)
+            groups[("transfer", *ends, *hints, height[i], height[ins.send_match])].append((i, ins.send_match))
         elif ins.type in (OpType.COPY, OpType.REDUCE):
-            key = (
-                "local",
-                ins.rank,
-                ins.type,
-                ins.src.buffer,
-                ins.dst.buffer,
-                ins.tb_hint,
-                ins.channel_hint,
-                ins.instance,
-                height[i],
-            )
-            groups[key].append((i,))
-    merged_into: dict[int, int] = {}  # member -> the run's first member (same position in the tuple)
-    counts: dict[int, int] = {}
-    for members in groups.values():
-        if len(members) < 2:
+            ends = (ins.rank, ins.type, ins.src.buffer, ins.dst.buffer)
+            hints = (ins.tb_hint, ins.channel_hint, ins.instance)
+            groups[("local", *ends, *hints, height[i])].append((i,))
+    return groups
+
+
+def _merge_runs(
+    dag: InstrDAG, members: list[tuple[int, ...]], max_count: int, window: float, merged_into: dict, counts: dict
+) -> None:
+    """Cut one group, in the order of its chunks, into runs that fit (:func:`_fits`) and merge each."""
+    instrs = dag.instrs
+    members.sort(key=lambda m: (instrs[m[0]].src.index, m))
+    span = window * max(dag.times, default=0.0) if dag.times is not None else 0.0
+    run = [members[0]]
+    for m in members[1:]:
+        if _fits(dag, run, m, max_count, span):
+            run.append(m)
             continue
-        members.sort(key=lambda m: (instrs[m[0]].src.index, m))
-        run = [members[0]]
-        for m in members[1:]:
-            last = run[-1]
-            total = sum(instrs[x[0]].count for x in run)
-            fits = total + instrs[m[0]].count <= max_count and all(
-                _contiguous(instrs[a].src, instrs[a].count, instrs[b].src)
-                and _contiguous(instrs[a].dst, instrs[a].count, instrs[b].dst)
-                for a, b in zip(last, m, strict=True)
-            )
-            if fits and times is not None:
-                fits = all(
-                    max(times[x[c]] for x in (*run, m)) - min(times[x[c]] for x in (*run, m)) <= span
-                    for c in range(len(m))
-                ) and (len(m) == 1 or not side_by_side or not any(dag.overlap(x[0], m[0]) for x in run))
-            if fits:
-                run.append(m)
-                continue
-            _close(run, instrs, merged_into, counts)
-            run = [m]
         _close(run, instrs, merged_into, counts)
-    if not merged_into:
-        return dag
+        run = [m]
+    _close(run, instrs, merged_into, counts)
+
+
+def _fits(dag: InstrDAG, run: list[tuple[int, ...]], m: tuple[int, ...], max_count: int, span: float) -> bool:
+    """Whether ``m`` extends ``run``: within the count limit, contiguous with its last member on
+    both sides, and in a timed program within ``span`` of it in time and (where the times are the
+    Algorithm model's) not run side by side with it."""
+    instrs, times = dag.instrs, dag.times
+    last = run[-1]
+    total = sum(instrs[x[0]].count for x in run)
+    fits = total + instrs[m[0]].count <= max_count and all(
+        _contiguous(instrs[a].src, instrs[a].count, instrs[b].src)
+        and _contiguous(instrs[a].dst, instrs[a].count, instrs[b].dst)
+        for a, b in zip(last, m, strict=True)
+    )
+    if not fits or times is None:
+        return fits
+    close = all(
+        max(times[x[c]] for x in (*run, m)) - min(times[x[c]] for x in (*run, m)) <= span for c in range(len(m))
+    )
+    apart = len(m) == 1 or not dag.info.model_timed or not any(dag.overlap(x[0], m[0]) for x in run)
+    return close and apart
+
+
+def _rebuild(dag: InstrDAG, merged_into: dict[int, int], counts: dict[int, int]) -> InstrDAG:
+    """The DAG with every run as its first member (the run's count and latest time), edges and
+    positions mapped onto the members kept."""
+    instrs, times = dag.instrs, dag.times
     new_index: dict[int, int] = {}
     kept: list[int] = []
     for i in range(len(instrs)):

@@ -6,7 +6,8 @@ Flows take the user's channel if given, else channels ``0 .. channels-1`` round 
 moves to the next channel when the one it would take cannot hold it: on some connection its
 transfers would be received in another order than sent (the global order decides both), a
 threadblock would need two send peers or two receive peers, or a rank would talk to more than
-32 peers in one direction on the channel (the runtimes' threadblocks per channel). Unless the
+``MAX_PEERS_PER_CHANNEL`` peers in one direction on the channel (the runtimes' threadblocks per
+channel, :mod:`codegen.rules`). Unless the
 user chose the channel, a flow also moves on rather than share a channel with a transfer the other
 way between the same ranks at the same depth when either has more calls than the FIFO holds
 (``codegen.protocols``) and is ordered together with its receive: an exchange on one channel would
@@ -23,19 +24,15 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 from codegen.errors import CodegenError, DslError
 from codegen.instr_dag import InstrDAG
 from codegen.protocols import fifo_calls
+from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
 
-__all__ = ["MAX_CHANNELS", "assign_channels"]
-
-MAX_CHANNELS = 32
-"""NCCL's MAXCHANNELS: no runtime accepts more."""
-
-MAX_PEERS_PER_CHANNEL = 32
-"""Sending (and receiving) threadblocks per channel the runtimes allow: one per peer."""
+__all__ = ["assign_channels"]
 
 
 class _Flows:
@@ -72,12 +69,50 @@ def _groups(dag: InstrDAG) -> dict[int, tuple]:
     return out
 
 
+@dataclass
+class _Taken:
+    """What the flows placed so far hold, per instance and local channel ``ch``."""
+
+    fifo: dict[tuple, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    """(src, dst, inst, ch) -> (send position, receive position) of its transfers, sorted."""
+    owner: dict[tuple, tuple] = field(default_factory=dict)
+    """(rank, inst, ch, "send"|"recv", peer) -> the threadblock group that holds it."""
+    peers: dict[tuple, set] = field(default_factory=lambda: defaultdict(set))
+    """(rank, inst, ch, "send"|"recv") -> its peers."""
+    held: dict[tuple, list[int]] = field(default_factory=lambda: defaultdict(list))
+    """(src, dst, inst, ch) -> the sends on it, in a program timed by the Algorithm model."""
+
+
 def assign_channels(dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS) -> ChannelDAG:
     """Channels for flows: the user's, else round robin over ``channels``, moving on conflicts."""
     if channels < 1:
         raise CodegenError(f"{dag.info.name}: channels: expected at least 1, got {channels}")
-    instrs = dag.instrs
-    pos = dag.position
+    groups = _groups(dag)
+    _check_hinted_threadblocks(dag, groups)
+    taken = _Taken()
+    local: dict[int, int] = {}
+    auto = 0
+    for flow in _flows(dag):
+        hint = _hint(dag, flow)
+        transfers = [(i, dag.instrs[i].send_match) for i in flow if dag.instrs[i].send_match is not None]
+        pinned = [groups[i] for i in flow if i in groups]
+        if not transfers and not pinned:
+            continue
+        if hint is not None:
+            candidates = [hint]
+        else:
+            start = auto % channels
+            candidates = [*range(start, channels), *range(start), *range(channels, max_channels)]
+            auto += 1
+        ch = _place(dag, flow, transfers, pinned, candidates, hint is not None, taken, max_channels)
+        local.update((i, ch) for i in flow)
+    return ChannelDAG(dag, _global_channels(dag, local, max_channels))
+
+
+def _flows(dag: InstrDAG) -> list[list[int]]:
+    """The instructions that must share a channel (a send and its receive, one hinted
+    threadblock), each flow in the global order, flows by their first instruction."""
+    instrs, pos = dag.instrs, dag.position
     flows = _Flows(len(instrs))
     by_hint: dict[tuple, int] = {}
     for i, ins in enumerate(instrs):
@@ -89,66 +124,64 @@ def assign_channels(dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CH
     members: dict[int, list[int]] = defaultdict(list)
     for i in sorted(range(len(instrs)), key=lambda i: pos[i]):
         members[flows.find(i)].append(i)
-    groups = _groups(dag)
-    _check_hinted_threadblocks(dag, groups)
+    return sorted(members.values(), key=lambda m: pos[m[0]])
 
-    # state per (instance, local channel)
-    fifo: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # (src, dst, inst, ch) -> sorted pairs
-    owner: dict[tuple, str] = {}  # (rank, inst, ch, "send"|"recv", peer) -> group key
-    peers: dict[tuple, set] = defaultdict(set)  # (rank, inst, ch, "send"|"recv") -> peers
-    local: dict[int, int] = {}
-    auto = 0
+
+def _hint(dag: InstrDAG, flow: list[int]) -> int | None:
+    """The channel the user gave the flow's ops, if any (they must agree)."""
+    hints = {dag.instrs[i].channel_hint for i in flow} - {None}
+    if len(hints) > 1:
+        raise DslError(
+            f"{dag.info.name}: rank {dag.instrs[flow[0]].rank}: ops that must share a channel (one connection "
+            f"or one threadblock) were given channels {sorted(hints)}"
+        )
+    return hints.pop() if hints else None
+
+
+def _place(
+    dag: InstrDAG,
+    flow: list[int],
+    transfers: list[tuple[int, int]],
+    pinned: list[tuple],
+    candidates: list[int],
+    hinted: bool,
+    taken: _Taken,
+    max_channels: int,
+) -> int:
+    """The first candidate channel that can carry the flow (unless the user chose it, one where it
+    does not serialize an exchange, and in a timed program one not busy while it runs), taken."""
+    first = dag.instrs[flow[0]]
+    inst = first.instance
     timed = dag.info.model_timed and dag.times is not None
-    held: dict[tuple, list[int]] = defaultdict(list)  # (src, dst, inst, ch) -> timed sends on it
-    for flow in sorted(members.values(), key=lambda m: pos[m[0]]):
-        first = instrs[flow[0]]
-        hints = {instrs[i].channel_hint for i in flow} - {None}
-        if len(hints) > 1:
-            raise DslError(
-                f"{dag.info.name}: rank {first.rank}: ops that must share a channel (one connection or one "
-                f"threadblock) were given channels {sorted(hints)}"
-            )
-        transfers = [(i, instrs[i].send_match) for i in flow if instrs[i].send_match is not None]
-        pinned = [groups[i] for i in flow if i in groups]
-        if not transfers and not pinned:
-            continue
-        if hints:
-            candidates = [hints.pop()]
-        else:
-            start = auto % channels
-            candidates = [*range(start, channels), *range(start), *range(channels, max_channels)]
-            auto += 1
-            if timed:  # a connection busy while the flow's transfers run is the last resort
-                candidates.sort(
-                    key=lambda ch: any(_busy(dag, s, first.instance, ch, held) for s, _ in transfers)
-                )
-        inst = first.instance
-        for ch in candidates:
-            if _fits(dag, transfers, pinned, inst, ch, fifo, owner, peers) and (
-                hints or not _serializes(dag, transfers, inst, ch, fifo)
-            ):
-                _commit(dag, transfers, pinned, inst, ch, fifo, owner, peers)
-                if timed:
-                    for s, _ in transfers:
-                        held[(instrs[s].rank, instrs[s].send_to, inst, ch)].append(s)
-                for i in flow:
-                    local[i] = ch
-                break
-        else:
-            raise CodegenError(
-                f"{dag.info.name}: rank {first.rank}: no channel below {max_channels} can carry the flow of "
-                f"instruction {first} in order"
-            )
+    if timed and not hinted:  # a connection busy while the flow's transfers run is the last resort
+        candidates = sorted(candidates, key=lambda ch: any(_busy(dag, s, inst, ch, taken.held) for s, _ in transfers))
+    for ch in candidates:
+        if _fits(dag, transfers, pinned, inst, ch, taken.fifo, taken.owner, taken.peers) and (
+            hinted or not _serializes(dag, transfers, inst, ch, taken.fifo)
+        ):
+            _commit(dag, transfers, pinned, inst, ch, taken.fifo, taken.owner, taken.peers)
+            if timed:
+                for s, _ in transfers:
+                    taken.held[(dag.instrs[s].rank, dag.instrs[s].send_to, inst, ch)].append(s)
+            return ch
+    raise CodegenError(
+        f"{dag.info.name}: rank {first.rank}: no channel below {max_channels} can carry the flow of "
+        f"instruction {first} in order"
+    )
+
+
+def _global_channels(dag: InstrDAG, local: dict[int, int], max_channels: int) -> tuple[int | None, ...]:
+    """Instance ``i`` takes channels ``i * K .. i * K + K - 1`` (``K``: the channels one uses)."""
     per_instance = 1 + max(local.values(), default=0)
     channel = tuple(
-        None if i not in local else instrs[i].instance * per_instance + local[i] for i in range(len(instrs))
+        None if i not in local else ins.instance * per_instance + local[i] for i, ins in enumerate(dag.instrs)
     )
     if any(c is not None and c >= max_channels for c in channel):
         raise CodegenError(
             f"{dag.info.name}: {dag.info.instances} instance(s) x {per_instance} channel(s) exceed the "
             f"{max_channels} channels of the runtime"
         )
-    return ChannelDAG(dag, channel)
+    return channel
 
 
 def _check_hinted_threadblocks(dag: InstrDAG, groups: dict[int, tuple]) -> None:

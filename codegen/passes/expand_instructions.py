@@ -8,11 +8,15 @@ becomes an edge between the instructions that touch the slot on either side.
 
 from __future__ import annotations
 
-from codegen.chunk_dag import ChunkDAG, DepKind, Side
+from codegen.chunk_dag import ChunkDAG, ChunkOp, DepKind, Side
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
 from codegen.ir import OpType
 
 __all__ = ["expand_instructions"]
+
+
+Sides = dict[Side, int]
+"""Per side of a chunk op, the instruction a dependency on that side attaches to."""
 
 
 def expand_instructions(dag: ChunkDAG) -> InstrDAG:
@@ -20,73 +24,83 @@ def expand_instructions(dag: ChunkDAG) -> InstrDAG:
     instrs: list[Instr] = []
     edges: list[InstrEdge] = []
     # per op and side: (the instruction edges into the side go to, the one edges out of it leave)
-    entry: list[dict[Side, int]] = []
-    exit_: list[dict[Side, int]] = []
-
-    def add(ins: Instr) -> int:
-        instrs.append(ins)
-        return len(instrs) - 1
-
+    entry: list[Sides] = []
+    exit_: list[Sides] = []
     for op in dag.ops:
-        common = {"count": op.count, "instance": op.instance, "channel_hint": op.channel}
-        local = {**common, "time": None if op.time is None else op.time[1]}
-        if op.remote:
-            send, recv = len(instrs), len(instrs) + 1
-            add(
-                Instr(
-                    op.src.rank,
-                    OpType.SEND,
-                    src=op.src.ref,
-                    send_to=op.dst.rank,
-                    send_match=recv,
-                    tb_hint=op.sendtb,
-                    time=None if op.time is None else op.time[0],
-                    **common,
-                )
-            )
-            reduces = op.kind == "reduce"
-            add(
-                Instr(
-                    op.dst.rank,
-                    OpType.RECV_REDUCE_COPY if reduces else OpType.RECV,
-                    src=op.local_operand.ref if reduces else None,
-                    dst=op.dst.ref,
-                    recv_from=op.src.rank,
-                    recv_match=send,
-                    tb_hint=op.recvtb,
-                    time=None if op.time is None else op.time[1],
-                    **common,
-                )
-            )
-            edges.append(InstrEdge(send, recv, DepKind.MATCH))
-            entry.append({Side.SRC: send, Side.DST: recv})
-            exit_.append({Side.SRC: send, Side.DST: recv})
-        elif op.kind == "copy":
-            cpy = add(
-                Instr(op.dst.rank, OpType.COPY, src=op.src.ref, dst=op.dst.ref, tb_hint=op.sendtb, **local)
-            )
-            entry.append({Side.SRC: cpy, Side.DST: cpy})
-            exit_.append({Side.SRC: cpy, Side.DST: cpy})
-        else:
-            first = None
-            if op.operand is not None and op.operand != op.dst:
-                first = add(
-                    Instr(
-                        op.dst.rank,
-                        OpType.COPY,
-                        src=op.operand.ref,
-                        dst=op.dst.ref,
-                        tb_hint=op.sendtb,
-                        **local,
-                    )
-                )
-            red = add(
-                Instr(op.dst.rank, OpType.REDUCE, src=op.src.ref, dst=op.dst.ref, tb_hint=op.sendtb, **local)
-            )
-            if first is not None:
-                edges.append(InstrEdge(first, red, DepKind.RAW))
-            entry.append({Side.SRC: red, Side.DST: red if first is None else first})
-            exit_.append({Side.SRC: red, Side.DST: red})
+        expand = _remote if op.remote else _copy if op.kind == "copy" else _reduce
+        into, out_of = expand(op, instrs, edges)
+        entry.append(into)
+        exit_.append(out_of)
     for d in dag.deps:
         edges.append(InstrEdge(exit_[d.pred][d.pred_side], entry[d.succ][d.succ_side], d.kind))
     return InstrDAG.build(dag.info, instrs, edges, list(range(len(instrs))))
+
+
+def _add(instrs: list[Instr], ins: Instr) -> int:
+    instrs.append(ins)
+    return len(instrs) - 1
+
+
+def _common(op: ChunkOp) -> dict:
+    return {"count": op.count, "instance": op.instance, "channel_hint": op.channel}
+
+
+def _local(op: ChunkOp) -> dict:
+    """What a local instruction carries: the op's count and hints, and the time it ends."""
+    return {**_common(op), "time": None if op.time is None else op.time[1]}
+
+
+def _remote(op: ChunkOp, instrs: list[Instr], edges: list[InstrEdge]) -> tuple[Sides, Sides]:
+    """A send on the source rank matched with a receive (``r``, or ``rrc`` for a reduce)."""
+    send, recv = len(instrs), len(instrs) + 1
+    _add(
+        instrs,
+        Instr(
+            op.src.rank,
+            OpType.SEND,
+            src=op.src.ref,
+            send_to=op.dst.rank,
+            send_match=recv,
+            tb_hint=op.sendtb,
+            time=None if op.time is None else op.time[0],
+            **_common(op),
+        ),
+    )
+    reduces = op.kind == "reduce"
+    _add(
+        instrs,
+        Instr(
+            op.dst.rank,
+            OpType.RECV_REDUCE_COPY if reduces else OpType.RECV,
+            src=op.local_operand.ref if reduces else None,
+            dst=op.dst.ref,
+            recv_from=op.src.rank,
+            recv_match=send,
+            tb_hint=op.recvtb,
+            time=None if op.time is None else op.time[1],
+            **_common(op),
+        ),
+    )
+    edges.append(InstrEdge(send, recv, DepKind.MATCH))
+    sides = {Side.SRC: send, Side.DST: recv}
+    return sides, dict(sides)
+
+
+def _copy(op: ChunkOp, instrs: list[Instr], edges: list[InstrEdge]) -> tuple[Sides, Sides]:
+    cpy = _add(instrs, Instr(op.dst.rank, OpType.COPY, src=op.src.ref, dst=op.dst.ref, tb_hint=op.sendtb, **_local(op)))
+    return {Side.SRC: cpy, Side.DST: cpy}, {Side.SRC: cpy, Side.DST: cpy}
+
+
+def _reduce(op: ChunkOp, instrs: list[Instr], edges: list[InstrEdge]) -> tuple[Sides, Sides]:
+    """``re`` into the destination; into another slot than the operand, a ``cpy`` of the operand
+    there first."""
+    first = None
+    if op.operand is not None and op.operand != op.dst:
+        first = _add(
+            instrs,
+            Instr(op.dst.rank, OpType.COPY, src=op.operand.ref, dst=op.dst.ref, tb_hint=op.sendtb, **_local(op)),
+        )
+    red = _add(instrs, Instr(op.dst.rank, OpType.REDUCE, src=op.src.ref, dst=op.dst.ref, tb_hint=op.sendtb, **_local(op)))
+    if first is not None:
+        edges.append(InstrEdge(first, red, DepKind.RAW))
+    return {Side.SRC: red, Side.DST: red if first is None else first}, {Side.SRC: red, Side.DST: red}

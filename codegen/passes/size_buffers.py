@@ -11,23 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from codegen.ir import IR, Buffer
+from codegen.rules import buffer_sizes
 
-__all__ = ["buffer_sizes", "size_buffers"]
-
-_SMALL_INPUT = frozenset({"allgather", "gather"})
-_SMALL_OUTPUT = frozenset({"reducescatter", "scatter"})
-_KNOWN = frozenset({"allreduce", "alltoall", "broadcast", "reduce"}) | _SMALL_INPUT | _SMALL_OUTPUT
-
-
-def buffer_sizes(collective: str, num_ranks: int, nchunksperloop: int) -> tuple[int, int] | None:
-    """(input chunks, output chunks) of a known collective, else None."""
-    if collective not in _KNOWN:
-        return None
-    small = nchunksperloop // num_ranks
-    return (
-        small if collective in _SMALL_INPUT else nchunksperloop,
-        small if collective in _SMALL_OUTPUT else nchunksperloop,
-    )
+__all__ = ["size_buffers"]
 
 
 def size_buffers(ir: IR) -> IR:

@@ -37,7 +37,7 @@ __all__ = ["Runnable", "load_runnable", "register"]
 FILE_HELP = (
     "an IR (MSCCL XML in either dialect, or xccl's JSON IR: run as written), an algorithm "
     "(.json from xccl baseline or xccl synth: compiled first) or a DSL program (.py defining "
-    "program() or building one Program, or example:NAME: compiled first)"
+    "program() or building one ChunkProgram, or example:NAME: compiled first)"
 )
 INTERRUPTED = 130
 T = TypeVar("T")

@@ -9,12 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from codegen.dialects import DIALECTS
 from codegen.errors import CodegenError, DslError
 from codegen.examples import example_names
 from codegen.formats import FORMATS
 from codegen.passes import PASSES
 from codegen.protocols import PROTOCOLS
+from codegen.rules import DIALECTS
 from common.errors import XcclError
 from common.units import parse_size
 from xccl.cli.algorithms import algorithm_topology
@@ -23,7 +23,7 @@ from xccl.cli.output import format_table
 from xccl.cli.solving import positive_int
 
 if TYPE_CHECKING:
-    from codegen.dsl import Program
+    from codegen.dsl import ChunkProgram
     from codegen.ir import IR
     from codegen.pipeline import PassRecord, PipelineResult
 
@@ -116,7 +116,7 @@ COMPILERS: dict[str, Callable[[argparse.Namespace], PipelineResult]] = {
 """What ``xccl compile`` does with each kind of input (``xccl.cli.common.input_kind``)."""
 
 
-def _run_compiler(prog: Program, args: argparse.Namespace) -> PipelineResult:
+def _run_compiler(prog: ChunkProgram, args: argparse.Namespace) -> PipelineResult:
     from codegen.compiler import run_compiler
 
     return run_compiler(
@@ -235,7 +235,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="compile an algorithm, a DSL program or an IR into MSCCL XML or JSON IR",
         description=(
             "INPUT is an algorithm file (.json, from xccl baseline or xccl synth), a DSL program "
-            "(.py defining program() or building one Program, or example:NAME for "
+            "(.py defining program() or building one ChunkProgram, or example:NAME for "
             f"{', '.join(example_names())}), or an IR (.xml or IR .json) to check and re-emit."
         ),
     )

@@ -1,0 +1,165 @@
+"""The runtimes xccl compiles for, as one table: what each reads, spells, allows and selects.
+
+``msccl``: microsoft/msccl, the research runtime (an NCCL 2.12 fork). ``azure``: the Azure
+msccl-executor-nccl, the production executor (an NCCL 2.23 fork). See reference/msccl-xml.md,
+sections 3 and 8, and the parsers themselves (``src/graph/topo.cc`` and ``xml.cc`` of the first,
+``src/misc/msccl/msccl_parser.cc`` of the second). Limits are the defaults of each build.
+
+An entry holds numbers and choices only; the rules that read them live beside it
+(:mod:`codegen.rules.runtime`, :mod:`codegen.rules.xml_file`), and every consumer looks the entry
+up when it runs, so a new runtime (an MSCCL++ plan, a torch executor) is one more entry here, not
+another module of checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codegen.errors import CodegenError
+from codegen.ir import OpType
+
+__all__ = [
+    "DIALECTS",
+    "MAX_BUFFER_CHUNKS",
+    "MAX_CHANNELS",
+    "MAX_COUNT",
+    "MAX_DEP_THREADBLOCK",
+    "MAX_PEERS_PER_CHANNEL",
+    "MAX_REDUCE_FUSION",
+    "Dialect",
+    "XmlSpelling",
+    "get_dialect",
+]
+
+# What both MSCCL runtimes fix alike (their defaults for every entry below).
+MAX_CHANNELS = 32
+"""NCCL's MAXCHANNELS: no runtime accepts more channels."""
+MAX_COUNT = 71
+"""The largest ``cnt`` of a step (``MSCCL_MAX_COUNT`` is 72, and ``cnt`` must be below it); also
+the most chunks one primitive call carries (``maxAllowedCount`` is capped at it)."""
+MAX_REDUCE_FUSION = 16
+"""``MSCCL_MAX_REDUCE_FUSION``: ``re`` steps the parser chains into one transmission."""
+MAX_DEP_THREADBLOCK = 127
+"""A dependency names its threadblock in 8 signed bits."""
+MAX_PEERS_PER_CHANNEL = 32
+"""Sending (and receiving) threadblocks per channel: one per peer."""
+MAX_BUFFER_CHUNKS = 1 << 15
+"""Chunks a buffer can have: step offsets are stored as 16-bit integers."""
+_BOTH_RUN = tuple((name, name) for name in ("allreduce", "allgather", "reduce", "broadcast", "alltoall"))
+"""Collectives both runtimes run, under our names."""
+_BOTH_REQUIRE = ("ngpus", "nchunksperloop", "nchannels", "proto", "coll", "inplace")
+"""``<algo>`` attributes both parsers require."""
+
+
+@dataclass(frozen=True)
+class XmlSpelling:
+    """How a runtime's XML parser reads an ``<algo>`` (for runtimes that read MSCCL XML)."""
+
+    required: tuple[str, ...]
+    """``<algo>`` attributes the parser reads without a default ("Attribute X of node algo not found")."""
+    writes_outofplace: bool
+    """Whether ``<algo>`` carries ``outofplace`` (the executor requires it; the old runtime ignores it)."""
+    unlimited_max_bytes: int
+    """``maxBytes`` written for "no limit". The executor reads 0 so; the research runtime has no such
+    value and preallocates scratch for ``maxBytes``, so a finite large size is written."""
+    default_max_bytes: int | None
+    """``maxBytes`` when absent (None: it is required), for the check that ``minBytes`` is not above it."""
+    checks_byte_window: bool
+    """Whether the parser rejects ``minBytes > maxBytes``."""
+    nthreads_multiple: int | None
+    """The research runtime reads an optional ``nthreads`` and rejects it unless a multiple of this."""
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What one runtime accepts of an IR, how it spells it, and when it selects it."""
+
+    name: str
+    description: str
+    runtime: str
+    """How messages name the runtime (``the Azure executor``)."""
+    collectives: tuple[tuple[str, str], ...]
+    """(our collective name, the runtime's name for it) for each collective the runtime runs."""
+    max_steps: int
+    """Steps per threadblock, nops included (MSCCL_MAX_NUM_STEPS); a step's number must be below it."""
+    max_threadblocks: int
+    """Threadblocks per GPU (MSCCL_MAX_NUM_THREAD_BLOCKS)."""
+    checks_buffer_sizes: bool
+    """Whether the runtime rejects i_chunks/o_chunks that are neither 0 nor the whole buffer."""
+    window_whole_buffer: frozenset[str]
+    """Collectives whose ``minBytes``/``maxBytes`` window compares nccl-tests' size (the whole larger
+    buffer); the others compare a rank's share of it."""
+    max_bytes_inclusive: bool
+    """Whether a call of exactly ``maxBytes`` is selected (the window is ``[min, max]``, not ``[min, max)``)."""
+    xml: XmlSpelling | None
+    """How its XML parser reads a file; None for a runtime that reads no MSCCL XML."""
+    op_types: frozenset[OpType] = frozenset(OpType)
+    """The step types the runtime executes (both MSCCL runtimes: all of the IR's)."""
+    max_channels: int = MAX_CHANNELS
+    max_count: int = MAX_COUNT
+    max_dep_threadblock: int = MAX_DEP_THREADBLOCK
+    max_tbs_per_channel: int = MAX_PEERS_PER_CHANNEL
+    max_buffer_chunks: int = MAX_BUFFER_CHUNKS
+    deps_per_step: int | None = 1
+    """Dependencies a step carries (None: any number); the rest go into ``nop`` steps before it."""
+    reduce_fusion: int = MAX_REDUCE_FUSION
+    """``re`` steps chained into one transmission (see :func:`codegen.rules.fold_steps`)."""
+
+    def xml_collective(self, collective: str) -> str | None:
+        return dict(self.collectives).get(collective)
+
+    def our_collective(self, coll: str) -> str | None:
+        return {xml: ours for ours, xml in self.collectives}.get(coll)
+
+
+DIALECTS: dict[str, Dialect] = {
+    "msccl": Dialect(
+        name="msccl",
+        description="microsoft/msccl research runtime (NCCL 2.12 fork)",
+        runtime="the research runtime (microsoft/msccl)",
+        collectives=(*_BOTH_RUN, ("reducescatter", "reduce_scatter"), ("custom", "custom")),
+        max_steps=256,
+        max_threadblocks=216,
+        checks_buffer_sizes=True,
+        window_whole_buffer=frozenset({"alltoall", "allreduce", "broadcast", "reduce", "custom"}),
+        max_bytes_inclusive=False,
+        xml=XmlSpelling(
+            required=("name", *_BOTH_REQUIRE),
+            writes_outofplace=False,
+            unlimited_max_bytes=1 << 30,
+            default_max_bytes=1 << 27,
+            checks_byte_window=True,
+            nthreads_multiple=32,
+        ),
+    ),
+    "azure": Dialect(
+        name="azure",
+        description="Azure msccl-executor-nccl production executor (NCCL 2.23 fork)",
+        runtime="the Azure executor",
+        collectives=(*_BOTH_RUN, ("reducescatter", "reducescatter"), ("gather", "gather"), ("scatter", "scatter")),
+        max_steps=64,
+        max_threadblocks=1024,
+        checks_buffer_sizes=False,
+        window_whole_buffer=frozenset(
+            {"allgather", "reducescatter", "alltoall", "allreduce", "broadcast", "reduce"}
+        ),
+        max_bytes_inclusive=True,
+        xml=XmlSpelling(
+            required=(*_BOTH_REQUIRE, "minBytes", "maxBytes", "outofplace"),
+            writes_outofplace=True,
+            unlimited_max_bytes=0,
+            default_max_bytes=None,
+            checks_byte_window=False,
+            nthreads_multiple=None,
+        ),
+    ),
+}
+
+
+def get_dialect(dialect: str | Dialect) -> Dialect:
+    """The entry of ``dialect`` (a name), looked up now: a changed table is seen at once."""
+    if isinstance(dialect, Dialect):
+        return dialect
+    if not isinstance(dialect, str) or dialect not in DIALECTS:
+        raise CodegenError(f"unknown dialect {dialect!r}: expected one of {', '.join(DIALECTS)}")
+    return DIALECTS[dialect]

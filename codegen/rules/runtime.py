@@ -1,0 +1,189 @@
+"""What a runtime accepts of an IR, read from its entry in :data:`codegen.rules.DIALECTS`, and how
+its parser reads a threadblock's steps.
+
+:func:`dialect_problems` is what the runtime rejects, would corrupt or would never select (the
+writer refuses an IR that breaks one, so our files always load). :func:`fold_steps` is how the
+parser turns steps into what runs: a ``nop`` runs nothing and hands its dependency to the next
+real step, and consecutive ``re`` steps chain into one transmission (same destination, same source
+buffer, the later without a dependency of its own, at most ``reduce_fusion`` of them, ended by a
+step with ``has_dep``); the runtime loader (:mod:`runtime.program`) executes exactly that.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock
+from codegen.rules.dialects import Dialect
+from codegen.rules.problem import Problem
+from codegen.rules.structure import buffer_sizes
+from codegen.rules.xml_file import xml_problems
+
+__all__ = ["Folded", "dialect_problems", "empty_grid_problems", "fold_steps"]
+
+
+def dialect_problems(ir: IR, d: Dialect) -> list[Problem]:
+    """What the runtime ``d`` rejects, would corrupt or would never select in ``ir``."""
+    out = _algo_problems(ir, d)
+    out.extend(empty_grid_problems(ir))
+    for gpu in ir.gpus:
+        out.extend(_gpu_problems(ir, gpu, d))
+        awaited = {(dep.tb, dep.op) for tb in gpu.threadblocks for op in tb.ops for dep in op.deps}
+        for tb in gpu.threadblocks:
+            out.extend(_threadblock_problems(gpu.rank, tb, d, awaited))
+            out.extend(_step_problems(gpu.rank, tb, d))
+    if d.xml is not None:
+        out.extend(xml_problems(ir))
+    return out
+
+
+def empty_grid_problems(ir: IR) -> list[Problem]:
+    """A rank without threadblocks: the runtime would launch an empty grid (the loader refuses it too)."""
+    return [
+        Problem("no threadblock: the runtime would launch an empty grid (expected at least one threadblock)", g.rank)
+        for g in ir.gpus
+        if not g.threadblocks
+    ]
+
+
+def _algo_problems(ir: IR, d: Dialect) -> list[Problem]:
+    out = []
+    if d.xml_collective(ir.collective) is None:
+        known = ", ".join(ours for ours, _ in d.collectives)
+        out.append(Problem(f"the {d.name} runtime does not run {ir.collective} (it runs {known})"))
+    if ir.nchannels > d.max_channels:
+        out.append(Problem(f"{ir.nchannels} channels: the {d.name} runtime allows at most {d.max_channels}"))
+    unlimited = d.xml.unlimited_max_bytes if d.xml is not None else 0
+    high = ir.max_bytes or unlimited  # what the file will say
+    if high and ir.min_bytes > high:
+        written = "" if ir.max_bytes else f" (the {d.name} dialect's maxBytes for no limit)"
+        out.append(Problem(f"minBytes {ir.min_bytes} > maxBytes {high}{written}"))
+    return out
+
+
+def _gpu_problems(ir: IR, gpu: Gpu, d: Dialect) -> list[Problem]:
+    r = gpu.rank
+    out = []
+    if len(gpu.threadblocks) > d.max_threadblocks:
+        out.append(
+            Problem(
+                f"{len(gpu.threadblocks)} threadblocks: the {d.name} runtime allows {d.max_threadblocks}", r
+            )
+        )
+    out.extend(_buffer_problems(ir, gpu, d))
+    sends: dict[int, int] = defaultdict(int)
+    recvs: dict[int, int] = defaultdict(int)
+    for tb in gpu.threadblocks:
+        sends[tb.channel] += tb.send is not None
+        recvs[tb.channel] += tb.recv is not None
+    for ch in sorted(sends):
+        if max(sends[ch], recvs[ch]) > d.max_tbs_per_channel:
+            out.append(
+                Problem(
+                    f"channel {ch}: more than {d.max_tbs_per_channel} sending or receiving threadblocks", r
+                )
+            )
+    return out
+
+
+def _buffer_problems(ir: IR, gpu: Gpu, d: Dialect) -> list[Problem]:
+    """Buffers the runtime can address, and (where it checks) input and output that are 0 or whole."""
+    out = []
+    declared = (("i_chunks", gpu.input_chunks), ("o_chunks", gpu.output_chunks), ("s_chunks", gpu.scratch_chunks))
+    for what, n in declared:
+        if n > d.max_buffer_chunks:
+            out.append(
+                Problem(
+                    f"{what}={n}: the runtimes store chunk offsets in 16 bits (at most {d.max_buffer_chunks})",
+                    gpu.rank,
+                )
+            )
+    if d.checks_buffer_sizes:
+        whole = buffer_sizes(ir.collective, ir.num_ranks, ir.nchunksperloop) or (ir.nchunksperloop,) * 2
+        for (what, n), size in zip(declared[:2], whole, strict=True):
+            if n and n != size:
+                out.append(Problem(f"{what}={n} is neither 0 nor the whole buffer ({size})", gpu.rank))
+    return out
+
+
+def _threadblock_problems(r: int, tb: Threadblock, d: Dialect, awaited: set) -> list[Problem]:
+    out = []
+    if len(tb.ops) > d.max_steps:
+        out.append(
+            Problem(
+                f"{len(tb.ops)} steps: the {d.name} runtime allows {d.max_steps} per threadblock", r, tb.id
+            )
+        )
+    if tb.channel >= d.max_channels:
+        out.append(
+            Problem(
+                f"channel {tb.channel}: the {d.name} runtime allows channels below {d.max_channels}", r, tb.id
+            )
+        )
+    if tb.id > d.max_dep_threadblock and any((tb.id, k) in awaited for k in range(len(tb.ops))):
+        out.append(
+            Problem(f"other threadblocks wait for it, but its id exceeds {d.max_dep_threadblock}", r, tb.id)
+        )
+    return out
+
+
+def _step_problems(r: int, tb: Threadblock, d: Dialect) -> list[Problem]:
+    """Each step's count and dependencies, and the nops: where a step carries one dependency, the
+    parser hands a nop's to the next real step, which must carry one of its own."""
+    out = []
+    pending = False
+    for k, op in enumerate(tb.ops):
+        at = (r, tb.id, k)
+        if op.type not in d.op_types:
+            out.append(Problem(f"{op.type.value}: the {d.name} runtime has no such step", *at))
+        if d.deps_per_step is not None and len(op.deps) > d.deps_per_step:
+            out.append(
+                Problem(
+                    f"{len(op.deps)} dependencies: the runtime reads {d.deps_per_step} per step (fold them into nops)",
+                    *at,
+                )
+            )
+        if op.type is not OpType.NOP and op.count > d.max_count:
+            out.append(Problem(f"count {op.count}: the runtime allows at most {d.max_count}", *at))
+        if d.deps_per_step is None:
+            continue
+        if op.type is OpType.NOP:
+            pending = pending or bool(op.deps)
+            continue
+        if pending and not op.deps:
+            out.append(Problem("follows nops with dependencies but has none itself: the runtime rejects it", *at))
+        pending = False
+    if pending:
+        out.append(Problem("ends with a nop whose dependency no step takes", r, tb.id, len(tb.ops) - 1))
+    return out
+
+
+@dataclass(frozen=True)
+class Folded:
+    """Steps the runtime runs as one: a real op (or a chain of ``re`` ops), ``ops`` their indices,
+    ``deps`` what it waits for (the dependencies of the nops before it, then its own)."""
+
+    ops: tuple[int, ...]
+    deps: tuple[Dep, ...]
+
+
+def fold_steps(ops: Sequence[Op], d: Dialect) -> tuple[Folded, ...]:
+    """How ``d``'s parser reads one threadblock's steps (see the module docstring)."""
+    out: list[Folded] = []
+    pending: list[Dep] = []
+    chain: tuple | None = None  # the (destination, source buffer) the last transmission may extend
+    for i, op in enumerate(ops):
+        if op.type is OpType.NOP:
+            pending.extend(op.deps)
+            continue
+        key = (op.dst, op.src.buffer) if op.type is OpType.REDUCE and op.src is not None else None
+        if key is not None and key == chain and not op.deps:
+            out[-1] = Folded((*out[-1].ops, i), out[-1].deps)
+        else:
+            out.append(Folded((i,), (*pending, *op.deps)))
+            pending = []
+        chained = key is not None and not op.has_dep and len(out[-1].ops) < d.reduce_fusion
+        chain = key if chained else None
+    return tuple(out)

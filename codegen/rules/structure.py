@@ -1,0 +1,255 @@
+"""What every IR must satisfy, whichever runtime runs it.
+
+A known protocol; ``nchunksperloop`` at least 1 and a multiple of the ranks where each rank has a
+share of the larger buffer; a root among the ranks; gpus 0..n-1 in order; input and output no
+larger than ``nchunksperloop`` makes them; threadblock ids 0..k-1; peers that are other ranks; at
+most one threadblock per (channel, peer) connection and direction; channels >= 0; ops that fit
+their threadblock's peers, move at least one chunk, have the operands they use, inside their
+buffers; dependencies on steps that exist; and, once final, ``has_dep`` on every awaited step.
+The static checker and the runtime loader both ask here; the loader passes the buffers the
+runtime really has (the collective's) where the checker reads the IR's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from codegen.ir import IR, Buffer, Gpu, Op, OpType, Ref, Threadblock
+from codegen.protocols import PROTOCOLS
+from codegen.rules.problem import Problem
+from synth.collectives import ROOTED
+
+__all__ = [
+    "Sizes",
+    "buffer_sizes",
+    "chunk_factor",
+    "collective_problems",
+    "connections",
+    "declared_sizes",
+    "header_problems",
+    "ranks_in_order",
+    "structure_problems",
+    "threadblock_problems",
+]
+
+Sizes = Sequence[Mapping[Buffer, int]]
+"""Per rank, the chunks each buffer holds."""
+
+_SMALL_INPUT = frozenset({"allgather", "gather"})
+_SMALL_OUTPUT = frozenset({"reducescatter", "scatter"})
+_PER_RANK = _SMALL_INPUT | _SMALL_OUTPUT | {"alltoall"}
+"""Collectives whose larger buffer holds a share per rank: ``nchunksperloop`` is ranks x chunks per rank."""
+_KNOWN = _PER_RANK | {"allreduce", "broadcast", "reduce"}
+
+
+def chunk_factor(ir: IR) -> int:
+    """Chunks per rank of the collective: ``nchunksperloop`` over the ranks for collectives whose
+    larger buffer holds every rank's share (allgather, reducescatter, alltoall, gather, scatter)."""
+    if ir.collective in _PER_RANK:
+        return ir.nchunksperloop // ir.num_ranks
+    return ir.nchunksperloop
+
+
+def buffer_sizes(collective: str, num_ranks: int, nchunksperloop: int) -> tuple[int, int] | None:
+    """(input chunks, output chunks) of a known collective, else None."""
+    if collective not in _KNOWN:
+        return None
+    small = nchunksperloop // num_ranks
+    return (
+        small if collective in _SMALL_INPUT else nchunksperloop,
+        small if collective in _SMALL_OUTPUT else nchunksperloop,
+    )
+
+
+def declared_sizes(ir: IR) -> tuple[dict[Buffer, int], ...]:
+    """The buffers each rank's ``<gpu>`` declares."""
+    return tuple(
+        {Buffer.INPUT: g.input_chunks, Buffer.OUTPUT: g.output_chunks, Buffer.SCRATCH: g.scratch_chunks}
+        for g in ir.gpus
+    )
+
+
+def structure_problems(ir: IR, sizes: Sizes | None = None, final: bool = True) -> list[Problem]:
+    """Every universal rule ``ir`` breaks (the checker's set, before the flow of its connections);
+    ``sizes`` the buffers its operands must lie in (default: those the IR declares)."""
+    out = header_problems(ir)
+    if not ranks_in_order(ir):
+        return out
+    out.extend(collective_problems(ir))
+    if _chunking_problem(ir) is None:
+        out.extend(_declared_size_problems(ir))
+    out.extend(threadblock_problems(ir, sizes, final))
+    return out
+
+
+def ranks_in_order(ir: IR) -> bool:
+    """Whether ``gpus`` are ranks 0..n-1 in order (nothing else can be judged without it)."""
+    return len(ir.gpus) == ir.num_ranks and all(g.rank == r for r, g in enumerate(ir.gpus))
+
+
+def header_problems(ir: IR) -> list[Problem]:
+    """A known protocol, and the gpus 0..n-1 in order (nothing else can be read without them)."""
+    out = []
+    if ir.protocol not in PROTOCOLS:
+        out.append(Problem(f"protocol {ir.protocol!r}: expected one of {', '.join(PROTOCOLS)}"))
+    if not ranks_in_order(ir):
+        ranks = [g.rank for g in ir.gpus]
+        out.append(Problem(f"gpus: expected ranks 0..{ir.num_ranks - 1} in order, got {ranks}"))
+    return out
+
+
+def collective_problems(ir: IR) -> list[Problem]:
+    """``nchunksperloop`` at least 1 and a multiple of the ranks where every rank has a share of
+    the larger buffer, and the root of a rooted collective among the ranks."""
+    out = [p for p in (_chunking_problem(ir),) if p is not None]
+    if ir.collective in ROOTED and ir.root is not None and not 0 <= ir.root < ir.num_ranks:
+        out.append(Problem(f"root {ir.root}: expected a rank in 0..{ir.num_ranks - 1}"))
+    return out
+
+
+def _chunking_problem(ir: IR) -> Problem | None:
+    if ir.nchunksperloop < 1:
+        return Problem(f"nchunksperloop must be >= 1, got {ir.nchunksperloop}")
+    c = chunk_factor(ir)
+    if ir.collective in _KNOWN and (c < 1 or (c != ir.nchunksperloop and c * ir.num_ranks != ir.nchunksperloop)):
+        return Problem(
+            f"nchunksperloop={ir.nchunksperloop}: {ir.collective} on {ir.num_ranks} ranks needs a "
+            f"multiple of {ir.num_ranks} (each rank's share of the larger buffer)"
+        )
+    return None
+
+
+def _declared_size_problems(ir: IR) -> list[Problem]:
+    """Input and output no larger than ``nchunksperloop`` makes them: a buffer said to hold more
+    chunks than the user's buffer has lets steps run past its end."""
+    sizes = buffer_sizes(ir.collective, ir.num_ranks, ir.nchunksperloop)
+    if sizes is None:
+        return []
+    return [
+        Problem(
+            f"{what}={declared}, but nchunksperloop={ir.nchunksperloop} makes {ir.collective}'s "
+            f"{buffer.long_name} {real} chunk(s): steps past them run outside the user's buffer",
+            gpu.rank,
+        )
+        for gpu in ir.gpus
+        for what, declared, real, buffer in (
+            ("i_chunks", gpu.input_chunks, sizes[0], Buffer.INPUT),
+            ("o_chunks", gpu.output_chunks, sizes[1], Buffer.OUTPUT),
+        )
+        if declared > real
+    ]
+
+
+def threadblock_problems(ir: IR, sizes: Sizes | None = None, final: bool = False) -> list[Problem]:
+    """Threadblock ids, peers, connections, channels, and every op against its threadblock and
+    the buffers (``sizes``, default the declared ones) of its rank; ``final``: ``has_dep`` on every
+    step another threadblock waits for (the runtime publishes progress only after such steps)."""
+    sizes = declared_sizes(ir) if sizes is None else sizes
+    out = []
+    for gpu in ir.gpus:
+        ids = sorted(tb.id for tb in gpu.threadblocks)
+        if ids != list(range(len(ids))):
+            missing = sorted(set(range(len(ids))) - set(ids))
+            out.append(Problem(f"threadblock ids must be 0..{len(ids) - 1}, missing {missing}", gpu.rank))
+            continue
+        owners: dict[tuple[int, str, int], int] = {}
+        steps = {tb.id: len(tb.ops) for tb in gpu.threadblocks}
+        awaited = _awaited(gpu) if final else {}
+        for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
+            out.extend(_peer_problems(ir, gpu.rank, tb, owners))
+            if tb.channel < 0:
+                out.append(Problem(f"channel {tb.channel}: expected >= 0", gpu.rank, tb.id))
+            for k, op in enumerate(tb.ops):
+                at = (gpu.rank, tb.id, k)
+                out.extend(_op_problems(tb, op, sizes[gpu.rank], steps, at))
+                if (tb.id, k) in awaited and not op.has_dep:
+                    u, v = awaited[(tb.id, k)]
+                    out.append(Problem(f"threadblock {u} step {v} waits for this step, but hasdep is not set", *at))
+    return out
+
+
+def _awaited(gpu: Gpu) -> dict[tuple[int, int], tuple[int, int]]:
+    """(threadblock, step) a dependency names -> (threadblock, step) of one that waits for it."""
+    return {(d.tb, d.op): (tb.id, k) for tb in gpu.threadblocks for k, op in enumerate(tb.ops) for d in op.deps}
+
+
+def _peer_problems(ir: IR, rank: int, tb: Threadblock, owners: dict[tuple[int, str, int], int]) -> list[Problem]:
+    """Peers that are other ranks, and one threadblock per (channel, peer) and direction
+    (``owners``: the threadblock that took each so far)."""
+    out = []
+    for what, peer in (("send", tb.send), ("recv", tb.recv)):
+        if peer is None:
+            continue
+        if not 0 <= peer < ir.num_ranks or peer == rank:
+            out.append(Problem(f"{what} peer {peer}: expected another rank in 0..{ir.num_ranks - 1}", rank, tb.id))
+            continue
+        other = owners.setdefault((tb.channel, what, peer), tb.id)
+        if other != tb.id:
+            verb = "sends to" if what == "send" else "receives from"
+            moves = (lambda t: t.sends) if what == "send" else (lambda t: t.receives)
+            step = next((k for k, op in enumerate(tb.ops) if moves(op.type)), 0)
+            out.append(
+                Problem(
+                    f"{verb} rank {peer} on channel {tb.channel}, as threadblock {other} does, so it shares "
+                    f"its connection with rank {peer} on channel {tb.channel}: one threadblock per "
+                    "(channel, peer) connection and direction",
+                    rank,
+                    tb.id,
+                    step,
+                )
+            )
+    return out
+
+
+def _op_problems(
+    tb: Threadblock, op: Op, sizes: Mapping[Buffer, int], steps: Mapping[int, int], at: tuple[int, int, int]
+) -> list[Problem]:
+    """One op against its threadblock's peers, its rank's buffers and its rank's threadblocks
+    (``steps``: id -> how many steps)."""
+    out = []
+    if op.type.sends and tb.send is None:
+        out.append(Problem(f"{op.type.value} sends but the threadblock has no send peer", *at))
+    if op.type.receives and tb.recv is None:
+        out.append(Problem(f"{op.type.value} receives but the threadblock has no receive peer", *at))
+    if op.type is not OpType.NOP and op.count < 1:
+        out.append(Problem(f"count {op.count}: expected >= 1", *at))
+    for name, ref, used, verb in (
+        ("src", op.src, op.type.reads_src, "read"),
+        ("dst", op.dst, op.type.writes_dst, "write"),
+    ):
+        if ref is None:
+            if used:
+                out.append(Problem(f"{name}: expected a buffer location, got none ({op.type.value} uses one)", *at))
+            continue
+        problem = _outside(name, ref, max(op.count, 1), sizes[ref.buffer], verb)
+        if problem:
+            out.append(Problem(problem, *at))
+    out.extend(
+        Problem(f"depends on threadblock {d.tb} step {d.op}: no such op on rank {at[0]}", *at)
+        for d in op.deps
+        if not 0 <= d.op < steps.get(d.tb, 0)
+    )
+    return out
+
+
+def _outside(name: str, ref: Ref, count: int, size: int, verb: str) -> str | None:
+    if ref.index >= 0 and ref.index + count <= size:
+        return None
+    last = ref.index + count - 1
+    return (
+        f"{name} {ref.buffer.value}[{ref.index}..{last}] is outside the buffer of {size} chunk(s): the step "
+        f"would {verb} outside the {ref.buffer.long_name} buffer"
+    )
+
+
+def connections(ir: IR) -> dict[tuple[int, int, int], tuple[int | None, int | None]]:
+    """(sender, receiver, channel) -> (sending threadblock, receiving threadblock)."""
+    ends: dict[tuple[int, int, int], list[int | None]] = defaultdict(lambda: [None, None])
+    for gpu in ir.gpus:
+        for tb in gpu.threadblocks:
+            if tb.send is not None:
+                ends[(gpu.rank, tb.send, tb.channel)][0] = tb.id
+            if tb.recv is not None:
+                ends[(tb.recv, gpu.rank, tb.channel)][1] = tb.id
+    return {k: (v[0], v[1]) for k, v in ends.items()}

@@ -1,0 +1,123 @@
+"""One set of rules: the checker, the XML writer and reader, the runtime loader and the compiler
+all take what a runtime accepts from ``codegen.rules``, and no other module keeps a copy."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import codegen.rules
+from codegen import compile_algorithm
+from codegen.check import find_problems
+from codegen.compiler import compile_program
+from codegen.errors import IRCheckError
+from codegen.examples import ring_allreduce
+from codegen.formats import FORMATS
+from codegen.formats.xml_reader import read_xml
+from codegen.formats.xml_writer import write_xml
+from codegen.ir import IR, Buffer, Gpu, Op, OpType, Ref, Threadblock
+from codegen.rules import DIALECTS, MAX_REDUCE_FUSION
+from runtime.errors import SizeNotSelected
+from runtime.program import build_program
+from runtime.selection import check_window
+from synth.baselines import make_baseline
+from synth.collectives import make_collective
+from topologies import load
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARY = ("codegen", "runtime", "synth", "topologies", "sketches", "xccl", "common")
+
+
+def _reduces(n: int) -> IR:
+    """One threadblock of ``n`` chained ``re`` steps into one output slot."""
+    ops = tuple(Op(OpType.REDUCE, Ref(Buffer.SCRATCH, i), Ref(Buffer.OUTPUT, 0)) for i in range(n))
+    return IR("chain", "allreduce", 1, 1, (Gpu(0, 1, 1, n, (Threadblock(0, None, None, 0, ops),)),))
+
+
+def _steps(ir: IR) -> int:
+    return max(len(tb.ops) for g in ir.gpus for tb in g.threadblocks)
+
+
+def _largest_count(ir: IR) -> int:
+    return max(op.count for g in ir.gpus for tb in g.threadblocks for op in tb.ops)
+
+
+def test_checker_writer_reader_loader_and_compiler_follow_a_changed_entry(monkeypatch):
+    ir = compile_program(ring_allreduce.program(4), dialect="msccl")
+    topo = load("ring:4")
+    algo = make_baseline("ring", topo, make_collective("allgather", 4, 4))
+    assert _largest_count(compile_algorithm(algo, topo, dialect="msccl")) == 4
+    assert [len(tx.ops) for tx in build_program(_reduces(6)).tb(0, 0).transmissions] == [6]
+    text = write_xml(ir, "msccl")
+
+    entry = DIALECTS["msccl"]
+    strict = replace(
+        entry,
+        max_steps=_steps(ir) - 1,
+        reduce_fusion=4,
+        max_count=2,
+        xml=replace(entry.xml, unlimited_max_bytes=1 << 20),
+        max_bytes_inclusive=True,
+        op_types=frozenset(OpType) - {OpType.RECV_REDUCE_SEND},
+    )
+    monkeypatch.setitem(DIALECTS, "msccl", strict)
+    limit = f"{_steps(ir)} steps: the msccl runtime allows {_steps(ir) - 1} per threadblock"
+    found = [str(p) for p in find_problems(ir, "msccl")]  # the checker
+    assert any(limit in p for p in found) and any("rrs: the msccl runtime has no such step" in p for p in found)
+    with pytest.raises(IRCheckError, match=limit):  # the writer
+        write_xml(ir, "msccl")
+    assert read_xml(text.replace('maxBytes="1073741824"', 'maxBytes="1048576"')).max_bytes == 0  # the reader
+    assert [len(tx.ops) for tx in build_program(_reduces(6)).tb(0, 0).transmissions] == [4, 2]  # the loader
+    assert _largest_count(compile_algorithm(algo, topo, dialect="msccl")) == 2  # the compiler's passes
+    window = replace(ir, min_bytes=4096, max_bytes=4096)
+    check_window(window, 4096, "msccl")  # the selection window: [min, max] now
+    monkeypatch.setitem(DIALECTS, "msccl", entry)
+    with pytest.raises(SizeNotSelected):
+        check_window(window, 4096, "msccl")
+
+
+def test_every_dialect_reading_xml_has_a_format_and_the_loader_folds_as_its_entry_says():
+    assert {name for name, d in DIALECTS.items() if d.xml is not None} <= set(FORMATS)
+    assert all(d.reduce_fusion == MAX_REDUCE_FUSION for d in DIALECTS.values())
+
+
+def _library_files() -> list[Path]:
+    return [p for package in LIBRARY for p in sorted((ROOT / package).rglob("*.py")) if ".venv" not in p.parts]
+
+
+def _assigned_names(path: Path) -> set[str]:
+    """Names a module binds at its top level (assignments, not imports)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def test_no_second_owner_of_a_rule():
+    """The rules' constants are defined in ``codegen/rules`` only, no module keeps an ``MSCCL_``
+    constant of its own, and no module outside it defines rules (``*_problems`` functions that
+    judge an IR) or a dialect table."""
+    rules_dir = ROOT / "codegen" / "rules"
+    constants = {name for name in codegen.rules.__all__ if name.isupper()}
+    for path in _library_files():
+        if rules_dir in path.parents:
+            continue
+        where = path.relative_to(ROOT)
+        bound = _assigned_names(path)
+        assert not bound & constants, f"{where} defines {sorted(bound & constants)}: take them from codegen.rules"
+        assert not {n for n in bound if n.startswith("MSCCL_")}, f"{where} keeps an MSCCL_ constant"
+        text = path.read_text()
+        assert not re.search(r"^def \w*_problems\(", text, re.M) or path.name == "check.py", (
+            f"{where} defines rules of its own"
+        )
+        assert "Dialect(" not in text, f"{where} builds a dialect entry"
