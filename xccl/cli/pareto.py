@@ -49,19 +49,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     if front.stop == "interrupted":
         show.interrupted()
     on_front = {id(a) for a in front.algorithms}
-    rows = [
-        Row(
-            o.collective,
-            o.steps,
-            o.rounds,
-            o.chunks,
-            o.status,
-            o.seconds,
-            o.algorithm,
-            id(o.algorithm) in on_front,
-        )
-        for o in front.outcomes
-    ]
+    rows = [Row.of(o, id(o.algorithm) in on_front) for o in front.outcomes]
     if name == "allreduce":  # composed from the two walks: one row per composition
         rows += [
             Row(name, a.num_steps, a.rounds, a.chunks, "composed", 0.0, a, id(a) in on_front)

@@ -26,7 +26,7 @@ from xccl.cli.output import progress
 
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm
-    from synth.smt.outcome import Outcome
+    from synth.outcome import Outcome
 
 __all__ = [
     "EXIT_INTERRUPTED",

@@ -69,12 +69,11 @@ def cmd_instance(args: argparse.Namespace) -> int:
         show.interrupted()
         return EXIT_INTERRUPTED
     show.done(outcome)
-    note = f"; {describe_limits(limit)}" if outcome.status != "unknown" else ""
+    note = f"; {describe_limits(limit)}" if outcome.status.answered else ""
     print(outcome.message() + note)
-    if outcome.status == "sat":
+    if outcome.algorithm is not None:
         save_algorithms([outcome.algorithm], args)
-        return 0
-    return 0 if outcome.status == "unsat" else EXIT_OPEN
+    return 0 if outcome.status.answered else EXIT_OPEN
 
 
 @long_command

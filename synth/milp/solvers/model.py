@@ -9,28 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
 
 import numpy as np
+
+from synth.outcome import Status
 
 __all__ = ["INF", "Model", "ModelBuilder", "Solution", "Status"]
 
 INF = math.inf
-
-
-class Status(Enum):
-    """Every back end's native status mapped to one of four."""
-
-    OPTIMAL = "optimal"
-    FEASIBLE = "feasible"
-    """A feasible solution, not proven optimal (time limit or interrupt)."""
-    INFEASIBLE = "infeasible"
-    UNKNOWN = "unknown"
-    """No solution and no proof (time limit before the first solution, solver error)."""
-
-    @property
-    def has_solution(self) -> bool:
-        return self in (Status.OPTIMAL, Status.FEASIBLE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,7 +84,8 @@ class Model:
 
 @dataclass(frozen=True)
 class Solution:
-    """What a back end returns: the mapped status, objective, best bound and values."""
+    """What a back end returns: the status (its native one mapped to :class:`synth.outcome.Status`),
+    objective, best bound and values."""
 
     status: Status
     objective: float | None = None
