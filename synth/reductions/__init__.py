@@ -9,8 +9,9 @@
   onto themselves, described by one send per orbit.
 
 Every front end goes through them: the baselines and the shortest-path schedules with
-:func:`solve_reduced`, the SMT and MILP synthesizers by calling ``apply`` and ``invert`` around
-their own searches. A reduction may give any number of subproblems, so a hierarchy (one schedule
+:func:`solve_reduced`, the bandwidth bounds with :func:`leaves` (both choosing by
+:func:`standard_reduction` or their own rule), the SMT and MILP synthesizers by calling ``apply``
+and ``invert`` around their own searches. A reduction may give any number of subproblems, so a hierarchy (one schedule
 inside the machines, one between them) fits the same interface.
 
 >>> from topologies import load
@@ -20,7 +21,16 @@ inside the machines, one between them) fits the same interface.
 ([('allgather', 'ring:4')], 'dual: allgather on the reversed topology, inverted')
 """
 
-from synth.reductions.base import Problem, Reduced, Reduction, ReductionError, Solution, solve_reduced
+from synth.reductions.base import (
+    Chooser,
+    Problem,
+    Reduced,
+    Reduction,
+    ReductionError,
+    Solution,
+    leaves,
+    solve_reduced,
+)
 from synth.reductions.composition import (
     REDUCE_BROADCAST,
     REDUCESCATTER_ALLGATHER,
@@ -29,6 +39,7 @@ from synth.reductions.composition import (
     refine,
 )
 from synth.reductions.dual import DUAL, Dual, invert
+from synth.reductions.standard import standard_reduction
 from synth.reductions.symmetry import QUOTIENT, ProblemSymmetry, SymmetryQuotient, problem_symmetry
 
 __all__ = [
@@ -36,6 +47,7 @@ __all__ = [
     "QUOTIENT",
     "REDUCESCATTER_ALLGATHER",
     "REDUCE_BROADCAST",
+    "Chooser",
     "Composition",
     "Dual",
     "Problem",
@@ -47,7 +59,9 @@ __all__ = [
     "SymmetryQuotient",
     "compose",
     "invert",
+    "leaves",
     "problem_symmetry",
     "refine",
     "solve_reduced",
+    "standard_reduction",
 ]

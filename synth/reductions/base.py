@@ -16,7 +16,16 @@ if TYPE_CHECKING:
     from sketches.restrict import Restriction
     from synth.reductions.symmetry import ProblemSymmetry
 
-__all__ = ["Problem", "Reduced", "Reduction", "ReductionError", "Solution", "solve_reduced"]
+__all__ = [
+    "Chooser",
+    "Problem",
+    "Reduced",
+    "Reduction",
+    "ReductionError",
+    "Solution",
+    "leaves",
+    "solve_reduced",
+]
 
 D = TypeVar("D")
 
@@ -100,11 +109,11 @@ class Reduction(ABC):
         return f"<{type(self).__name__} {self.name}>"
 
 
-def solve_reduced(
-    problem: Problem,
-    choose: Callable[[Problem], Reduction | None],
-    solve: Callable[[Problem], Solution],
-) -> Solution:
+Chooser = Callable[[Problem], "Reduction | None"]
+"""Which reduction to apply to a problem (None: solve it as it is)."""
+
+
+def solve_reduced(problem: Problem, choose: Chooser, solve: Callable[[Problem], Solution]) -> Solution:
     """Reduce ``problem`` by ``choose``'s reduction until it gives none, ``solve`` what is left
     (``solve`` verifies what it returns), and invert back up: a verified solution of ``problem``."""
     reduction = choose(problem)
@@ -112,3 +121,11 @@ def solve_reduced(
         return solve(problem)
     reduced = reduction.apply(problem)
     return reduced.invert([solve_reduced(sub, choose, solve) for sub in reduced.subproblems])
+
+
+def leaves(problem: Problem, choose: Chooser) -> list[Problem]:
+    """The problems ``choose`` reduces ``problem`` to, in order, that it reduces no further."""
+    reduction = choose(problem)
+    if reduction is None:
+        return [problem]
+    return [leaf for sub in reduction.apply(problem).subproblems for leaf in leaves(sub, choose)]

@@ -21,15 +21,7 @@ from collections import deque
 from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.collectives import Collective
 from synth.errors import InfeasibleError
-from synth.reductions import (
-    DUAL,
-    REDUCE_BROADCAST,
-    REDUCESCATTER_ALLGATHER,
-    Problem,
-    Reduction,
-    Solution,
-    solve_reduced,
-)
+from synth.reductions import Problem, Solution, solve_reduced, standard_reduction
 from topologies.model import Topology
 
 __all__ = ["shortest_path_schedule"]
@@ -89,13 +81,6 @@ def _non_combining(topology: Topology, collective: Collective, single_round_step
     return Algorithm(collective, topology.name, tuple(steps), Provenance("witness:shortest-paths"))
 
 
-def _reduction(problem: Problem) -> Reduction | None:
-    if problem.collective.name == "allreduce":
-        split = REDUCESCATTER_ALLGATHER
-        return split if split.accepts(problem) else REDUCE_BROADCAST
-    return DUAL if problem.collective.combining else None
-
-
 def shortest_path_schedule(
     topology: Topology, collective: Collective, single_round_steps: bool = True
 ) -> Algorithm:
@@ -106,4 +91,4 @@ def shortest_path_schedule(
         algo.verify(problem.topology)
         return Solution(algo)
 
-    return solve_reduced(Problem(topology, collective), _reduction, schedule).algorithm
+    return solve_reduced(Problem(topology, collective), standard_reduction, schedule).algorithm
