@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from sketches.io import load_sketch
 from sketches.model import Sketch
-from sketches.restrict import restrict
+from sketches.restrict import Restriction, restrict
 from synth.algorithm import Algorithm
 from synth.collectives import COLLECTIVES, make_collective
 from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes
@@ -39,7 +39,7 @@ def _finish_us(algo: Algorithm, topology: Topology, piece_bytes: float) -> dict[
     """When each send of a timed schedule on ``topology`` ends (its start, its link's alpha, the
     piece's transfer): what running it backwards in time needs (:class:`synth.reductions.Dual`)."""
     logical = topology.logical()
-    out = {}
+    out: dict[tuple[int, int, int], float] = {}
     for st in algo.steps:
         for s in st.sends:
             link = logical.links[(s.src, s.dst)]
@@ -59,6 +59,13 @@ def _solution(out: Outcome, topology: Topology | None = None, size: float = 0.0)
     return Solution(algo, out.makespan_us, _finish_us(algo, topology, chunk_bytes(algo.collective, size)))
 
 
+def _restriction(problem: Problem) -> Restriction:
+    """The sketch's restricted instance, which every MILP problem carries (and reductions keep)."""
+    if problem.restriction is None:
+        raise InfeasibleError(f"MILP synthesis of {problem.collective.name} needs a sketch")
+    return problem.restriction
+
+
 @dataclass(frozen=True)
 class _Run:
     """What every part of one synthesis shares."""
@@ -69,10 +76,9 @@ class _Run:
     log: Log
 
     def stages(self, problem: Problem, label: str, deadline: Deadline) -> Outcome:
-        assert problem.restriction is not None  # MILP problems always carry the sketch's
         c = problem.collective
         return run_stages(
-            problem.restriction,
+            _restriction(problem),
             c.name,
             self.size,
             c.root,
@@ -130,9 +136,8 @@ def _check_chunkup(problem: Problem, size: float, options: Options) -> None:
         problem = REDUCESCATTER_ALLGATHER.apply(problem).subproblems[1]
     if problem.collective.combining:
         problem = DUAL.apply(problem).subproblems[0]
-    assert problem.restriction is not None
     c = problem.collective
-    check_chunkup(problem.restriction, c.name, size, c.root, options)
+    check_chunkup(_restriction(problem), c.name, size, c.root, options)
 
 
 def _name(collective: str) -> str:
