@@ -76,8 +76,8 @@ def run_case(name: str, off: list[str], time_limit: float | None, seed: int) -> 
             topo, make_collective(coll, topo.num_ranks, int(c)), int(s), int(r), time_limit, options
         )
         seconds = time.perf_counter() - start
-        answer = out.status
-        done = out.status != "unknown"
+        answer = out.word
+        done = out.status.answered
     return {"seconds": seconds, "answer": answer, "done": done}
 
 

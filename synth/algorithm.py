@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from common.errors import XcclError
 from common.fields import Fields, is_number
 from common.files import read_json_file, save_text
-from synth.collectives import Collective, CollectiveError, make_collective
+from synth.collectives import Collective, make_collective
 from synth.errors import AlgorithmFormatError
 
 if TYPE_CHECKING:
     from topologies.model import Topology
 
-__all__ = ["FORMAT", "OPS", "Algorithm", "Provenance", "Send", "Step", "compose", "invert"]
+__all__ = ["FORMAT", "OPS", "Algorithm", "Provenance", "Send", "Step"]
 
 FORMAT = "xccl-algorithm/1"
 OPS = ("copy", "reduce")
@@ -248,33 +248,3 @@ class _Fields(Fields):
                 raise self.fail(f"provenance.params.{key}", "a string, finite number, boolean or null", value)
         return Provenance.from_dict(prov)
 
-
-def invert(dual: Algorithm, primal: Collective) -> Algorithm:
-    """Turn an algorithm for ``primal.dual()`` on the reversed topology into one for ``primal``.
-
-    Steps run backwards and every send is turned around and becomes a reduction: where the dual
-    copied address ``a`` from u to v, the primal reduces v's partial sum of ``a`` into u.
-    """
-    if dual.collective != primal.dual():
-        raise CollectiveError(f"cannot invert {dual.collective!r}: {primal!r} has dual {primal.dual()!r}")
-    steps = tuple(
-        Step(st.rounds, tuple(sorted(Send(s.chunk, s.dst, s.src, "reduce") for s in st.sends)))
-        for st in reversed(dual.steps)
-    )
-    via = f"inverted {dual.collective.name} on the reversed topology"
-    return Algorithm(primal, dual.topology, steps, replace(dual.provenance, via=via))
-
-
-def compose(first: Algorithm, second: Algorithm, collective: Collective, via: str) -> Algorithm:
-    """Run ``first`` then ``second`` as one algorithm for ``collective`` (e.g. reducescatter + allgather)."""
-    if first.topology != second.topology:
-        raise CollectiveError(f"cannot compose algorithms for {first.topology} and {second.topology}")
-    prov = replace(
-        first.provenance,
-        solve_time_s=None
-        if first.provenance.solve_time_s is None or second.provenance.solve_time_s is None
-        else first.provenance.solve_time_s + second.provenance.solve_time_s,
-        optimal=None,
-        via=via,
-    )
-    return Algorithm(collective, first.topology, first.steps + second.steps, prov)

@@ -24,6 +24,7 @@ from synth.errors import InfeasibleError
 __all__ = [
     "COLLECTIVES",
     "COMBINING",
+    "DUALS",
     "ROOTED",
     "Chunk",
     "Collective",
@@ -147,17 +148,16 @@ class Collective:
 
     # -- duals -----------------------------------------------------------------------------
     def dual(self) -> Collective:
-        """The non-combining dual (run on the reversed topology): reducescatter <-> allgather,
-        reduce <-> broadcast. Dual chunk ``a`` is this collective's address ``a``."""
-        if self.name == "reducescatter":
-            return make_collective("allgather", self.num_ranks, self.chunks_per_rank)
-        if self.name == "reduce":
-            return make_collective("broadcast", self.num_ranks, self.chunks_per_rank, self.root)
-        raise InfeasibleError(f"{self.name} has no non-combining dual (only reducescatter and reduce do)")
+        """The collective whose schedule, run backwards on the reversed topology, implements this
+        one (:class:`synth.reductions.Dual`): reducescatter <- allgather, reduce <- broadcast (the
+        non-combining duals), gather <- scatter. Dual chunk ``a`` is this collective's address ``a``."""
+        if not self.has_dual:
+            raise InfeasibleError(f"{self.name} has no dual (only {', '.join(DUALS)} do)")
+        return make_collective(DUALS[self.name], self.num_ranks, self.chunks_per_rank, self.root)
 
     @property
     def has_dual(self) -> bool:
-        return self.name in ("reducescatter", "reduce")
+        return self.name in DUALS
 
 
 def _all(n: int) -> frozenset[int]:
@@ -242,6 +242,8 @@ _BUILDERS: dict[str, Callable[[int, int, int | None], tuple]] = {
 COLLECTIVES: tuple[str, ...] = tuple(_BUILDERS)
 ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
 COMBINING = frozenset({"allreduce", "reducescatter", "reduce"})
+DUALS = {"reducescatter": "allgather", "reduce": "broadcast", "gather": "scatter"}
+"""Collective -> its dual (:meth:`Collective.dual`)."""
 _ALIASES = {
     "reduce_scatter": "reducescatter",
     "all_gather": "allgather",

@@ -14,6 +14,7 @@ from fractions import Fraction
 from common.units import format_size
 from synth.algorithm import Algorithm
 from synth.cost import sccl_cost, simulate
+from synth.outcome import Outcome
 from topologies.model import Topology
 
 __all__ = ["DEFAULT_SIZES", "REFERENCE_SIZE", "Row", "table"]
@@ -37,6 +38,23 @@ class Row:
     seconds: float
     algorithm: Algorithm | None = None
     pareto: bool = False
+
+    @classmethod
+    def of(cls, outcome: Outcome, pareto: bool = False) -> Row:
+        """The row of one SMT instance's outcome (its status in the front end's words)."""
+        q = outcome.question
+        if q.steps is None or q.rounds is None or q.chunks is None:
+            raise ValueError(f"a table row needs S, R and C; {q} has not all of them")
+        return cls(
+            q.collective,
+            q.steps,
+            q.rounds,
+            q.chunks,
+            outcome.word,
+            outcome.seconds,
+            outcome.algorithm,
+            pareto,
+        )
 
 
 def table(rows: Sequence[Row], topology: Topology, sizes: Sequence[int] = DEFAULT_SIZES) -> tuple[list, list]:

@@ -1,4 +1,4 @@
-"""The Algorithm: JSON, verification (and its rejections, each naming the step), inversion."""
+"""The Algorithm: JSON, verification (and its rejections, each naming the step)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 import topologies as T
-from synth.algorithm import Algorithm, Send, Step, compose, invert
+from synth.algorithm import Algorithm, Send, Step
 from synth.baselines import make_baseline
 from synth.collectives import make_collective
 from synth.errors import AlgorithmFormatError, VerificationError
@@ -104,22 +104,6 @@ def test_copy_that_discards_contributions_is_rejected():
     steps = (Step(1, (Send(0, 0, 1, "copy"),)),)
     with pytest.raises(VerificationError, match=r"step 0: copy of chunk 0 .* discard"):
         Algorithm(coll, topo.name, steps).verify(topo)
-
-
-def test_inversion_and_composition_give_a_verified_allreduce():
-    topo = T.load("dgx1")
-    ag = make_baseline("ring", topo.reverse(), make_collective("allgather", 8))
-    rs = invert(ag, make_collective("reducescatter", 8))
-    rs.verify(topo)
-    assert all(s.op == "reduce" for st in rs.steps for s in st.sends)
-    ar = compose(
-        rs,
-        make_baseline("ring", topo, make_collective("allgather", 8)),
-        make_collective("allreduce", 8, 8),
-        "rs + ag",
-    )
-    ar.verify(topo)
-    assert ar.num_steps == 14 and ar.provenance.via == "rs + ag"
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,12 @@ import pytest
 import z3
 
 from synth.collectives import make_collective
+from synth.reductions import refine
+from synth.reductions.symmetry import chunk_map, problem_symmetry
 from synth.smt import IDEAS, SmtOptions, Synthesizer, build_model
 from synth.smt.cuts import find_cuts
 from synth.smt.formula import Formula
-from synth.smt.pareto import prune_dominated, refine
-from synth.smt.symmetry import chunk_map, problem_symmetry
+from synth.smt.pareto import prune_dominated
 from synth.smt.witness import shortest_path_schedule
 from topologies import load
 
@@ -70,7 +71,7 @@ def test_symmetric_restriction_falls_back_when_it_is_what_fails():
     """On a 4-ring no allgather in 2 steps is invariant under the reflections, but one exists."""
     topo = load("ring:4")
     out = Synthesizer(topo, "allgather").solve(2, 2, 1)
-    assert out.status == "sat"
+    assert out.word == "sat"
     assert dict(out.algorithm.provenance.params)["symmetric"] is False
     dgx1 = load("dgx1")
     out = Synthesizer(dgx1, "allgather").solve(2, 3, 2)  # DGX-1 has a symmetric one
@@ -109,7 +110,7 @@ def test_every_speed_idea_keeps_the_answers(off):
         if key not in synths:
             synths[key] = Synthesizer(load(topo_name), name, options=options)
         out = synths[key].solve(steps, rounds, chunks)
-        assert out.status == expected, (off, topo_name, name, steps, rounds, chunks)
+        assert out.word == expected, (off, topo_name, name, steps, rounds, chunks)
         if out.algorithm is not None:
             out.algorithm.verify(load(topo_name))
 

@@ -12,7 +12,7 @@ from topologies import load
 
 def check(outcome, topo, steps, rounds, chunks):
     """A satisfiable answer is a verified algorithm of exactly the instance asked."""
-    assert outcome.status == "sat", outcome.message()
+    assert outcome.word == "sat", outcome.message()
     algo = outcome.algorithm
     algo.verify(topo)
     assert (algo.num_steps, algo.rounds, algo.chunks) == (steps, rounds, chunks)
@@ -22,7 +22,7 @@ def check(outcome, topo, steps, rounds, chunks):
 def test_dgx1_allgather_needs_two_steps():
     topo = load("dgx1")
     coll = make_collective("allgather", 8, 1)
-    assert solve_instance(topo, coll, 1).status == "unsat"
+    assert solve_instance(topo, coll, 1).word == "unsat"
     check(solve_instance(topo, coll, 2), topo, 2, 2, 1)
 
 
@@ -51,7 +51,7 @@ def test_dgx1_alltoall_needs_three_steps_with_one_chunk():
     result = least_steps(topo, make_collective("alltoall", 8, 1))
     assert result.algorithm is not None and result.algorithm.num_steps == 3
     assert result.proven and result.algorithm.provenance.optimal
-    assert [o.status for o in result.outcomes] == ["unsat"]  # S = 2 (the hop bound) is impossible
+    assert [o.word for o in result.outcomes] == ["unsat"]  # S = 2 (the hop bound) is impossible
     result.algorithm.verify(topo)
 
 
@@ -91,14 +91,14 @@ def test_allreduce_direct_and_composed():
     check(direct, ring, 2, 2, 1)
     assert "direct" in direct.via and direct.algorithm.provenance.via == direct.via
     assert (
-        solve_instance(ring, make_collective("allreduce", 4, 1), 1, 1, allreduce="direct").status == "unsat"
+        solve_instance(ring, make_collective("allreduce", 4, 1), 1, 1, allreduce="direct").word == "unsat"
     )
     dgx1 = load("dgx1")
     composed = solve_instance(dgx1, make_collective("allreduce", 8, 16), 4, 6)
     algo = check(composed, dgx1, 4, 6, 16)
     assert algo.provenance.via == "reducescatter + allgather"
     no = solve_instance(dgx1, make_collective("allreduce", 8, 16), 3, 6)
-    assert no.status == "unsat" and no.scope and "composition" in no.scope
+    assert no.word == "unsat" and no.scope and "composition" in no.scope
 
 
 def test_allreduce_front_composes_the_two_fronts():

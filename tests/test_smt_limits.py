@@ -19,7 +19,7 @@ HARD = ("dgx1", "alltoall", "8", "8", "3")  # SCCL's hardest DGX-1 instance: sec
 def test_time_limit_gives_unknown():
     topo = load("dgx1")
     out = solve_instance(topo, make_collective("alltoall", 8, 3), 8, 8, time_limit_s=0.3)
-    assert out.status == "unknown" and out.algorithm is None
+    assert out.word == "unknown" and out.algorithm is None
     assert "time limit" in out.message()
 
 
@@ -33,7 +33,7 @@ def test_time_limit_on_the_command_line_writes_nothing(tmp_path, cli):
 
 
 def _interrupt_after_first_sat(outcome):
-    if outcome.status == "sat":
+    if outcome.word == "sat":
         raise KeyboardInterrupt
 
 

@@ -162,10 +162,10 @@ def _smt(topo: Topology, coll: str | Collective, request: _Request) -> Algorithm
             raise InfeasibleError(f"{c.name} on {topo.name}: {result.message()}")
         return result.algorithm
     outcome = solve_instance(topo, c, steps, rounds, time_limit_s=time_limit_s)
-    if outcome.status == "sat":
+    if outcome.algorithm is not None:
         return outcome.algorithm
     r = steps if rounds is None else rounds
-    if outcome.status == "unsat":
+    if outcome.status.answered:
         raise InfeasibleError(
             f"{c.name} on {topo.name}: no algorithm with {steps} step(s) and {r} round(s) (unsat)"
         )

@@ -1,21 +1,31 @@
 """Baselines: ring, bidirectional ring, direct, recursive doubling, binomial tree, hierarchical.
 
-Each builder handles non-combining collectives; :func:`make_baseline` reaches the combining ones
-by transformation (reducescatter and reduce through their dual on the reversed topology,
-inverted; allreduce as reducescatter + allgather), so every baseline is verified the same way.
+Each builder handles some non-combining collectives; :func:`make_baseline` reaches the others
+through :mod:`synth.reductions` (reducescatter, reduce and gather through their dual on the
+reversed topology, inverted; allreduce as reducescatter + allgather), so every baseline is
+verified the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from synth.algorithm import Algorithm, compose, invert
+from synth.algorithm import Algorithm
 from synth.baselines.common import BaselineError, hamiltonian_cycle
 from synth.baselines.direct import direct
 from synth.baselines.hierarchical import hierarchical
 from synth.baselines.ring import bidir_ring, ring
 from synth.baselines.trees import binomial_tree, recursive_doubling
-from synth.collectives import Collective, make_collective
+from synth.collectives import DUALS, Collective
+from synth.reductions import (
+    DUAL,
+    REDUCESCATTER_ALLGATHER,
+    Problem,
+    Reduction,
+    ReductionError,
+    Solution,
+    solve_reduced,
+)
 from topologies.model import Topology
 
 __all__ = ["BASELINES", "BaselineError", "default_chunks", "hamiltonian_cycle", "make_baseline"]
@@ -23,26 +33,23 @@ __all__ = ["BASELINES", "BaselineError", "default_chunks", "hamiltonian_cycle", 
 Builder = Callable[[Topology, Collective], Algorithm]
 
 BASELINES: dict[str, tuple[Builder, frozenset[str]]] = {
-    "ring": (ring, frozenset({"allgather", "alltoall", "broadcast", "scatter", "gather"})),
+    "ring": (ring, frozenset({"allgather", "alltoall", "broadcast", "scatter"})),
     "bidir-ring": (bidir_ring, frozenset({"allgather", "alltoall"})),
     "direct": (direct, frozenset({"allgather", "alltoall", "broadcast", "scatter", "gather"})),
     "recursive-doubling": (recursive_doubling, frozenset({"allgather"})),
     "binomial-tree": (binomial_tree, frozenset({"broadcast"})),
     "hierarchical": (hierarchical, frozenset({"allgather"})),
 }
-"""kind -> (builder, the non-combining collectives it builds directly)."""
+"""kind -> (builder, the collectives it builds directly)."""
 
 
 def applies(kind: str, collective_name: str) -> bool:
-    """Whether ``kind`` builds ``collective_name`` (directly or by transformation)."""
-    direct_set = BASELINES[kind][1]
+    """Whether ``kind`` builds ``collective_name`` (directly or through a reduction)."""
+    if collective_name in BASELINES[kind][1]:
+        return True
     if collective_name == "allreduce":
-        return "allgather" in direct_set
-    if collective_name == "reducescatter":
-        return "allgather" in direct_set
-    if collective_name == "reduce":
-        return "broadcast" in direct_set
-    return collective_name in direct_set
+        return applies(kind, "reducescatter") and applies(kind, "allgather")
+    return collective_name in DUALS and applies(kind, DUALS[collective_name])
 
 
 def default_chunks(kind: str, collective_name: str, num_ranks: int) -> int:
@@ -53,26 +60,27 @@ def default_chunks(kind: str, collective_name: str, num_ranks: int) -> int:
     return 2 * pieces if kind == "bidir-ring" else pieces
 
 
+def _reduction(kind: str, problem: Problem) -> Reduction | None:
+    """None where ``kind`` builds the collective itself, else the reduction that gets it there."""
+    name = problem.collective.name
+    if name in BASELINES[kind][1]:
+        return None
+    return REDUCESCATTER_ALLGATHER if name == "allreduce" else DUAL
+
+
 def make_baseline(kind: str, topology: Topology, collective: Collective) -> Algorithm:
     """Build and verify the ``kind`` baseline of ``collective`` on ``topology``."""
     if kind not in BASELINES:
         raise BaselineError(f"unknown baseline {kind!r}: expected one of {', '.join(BASELINES)}")
     if not applies(kind, collective.name):
         raise BaselineError(f"baseline {kind} does not apply to {collective.name}")
-    n, c = collective.num_ranks, collective.chunks_per_rank
-    if collective.name == "allreduce":
-        if c % n:
-            raise BaselineError(
-                f"baseline {kind}: allreduce is built as reducescatter + allgather and needs chunks per rank "
-                f"divisible by {n} ranks, got {c}"
-            )
-        rs = make_baseline(kind, topology, make_collective("reducescatter", n, c // n))
-        ag = make_baseline(kind, topology, make_collective("allgather", n, c // n))
-        algo = compose(rs, ag, collective, via="reducescatter + allgather")
-    elif collective.combining:
-        dual = BASELINES[kind][0](topology.reverse(), collective.dual())
-        algo = invert(dual, collective)
-    else:
-        algo = BASELINES[kind][0](topology, collective)
-    algo.verify(topology)
-    return algo
+
+    def build(problem: Problem) -> Solution:
+        algo = BASELINES[kind][0](problem.topology, problem.collective)
+        algo.verify(problem.topology)
+        return Solution(algo)
+
+    try:
+        return solve_reduced(Problem(topology, collective), lambda p: _reduction(kind, p), build).algorithm
+    except ReductionError as exc:  # an allreduce whose chunks do not split among the ranks
+        raise BaselineError(f"baseline {kind}: {exc}") from None

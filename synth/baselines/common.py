@@ -15,7 +15,6 @@ __all__ = [
     "hamiltonian_cycle",
     "make_algorithm",
     "require_link",
-    "reverse_time",
     "schedule_paths",
 ]
 
@@ -122,11 +121,3 @@ def schedule_paths(routes: Iterable[tuple[int, Sequence[int], int]]) -> list[lis
             steps[t].append(Send(chunk, u, v))
     return [sorted(s) for s in steps]
 
-
-def reverse_time(algo: Algorithm, collective: Collective) -> Algorithm:
-    """Run a non-combining schedule backwards with every send turned around (scatter -> gather)."""
-    steps = tuple(
-        Step(st.rounds, tuple(sorted(Send(s.chunk, s.dst, s.src) for s in st.sends)))
-        for st in reversed(algo.steps)
-    )
-    return Algorithm(collective, algo.topology, steps, algo.provenance)

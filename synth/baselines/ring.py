@@ -4,14 +4,8 @@ each way). Chunks move store-and-forward, one hop per step."""
 from __future__ import annotations
 
 from synth.algorithm import Algorithm
-from synth.baselines.common import (
-    BaselineError,
-    hamiltonian_cycle,
-    make_algorithm,
-    reverse_time,
-    schedule_paths,
-)
-from synth.collectives import Collective, make_collective
+from synth.baselines.common import BaselineError, hamiltonian_cycle, make_algorithm, schedule_paths
+from synth.collectives import Collective
 from topologies.model import Topology
 
 __all__ = ["bidir_ring", "ring"]
@@ -72,17 +66,14 @@ def _routes(topology: Topology, collective: Collective, cycle: list[int], bidire
 
 def _build(topology: Topology, collective: Collective, bidirectional: bool) -> Algorithm:
     kind = "bidir-ring" if bidirectional else "ring"
-    if collective.name == "gather" and not bidirectional:
-        dual = make_collective("scatter", collective.num_ranks, collective.chunks_per_rank, collective.root)
-        scatter = _build(topology.reverse(), dual, False)
-        return reverse_time(scatter, collective)
     cycle = hamiltonian_cycle(topology, kind)
     steps = schedule_paths(_routes(topology, collective, cycle, bidirectional))
     return make_algorithm(kind, topology, collective, steps, ring=" ".join(map(str, cycle)))
 
 
 def ring(topology: Topology, collective: Collective) -> Algorithm:
-    """Allgather, alltoall, broadcast (pipelined), scatter and gather along one ring direction."""
+    """Allgather, alltoall, broadcast (pipelined) and scatter along one ring direction (gather is
+    the dual of scatter: :func:`synth.baselines.make_baseline` reaches it by :mod:`synth.reductions`)."""
     return _build(topology, collective, bidirectional=False)
 
 

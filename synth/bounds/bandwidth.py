@@ -1,7 +1,8 @@
 """Bandwidth bounds: rounds per chunk (SCCL's integer model) and time at a size (GB/s model).
 
 Both solve the same flow LP (:mod:`synth.bounds.flow`) on the physical graph, with capacities in
-chunks per round or in GB/s. Combining collectives use their dual on the reversed topology;
+chunks per round or in GB/s. Combining collectives are reduced as the synthesizers reduce them
+(:mod:`synth.reductions`): reducescatter and reduce to their dual on the reversed topology;
 allreduce, without in-network reduction, needs a reduce-scatter and an allgather's worth of
 traffic (cost-models-and-bounds.md, section 4.2), so its bound is their sum.
 """
@@ -15,33 +16,27 @@ from synth.bounds.flow import flow_network, max_rate
 from synth.collectives import Collective, make_collective
 from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes
 from synth.errors import InfeasibleError
+from synth.reductions import Problem, leaves, standard_reduction
 from topologies.model import Topology
 
 __all__ = ["bandwidth_time_us", "rounds_per_chunk_bound"]
 
 
 def _commodities(collective: Collective) -> tuple[list[dict], bool]:
-    """Supplies per commodity, and whether commodities share capacity (unicast) or not (multicast)."""
+    """Supplies per commodity, and whether commodities share capacity (unicast: one commodity
+    per source) or not (multicast: one per destination)."""
     needs = [(c.pre, c.post - c.pre) for c in collective.chunks]
     if any(len(pre) != 1 for pre, _ in needs):
         raise InfeasibleError(f"{collective.name}: the bandwidth bound needs one source per chunk")
-    if all(len(dsts) <= 1 for _, dsts in needs):
-        by_src: dict[int, dict[int, float]] = {}
-        for pre, dsts in needs:
-            (src,) = pre
-            for d in dsts:
-                supply = by_src.setdefault(src, {})
-                supply[src] = supply.get(src, 0.0) + 1
-                supply[d] = supply.get(d, 0.0) - 1
-        return list(by_src.values()), True
-    by_dst: dict[int, dict[int, float]] = {}
+    unicast = all(len(dsts) <= 1 for _, dsts in needs)
+    groups: dict[int, dict[int, float]] = {}
     for pre, dsts in needs:
         (src,) = pre
         for d in dsts:
-            supply = by_dst.setdefault(d, {})
+            supply = groups.setdefault(src if unicast else d, {})
             supply[src] = supply.get(src, 0.0) + 1
             supply[d] = supply.get(d, 0.0) - 1
-    return list(by_dst.values()), False
+    return list(groups.values()), unicast
 
 
 def _rate(topology: Topology, collective: Collective, unit: str) -> float:
@@ -59,24 +54,19 @@ def _rate(topology: Topology, collective: Collective, unit: str) -> float:
     return x
 
 
-def _parts(collective: Collective) -> list[tuple[str, Collective, bool]]:
-    """(name, non-combining collective, on reversed topology?) whose bounds add up to the bound."""
-    n, root = collective.num_ranks, collective.root
-    if collective.name == "allreduce":
-        return [
-            ("reducescatter", make_collective("allgather", n, 1), True),
-            ("allgather", make_collective("allgather", n, 1), False),
-        ]
-    if collective.combining:
-        return [(collective.name, make_collective(collective.name, n, 1, root).dual(), True)]
-    return [(collective.name, make_collective(collective.name, n, 1, root), False)]
+def _parts(topology: Topology, name: str, n: int, root: int | None) -> list[Problem]:
+    """The non-combining problems whose bounds add up to the bound: the collective reduced as the
+    synthesizers reduce it (:func:`synth.reductions.leaves`); an allreduce is taken with one
+    chunk per rank's piece, so its parts have one chunk per rank."""
+    chunks = n if name == "allreduce" else 1
+    return leaves(Problem(topology, make_collective(name, n, chunks, root)), standard_reduction)
 
 
 @lru_cache(maxsize=256)
 def _rounds_bound(topology: Topology, name: str, n: int, root: int | None) -> Fraction:
     total = Fraction(0)
-    for _, part, reverse in _parts(make_collective(name, n, max(1, n if name == "allreduce" else 1), root)):
-        x = _rate(topology.reverse() if reverse else topology, part, "chunks")
+    for part in _parts(topology, name, n, root):
+        x = _rate(part.topology, part.collective, "chunks")
         total += Fraction(1 / x).limit_denominator(10_000)
     if name == "allreduce":
         total /= n  # one allreduce chunk is n reduce-scatter chunks of 1/n the size
@@ -92,9 +82,9 @@ def rounds_per_chunk_bound(topology: Topology, collective: Collective) -> Fracti
 def _seconds_per_byte(topology: Topology, name: str, n: int, root: int | None) -> float:
     """Microseconds per byte of nccl-tests' buffer (the bound is linear in the size)."""
     total = 0.0
-    for _, part, reverse in _parts(make_collective(name, n, 1, root)):
-        x = _rate(topology.reverse() if reverse else topology, part, "GBps")
-        total += chunk_bytes(part, 1.0) / (x * BYTES_PER_US_PER_GBPS)
+    for part in _parts(topology, name, n, root):
+        x = _rate(part.topology, part.collective, "GBps")
+        total += chunk_bytes(part.collective, 1.0) / (x * BYTES_PER_US_PER_GBPS)
     return total
 
 

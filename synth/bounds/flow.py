@@ -20,7 +20,7 @@ import highspy
 import numpy as np
 
 from synth.errors import InfeasibleError
-from synth.milp.solvers.highs import new_highs
+from synth.milp.solvers.highs import highs_lp, new_highs
 from topologies.model import Topology, Vertex
 
 __all__ = ["flow_network", "max_rate"]
@@ -46,6 +46,37 @@ def flow_network(topo: Topology, capacities: dict[tuple[Vertex, Vertex], float])
     return arcs
 
 
+def _flow_rows(
+    arcs: list[Arc], commodities: list[dict[Node, float]], shared: bool, index: dict[Node, int]
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """The LP's matrix (column 0 is ``x``, then one column per commodity and arc) and each row's
+    upper bound (its lower bound is 0): conservation ``out(w) - in(w) - supply(w) * x = 0`` per
+    commodity and node, and with ``shared`` the arcs' capacities over all commodities."""
+    n_arcs, n_nodes, k = len(arcs), len(index), len(commodities)
+    tails = np.array([index[a[0]] for a in arcs])
+    heads = np.array([index[a[1]] for a in arcs])
+    rows, cols, vals = [], [], []
+    for i, supply in enumerate(commodities):
+        base_row = i * n_nodes
+        arc_cols = 1 + i * n_arcs + np.arange(n_arcs)
+        rows += [base_row + tails, base_row + heads]
+        cols += [arc_cols, arc_cols]
+        vals += [np.ones(n_arcs), -np.ones(n_arcs)]
+        for v, amount in supply.items():
+            if amount:
+                rows.append(np.array([base_row + index[v]]))
+                cols.append(np.array([0]))
+                vals.append(np.array([-float(amount)]))
+    upper = np.zeros(k * n_nodes + (n_arcs if shared else 0))
+    if shared:
+        for i in range(k):
+            rows.append(k * n_nodes + np.arange(n_arcs))
+            cols.append(1 + i * n_arcs + np.arange(n_arcs))
+            vals.append(np.ones(n_arcs))
+        upper[k * n_nodes :] = [a[2] for a in arcs]
+    return (np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)), upper
+
+
 def max_rate(arcs: list[Arc], commodities: list[dict[Node, float]], shared: bool) -> float:
     """Largest ``x`` such that every commodity can ship ``x * supply`` within the capacities."""
     commodities = [c for c in commodities if any(v for v in c.values())]
@@ -55,57 +86,22 @@ def max_rate(arcs: list[Arc], commodities: list[dict[Node, float]], shared: bool
         {a[0] for a in arcs} | {a[1] for a in arcs} | {v for c in commodities for v in c}, key=repr
     )
     index = {v: i for i, v in enumerate(nodes)}
-    n_arcs, n_nodes, k = len(arcs), len(nodes), len(commodities)
-    n_cols = 1 + k * n_arcs
+    triplets, upper = _flow_rows(arcs, commodities, shared, index)
+    n_cols = 1 + len(commodities) * len(arcs)
     caps = np.array([a[2] for a in arcs], dtype=float)
-    tails = np.array([index[a[0]] for a in arcs])
-    heads = np.array([index[a[1]] for a in arcs])
-
-    rows, cols, vals = [], [], []
-    n_rows = k * n_nodes + (n_arcs if shared else 0)
-    for i, supply in enumerate(commodities):
-        base_col = 1 + i * n_arcs
-        base_row = i * n_nodes
-        arc_cols = base_col + np.arange(n_arcs)
-        rows += [base_row + tails, base_row + heads]  # out(w) - in(w) - supply(w) * x = 0
-        cols += [arc_cols, arc_cols]
-        vals += [np.ones(n_arcs), -np.ones(n_arcs)]
-        for v, amount in supply.items():
-            if amount:
-                rows.append(np.array([base_row + index[v]]))
-                cols.append(np.array([0]))
-                vals.append(np.array([-float(amount)]))
-    lower = np.zeros(n_rows)
-    upper = np.zeros(n_rows)
-    if shared:
-        for i in range(k):
-            rows.append(k * n_nodes + np.arange(n_arcs))
-            cols.append(1 + i * n_arcs + np.arange(n_arcs))
-            vals.append(np.ones(n_arcs))
-        lower[k * n_nodes :] = 0.0
-        upper[k * n_nodes :] = caps
-    r = np.concatenate(rows)
-    c = np.concatenate(cols)
-    v = np.concatenate(vals)
-    order = np.lexsort((r, c))
-    r, c, v = r[order], c[order], v[order]
-    starts = np.searchsorted(c, np.arange(n_cols + 1))
-
-    inf = highspy.kHighsInf
-    lp = highspy.HighsLp()
-    lp.num_col_ = n_cols
-    lp.num_row_ = n_rows
-    lp.col_cost_ = np.concatenate([[-1.0], np.zeros(n_cols - 1)])  # maximise x
-    lp.col_lower_ = np.zeros(n_cols)
-    lp.col_upper_ = np.concatenate([[inf], np.tile(caps, k) if not shared else np.full(k * n_arcs, inf)])
-    lp.row_lower_ = lower
-    lp.row_upper_ = upper
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = starts.astype(np.int32)
-    lp.a_matrix_.index_ = r.astype(np.int32)
-    lp.a_matrix_.value_ = v
+    arc_upper = np.full(len(caps) * len(commodities), np.inf) if shared else np.tile(caps, len(commodities))
+    cost = np.concatenate([[-1.0], np.zeros(n_cols - 1)])  # maximise x
     h = new_highs()
-    h.passModel(lp)
+    h.passModel(
+        highs_lp(
+            cost,
+            np.zeros(n_cols),
+            np.concatenate([[np.inf], arc_upper]),
+            np.zeros(len(upper)),
+            upper,
+            triplets,
+        )
+    )
     h.run()
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kUnbounded:

@@ -1,6 +1,7 @@
 """TACCL-style MILP synthesis from communication sketches: routing, ordering and scheduling.
 
-``synthesize(topology, collective, sketch, size_bytes)`` returns a verified algorithm; the stages
+``synthesize(topology, collective, sketch, size_bytes)`` returns an :class:`synth.outcome.Outcome`
+with a verified algorithm; the stages
 are :mod:`synth.milp.routing` (MILP), :mod:`synth.milp.ordering` (list scheduling) and
 :mod:`synth.milp.scheduling` (LP, or MILP when merging sends can pay). docs/milp.md explains why
 they are fast. Names are imported on first use, so that listing solver back ends
@@ -14,7 +15,6 @@ from common.lazy import lazy_exports
 __all__ = [
     "BACKENDS",
     "SUPPORTED",
-    "MilpResult",
     "Options",
     "StageReport",
     "Status",
@@ -29,7 +29,6 @@ _HOME = {
     "Options": "synth.milp.pipeline",
     "StageReport": "synth.milp.pipeline",
     "SUPPORTED": "synth.milp.synthesis",
-    "MilpResult": "synth.milp.synthesis",
     "synthesize": "synth.milp.synthesis",
 }
 

@@ -20,14 +20,15 @@ from common.limits import Limit
 from sketches.restrict import Restriction
 from synth.algorithm import Algorithm, Provenance
 from synth.bounds import lower_bound_us
-from synth.collectives import Collective, make_collective
+from synth.collectives import make_collective
 from synth.deadline import NO_DEADLINE, Deadline, OutOfTime
 from synth.milp.emit import to_algorithm
 from synth.milp.instance import Instance, build_instance
 from synth.milp.ordering import PRIORITIES, Schedule, list_schedule
 from synth.milp.routing import Routing, route
 from synth.milp.scheduling import Timing, schedule_times
-from synth.milp.solvers import Backend, Status
+from synth.milp.solvers import Backend
+from synth.outcome import Outcome, Question, Status
 
 __all__ = [
     "DEFAULT_STAGE_TIME_LIMIT_S",
@@ -35,7 +36,6 @@ __all__ = [
     "MAX_SENDS",
     "MIN_PIECE_BYTES",
     "Options",
-    "Outcome",
     "StageReport",
     "check_chunkup",
     "chunkup_candidates",
@@ -106,20 +106,35 @@ class StageReport:
         )
 
 
-@dataclass
-class Outcome:
-    """The best candidate so far, what each stage did, and whether the user stopped the search."""
+@dataclass(frozen=True)
+class _Tried:
+    """One chunkup routed (stage 1) and ordered (stage 2)."""
 
-    algorithm: Algorithm | None = None
-    makespan_us: float = float("inf")
-    chunkup: int = 0
-    routing: Routing | None = None
-    timing: Timing | None = None
+    chunkup: int
+    inst: Instance
+    routing: Routing
+    schedule: Schedule
+    rule: str
+
+
+@dataclass
+class _Search:
+    """What :func:`run_stages` has done so far: the chunkups tried, the stage reports (each also
+    logged), and whether Ctrl-C or the time limit cut it short."""
+
+    log: Log
+    label: str
+    tried: list[_Tried] = field(default_factory=list)
     reports: list[StageReport] = field(default_factory=list)
     interrupted: bool = False
     timed_out: bool = False
-    """The time limit cut the search short (chunkups left untried, or the scheduling LP skipped)."""
-    seconds: float = 0.0
+
+    def say(self, line: str) -> None:
+        self.log(f"{self.label}{line}")
+
+    def report(self, report: StageReport, suffix: str = "") -> None:
+        self.reports.append(report)
+        self.say(report.line() + suffix)
 
 
 def _sends_per_piece(inst: Instance) -> int:
@@ -168,11 +183,11 @@ def check_chunkup(
     chunkup_candidates(build_instance(restriction, make_collective(name, n, 1, root), size_bytes), options)
 
 
-def _order(
-    inst: Instance, routing: Routing, levels: tuple[int, ...], deadline: Deadline
-) -> tuple[Schedule, str]:
+def _order(inst: Instance, routing: Routing, deadline: Deadline) -> tuple[Schedule, str]:
     """The best schedule over the ordering rules. Past the ``deadline`` the best of the rules done
     so far is kept; with none done, :class:`synth.deadline.OutOfTime` propagates."""
+    n = inst.topology.num_ranks
+    levels = tuple(sorted({size for _, size in inst.restriction.sketch.symmetry_offsets} | {n}))
     sources = {c: d.source for d in inst.demands for c in d.pieces}
     index = {c: i for d in inst.demands for i, c in enumerate(d.pieces)}
     best: tuple[Schedule, str] | None = None
@@ -192,6 +207,159 @@ def _order(
     return best
 
 
+def _route_and_order(
+    search: _Search, inst: Instance, backend: Backend, options: Options, deadline: Deadline
+) -> _Tried | None:
+    """Stages 1 and 2 for one chunkup; None when the deadline cut its ordering (the first chunkup
+    must give a schedule, later ones may be cut)."""
+    k = inst.collective.chunks_per_rank
+    search.say(f"routing k={k}: {len(inst.reps)} of {len(inst.demands)} demands after symmetry")
+    share = options.stage_time_limit_s * (1 if len(search.tried) < 2 else EXPLORE_SHARE)
+    routing = route(inst, backend, _solve_limit(deadline, share), options.threads)
+    seconds = routing.build_s + routing.solve_s
+    search.report(
+        StageReport(
+            "routing", k, routing.model_size, routing.status.value, seconds, routing.objective_us, routing.gap
+        )
+    )
+    t0 = time.perf_counter()
+    try:
+        sched, rule = _order(inst, routing, deadline if search.tried else NO_DEADLINE)
+    except OutOfTime:
+        search.timed_out = True
+        search.say(f"ordering k={k}: stopped at the time limit; chunkup {k} dropped")
+        return None
+    detail = f"{len(sched.sends)} sends, rule {rule}"
+    search.report(StageReport("ordering", k, detail, "done", time.perf_counter() - t0, sched.makespan_us))
+    return _Tried(k, inst, routing, sched, rule)
+
+
+def _enough(tried: list[_Tried], bound: float) -> bool:
+    """Whether the chunkups tried make further ones pointless (module docstring)."""
+    last = tried[-1]
+    fastest = min(t.schedule.makespan_us for t in tried)
+    if fastest <= bound * (1 + TOLERANCE):
+        return True  # at the lower bound: no chunkup can do better
+    if last.chunkup > 1 and last.schedule.makespan_us > fastest * (1 + TOLERANCE):
+        return True  # smaller chunkups from here on pipeline less
+    # the most pieces barely beat one: latency, not bandwidth, sets the time
+    return len(tried) == 2 and last.schedule.makespan_us > tried[0].schedule.makespan_us * (1 - PIPELINE_GAIN)
+
+
+def _search_chunkups(
+    search: _Search,
+    base: Instance,
+    size_bytes: float,
+    backend: Backend,
+    options: Options,
+    deadline: Deadline,
+) -> None:
+    """Route and order each candidate chunkup until one of the stopping rules holds."""
+    bound = lower_bound_us(base.topology, base.collective, size_bytes)
+    name, n, root = base.collective.name, base.collective.num_ranks, base.collective.root
+    for k in chunkup_candidates(base, options):
+        if search.tried and deadline.expired():
+            search.timed_out = True
+            done = ", ".join(str(t.chunkup) for t in search.tried)
+            search.say(f"time limit reached: keeping the best of chunkups {done}")
+            return
+        inst = (
+            base
+            if k == 1
+            else build_instance(base.restriction, make_collective(name, n, k, root), size_bytes)
+        )
+        tried = _route_and_order(search, inst, backend, options, deadline)
+        if tried is None:
+            return
+        search.tried.append(tried)
+        if tried.routing.interrupted:
+            search.interrupted = True
+            return
+        if _enough(search.tried, bound):
+            return
+
+
+def _best(tried: list[_Tried]) -> _Tried:
+    """The smallest chunkup within :data:`TOLERANCE` of the fastest (fewer sends, same speed)."""
+    fastest = min(t.schedule.makespan_us for t in tried)
+    return min(
+        (t for t in tried if t.schedule.makespan_us <= fastest * (1 + TOLERANCE)), key=lambda t: t.chunkup
+    )
+
+
+def _time(
+    search: _Search, best: _Tried, backend: Backend, options: Options, deadline: Deadline
+) -> Timing | None:
+    """Stage 3 on the chosen chunkup; None when interrupted before or skipped at the time limit."""
+    if search.interrupted:
+        return None
+    if deadline.expired():
+        search.timed_out = True
+        search.say(f"scheduling k={best.chunkup}: skipped at the time limit; the ordering's times are kept")
+        return None
+    try:
+        timing = schedule_times(
+            best.inst.topology,
+            best.schedule,
+            best.inst.piece_bytes,
+            backend,
+            _solve_limit(deadline, options.stage_time_limit_s),
+            options.threads,
+            options.overhead_us,
+        )
+    except KeyboardInterrupt:
+        search.interrupted = True
+        return None
+    if timing.interrupted:  # the solver caught Ctrl-C and kept its best
+        search.interrupted = True
+    report = StageReport(
+        "scheduling",
+        best.chunkup,
+        timing.model_size,
+        timing.status.value,
+        timing.solve_s,
+        timing.makespan_us,
+        timing.gap,
+    )
+    search.report(report, f", {len(timing.merged)} merged sends" if timing.merged else "")
+    return timing
+
+
+def _emit(
+    search: _Search, best: _Tried, timing: Timing | None, backend: Backend, size_bytes: float
+) -> Algorithm:
+    """The chosen schedule as a verified algorithm, sends in start order, with its provenance."""
+    sched, routing = best.schedule, best.routing
+    starts = timing.start_us if timing is not None else tuple(s.start_us for s in sched.sends)
+    order = sorted(range(len(sched.sends)), key=lambda i: (starts[i], sched.sends[i].rank))
+    new = {old: pos for pos, old in enumerate(order)}
+    sends = [
+        (s.chunk, s.src, s.dst, new[s.parent] if s.parent >= 0 else -1, starts[i])
+        for i, s in ((i, sched.sends[i]) for i in order)
+    ]
+    optimal = routing.status is Status.OPTIMAL and (timing is None or timing.status is Status.OPTIMAL)
+    makespan = sched.makespan_us if timing is None else timing.makespan_us
+    params: list[tuple[str, str | int | float | bool | None]] = [
+        ("sketch", best.inst.restriction.sketch.name),
+        ("chunkup", best.chunkup),
+        ("size_bytes", int(size_bytes)),
+        ("ordering", best.rule),
+        ("routing_status", routing.status.value),
+        ("model_makespan_us", round(makespan, 3)),
+    ]
+    if routing.gap:
+        params.append(("routing_gap", round(routing.gap, 6)))
+    if timing is not None and timing.merged:
+        params.append(("merged_sends", sum(len(r) for r in timing.merged)))
+    if search.interrupted:
+        params.append(("interrupted", True))
+    # no solve time in the provenance: the file must be the same bytes for the same inputs
+    prov = Provenance(method="milp", solver=backend.name, optimal=optimal, params=tuple(sorted(params)))
+    algo = to_algorithm(best.inst.collective, best.inst.topology, sends, prov)
+    algo.verify(best.inst.topology)
+    return algo
+
+
 def run_stages(
     restriction: Restriction,
     name: str,
@@ -203,137 +371,29 @@ def run_stages(
     label: str = "",
     deadline: Deadline = NO_DEADLINE,
 ) -> Outcome:
-    """Stages 1-3 for a non-combining collective; the result is verified. Ctrl-C and the
-    ``deadline`` keep the best candidate so far."""
-    topo = restriction.topology
-    n = topo.num_ranks
-    levels = tuple(sorted({size for _, size in restriction.sketch.symmetry_offsets} | {n}))
-    base = build_instance(restriction, make_collective(name, n, 1, root), size_bytes)
-    out = Outcome()
-    tried: list[tuple[int, Instance, Routing, Schedule, str]] = []
-    bound = lower_bound_us(topo, base.collective, size_bytes)
+    """Stages 1-3 for a non-combining collective; the algorithm is verified. Ctrl-C and the
+    ``deadline`` keep the best candidate so far (:class:`KeyboardInterrupt` propagates when there
+    is none). The outcome is optimal when every stage's solve was."""
     began = time.perf_counter()
+    base = build_instance(restriction, make_collective(name, restriction.num_ranks, 1, root), size_bytes)
+    search = _Search(log, label)
     try:
-        for k in chunkup_candidates(base, options):
-            if tried and deadline.expired():
-                out.timed_out = True
-                log(
-                    f"{label}time limit reached: keeping the best of chunkups {', '.join(str(t[0]) for t in tried)}"
-                )
-                break
-            inst = (
-                base if k == 1 else build_instance(restriction, make_collective(name, n, k, root), size_bytes)
-            )
-            log(f"{label}routing k={k}: {len(inst.reps)} of {len(inst.demands)} demands after symmetry")
-            share = options.stage_time_limit_s * (1 if len(tried) < 2 else EXPLORE_SHARE)
-            routing = route(inst, backend, _solve_limit(deadline, share), options.threads)
-            report = StageReport(
-                "routing",
-                k,
-                routing.model_size,
-                routing.status.value,
-                routing.build_s + routing.solve_s,
-                routing.objective_us,
-                routing.gap,
-            )
-            out.reports.append(report)
-            log(f"{label}{report.line()}")
-            t0 = time.perf_counter()
-            try:  # the first chunkup must give a schedule; later ones may be cut by the deadline
-                sched, rule = _order(inst, routing, levels, deadline if tried else NO_DEADLINE)
-            except OutOfTime:
-                out.timed_out = True
-                log(f"{label}ordering k={k}: stopped at the time limit; chunkup {k} dropped")
-                break
-            report = StageReport(
-                "ordering",
-                k,
-                f"{len(sched.sends)} sends, rule {rule}",
-                "done",
-                time.perf_counter() - t0,
-                sched.makespan_us,
-            )
-            out.reports.append(report)
-            log(f"{label}{report.line()}")
-            tried.append((k, inst, routing, sched, rule))
-            fastest = min(t[3].makespan_us for t in tried)
-            if routing.interrupted:
-                out.interrupted = True
-                break
-            if fastest <= bound * (1 + TOLERANCE):
-                break  # at the lower bound: no chunkup can do better
-            if k > 1 and sched.makespan_us > fastest * (1 + TOLERANCE):
-                break  # smaller chunkups from here on pipeline less
-            if len(tried) == 2 and sched.makespan_us > tried[0][3].makespan_us * (1 - PIPELINE_GAIN):
-                break  # the most pieces barely beat one: latency, not bandwidth, sets the time
+        _search_chunkups(search, base, size_bytes, backend, options, deadline)
     except KeyboardInterrupt:
-        out.interrupted = True
-    if not tried:
+        search.interrupted = True
+    if not search.tried:
         raise KeyboardInterrupt
-    fastest = min(t[3].makespan_us for t in tried)
-    k, inst, routing, sched, rule = min(
-        (t for t in tried if t[3].makespan_us <= fastest * (1 + TOLERANCE)), key=lambda t: t[0]
+    best = _best(search.tried)
+    timing = _time(search, best, backend, options, deadline)
+    algo = _emit(search, best, timing, backend, size_bytes)
+    return Outcome(
+        Status.OPTIMAL if algo.provenance.optimal else Status.FEASIBLE,
+        Question(name),
+        time.perf_counter() - began,
+        algo,
+        interrupted=search.interrupted,
+        timed_out=search.timed_out,
+        makespan_us=best.schedule.makespan_us if timing is None else timing.makespan_us,
+        chunkup=best.chunkup,
+        reports=tuple(search.reports),
     )
-    out.makespan_us, out.chunkup, out.routing = sched.makespan_us, k, routing
-    timing = None
-    if not out.interrupted and deadline.expired():
-        out.timed_out = True
-        log(f"{label}scheduling k={out.chunkup}: skipped at the time limit; the ordering's times are kept")
-    elif not out.interrupted:
-        try:
-            timing = schedule_times(
-                topo,
-                sched,
-                inst.piece_bytes,
-                backend,
-                _solve_limit(deadline, options.stage_time_limit_s),
-                options.threads,
-                options.overhead_us,
-            )
-        except KeyboardInterrupt:
-            out.interrupted = True
-        if timing is not None and timing.interrupted:  # the solver caught Ctrl-C and kept its best
-            out.interrupted = True
-    if timing is not None:
-        out.timing = timing
-        report = StageReport(
-            "scheduling",
-            out.chunkup,
-            timing.model_size,
-            timing.status.value,
-            timing.solve_s,
-            timing.makespan_us,
-            timing.gap,
-        )
-        out.reports.append(report)
-        log(f"{label}{report.line()}" + (f", {len(timing.merged)} merged sends" if timing.merged else ""))
-    starts = timing.start_us if timing is not None else tuple(s.start_us for s in sched.sends)
-    order = sorted(range(len(sched.sends)), key=lambda i: (starts[i], sched.sends[i].rank))
-    new = {old: pos for pos, old in enumerate(order)}
-    sends = [
-        (s.chunk, s.src, s.dst, new[s.parent] if s.parent >= 0 else -1, starts[i])
-        for i, s in ((i, sched.sends[i]) for i in order)
-    ]
-    optimal = routing.status is Status.OPTIMAL and (timing is None or timing.status is Status.OPTIMAL)
-    params: list[tuple[str, str | int | float | bool | None]] = [
-        ("sketch", restriction.sketch.name),
-        ("chunkup", out.chunkup),
-        ("size_bytes", int(size_bytes)),
-        ("ordering", rule),
-        ("routing_status", routing.status.value),
-        ("model_makespan_us", round(out.makespan_us if timing is None else timing.makespan_us, 3)),
-    ]
-    if routing.gap:
-        params.append(("routing_gap", round(routing.gap, 6)))
-    if timing is not None and timing.merged:
-        params.append(("merged_sends", sum(len(r) for r in timing.merged)))
-    if out.interrupted:
-        params.append(("interrupted", True))
-    out.seconds = time.perf_counter() - began
-    # no solve time in the provenance: the file must be the same bytes for the same inputs
-    prov = Provenance(method="milp", solver=backend.name, optimal=optimal, params=tuple(sorted(params)))
-    collective: Collective = inst.collective
-    algo = to_algorithm(collective, topo, sends, prov)
-    algo.verify(topo)
-    out.algorithm = algo
-    return out

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from synth.milp.instance import Instance, Pair
-from synth.milp.solvers import INF, Backend, Model, ModelBuilder, Solution, Status
+from synth.milp.solvers import INF, Backend, Model, ModelBuilder, Solution, Status, relative_gap
 
 __all__ = ["Routing", "build_model", "decompose", "expand", "heuristic_counts", "relaxed_makespan", "route"]
 
@@ -67,11 +67,7 @@ class Routing:
 
     @property
     def gap(self) -> float | None:
-        if self.status is Status.OPTIMAL:
-            return 0.0
-        if self.bound_us is None:
-            return None
-        return max(0.0, self.objective_us - self.bound_us) / max(self.objective_us, 1e-12)
+        return relative_gap(self.status, self.objective_us, self.bound_us)
 
 
 def _earliest(inst: Instance, rep: int) -> dict[int, float]:
@@ -129,55 +125,58 @@ def _work(inst: Instance, counts: Counts) -> float:
     return sum(n * inst.delay_us[p] for rep in inst.reps for p, n in counts[rep].items())
 
 
-def build_model(inst: Instance, start: Counts | None = None) -> tuple[Model, Layout]:
-    """The routing MILP (module docstring); ``start`` (default: :func:`heuristic_counts`) gives
-    the MIP start and the upper bound ``T_ub`` behind every big-M."""
-    start = start if start is not None else heuristic_counts(inst)
-    k = inst.chunkup
-    t_ub = relaxed_makespan(inst, start) * (1 + 1e-9) + 1e-9
-    work_scale = TIE_BREAK * t_ub / max(_work(inst, start), 1e-12)
-    mb = ModelBuilder(f"routing-{inst.collective.name}-{inst.topology.name}-k{k}")
-    makespan = mb.var("T", 0.0, t_ub, 1.0)
-    y: dict[tuple[int, Pair], int] = {}
-    z: dict[tuple[int, Pair], int] = {}
-    t: dict[tuple[int, int], int] = {}
-    values: dict[int, float] = {makespan: relaxed_makespan(inst, start)}
-    for rep in inst.reps:
-        src = inst.demands[rep].source
-        lb = _earliest(inst, rep)
+@dataclass
+class _Builder:
+    """The routing model under construction: its columns (the layout) and the MIP start."""
+
+    inst: Instance
+    mb: ModelBuilder
+    layout: Layout
+    values: dict[int, float]
+    t_ub: float
+    work_scale: float
+
+    def arrivals(self, rep: int, counts: dict[Pair, int], lb: dict[int, float]) -> None:
+        """``t[rep, v]`` for every rank the demand can reach, started at the start routes' times."""
+        inst, src = self.inst, self.inst.demands[rep].source
         start_t = {src: 0.0}
         for u, v in inst.candidates[rep]:
-            n = start[rep].get((u, v), 0)
-            if n and u in start_t:
+            if counts.get((u, v), 0) and u in start_t:
                 start_t[v] = max(start_t.get(v, 0.0), start_t[u] + inst.delay_us[(u, v)])
         for v in sorted(lb):
             if v != src:
-                t[rep, v] = mb.var(f"t[{rep},{v}]", lb[v], t_ub)
-                values[t[rep, v]] = min(max(start_t.get(v, lb[v]), lb[v]), t_ub)
-        for u, v in inst.candidates[rep]:
-            d = inst.delay_us[(u, v)]
-            n = start[rep].get((u, v), 0)
-            y[rep, (u, v)] = col = mb.var(f"y[{rep},{u},{v}]", 0, k, work_scale * d, integer=True)
-            values[col] = n
-            if k > 1:
-                z[rep, (u, v)] = zc = mb.var(f"z[{rep},{u},{v}]", 0, 1, 0.0, integer=True)
-                values[zc] = 1.0 if n else 0.0
-                mb.row({col: 1.0, zc: -float(k)}, upper=0.0)
-                mb.row({col: 1.0, zc: -1.0}, lower=0.0)
-            else:
-                z[rep, (u, v)] = zc = col
-            # t[v] >= t[u] + d when the link is used
-            m = t_ub + d - lb[v]
-            terms = {t[rep, v]: 1.0, zc: -m}
-            if u != src:
-                terms[t[rep, u]] = -1.0
-            mb.row(terms, lower=d - m)
+                col = self.layout.t[rep, v] = self.mb.var(f"t[{rep},{v}]", lb[v], self.t_ub)
+                self.values[col] = min(max(start_t.get(v, lb[v]), lb[v]), self.t_ub)
+
+    def link(self, rep: int, u: int, v: int, pieces: int, lb: dict[int, float]) -> None:
+        """``y`` and ``z`` of one candidate link, and ``t[v] >= t[u] + delay`` where it is used."""
+        mb, k, src = self.mb, self.inst.chunkup, self.inst.demands[rep].source
+        d = self.inst.delay_us[(u, v)]
+        y = self.layout.y[rep, (u, v)] = mb.var(f"y[{rep},{u},{v}]", 0, k, self.work_scale * d, integer=True)
+        self.values[y] = pieces
+        if k > 1:
+            z = self.layout.z[rep, (u, v)] = mb.var(f"z[{rep},{u},{v}]", 0, 1, 0.0, integer=True)
+            self.values[z] = 1.0 if pieces else 0.0
+            mb.row({y: 1.0, z: -float(k)}, upper=0.0)
+            mb.row({y: 1.0, z: -1.0}, lower=0.0)
+        else:
+            z = self.layout.z[rep, (u, v)] = y
+        m = self.t_ub + d - lb[v]
+        terms = {self.layout.t[rep, v]: 1.0, z: -m}
+        if u != src:
+            terms[self.layout.t[rep, u]] = -1.0
+        mb.row(terms, lower=d - m)
+
+    def delivery(self, rep: int, lb: dict[int, float]) -> None:
+        """Every destination gets the ``k`` pieces (a flow of ``k`` for one destination), and ``T``
+        is no earlier than any arrival."""
+        inst, mb, k, y = self.inst, self.mb, self.inst.chunkup, self.layout.y
+        src, dests = inst.demands[rep].source, inst.demands[rep].dests
         incoming: dict[int, list[int]] = {}
         outgoing: dict[int, list[int]] = {}
         for u, v in inst.candidates[rep]:
             incoming.setdefault(v, []).append(y[rep, (u, v)])
             outgoing.setdefault(u, []).append(y[rep, (u, v)])
-        dests = inst.demands[rep].dests
         if inst.is_spanning(rep):
             for v in dests:
                 mb.row({c: 1.0 for c in incoming[v]}, lower=k, upper=k)
@@ -191,14 +190,33 @@ def build_model(inst: Instance, start: Counts | None = None) -> tuple[Model, Lay
                 need = float(k) if v in dests else 0.0
                 mb.row(flow, lower=need, upper=need)
         for v in dests:
-            mb.row({makespan: 1.0, t[rep, v]: -1.0}, lower=0.0)
+            mb.row({self.layout.makespan: 1.0, self.layout.t[rep, v]: -1.0}, lower=0.0)
+
+
+def build_model(inst: Instance, start: Counts | None = None) -> tuple[Model, Layout]:
+    """The routing MILP (module docstring); ``start`` (default: :func:`heuristic_counts`) gives
+    the MIP start and the upper bound ``T_ub`` behind every big-M."""
+    start = start if start is not None else heuristic_counts(inst)
+    t_ub = relaxed_makespan(inst, start) * (1 + 1e-9) + 1e-9
+    mb = ModelBuilder(f"routing-{inst.collective.name}-{inst.topology.name}-k{inst.chunkup}")
+    makespan = mb.var("T", 0.0, t_ub, 1.0)
+    work_scale = TIE_BREAK * t_ub / max(_work(inst, start), 1e-12)
+    b = _Builder(
+        inst, mb, Layout({}, {}, {}, makespan), {makespan: relaxed_makespan(inst, start)}, t_ub, work_scale
+    )
+    for rep in inst.reps:
+        lb = _earliest(inst, rep)
+        b.arrivals(rep, start[rep], lb)
+        for u, v in inst.candidates[rep]:
+            b.link(rep, u, v, start[rep].get((u, v), 0), lb)
+        b.delivery(rep, lb)
     for terms in inst.load_terms.values():
-        row = {y[key]: coef for key, coef in terms.items()}
+        row = {b.layout.y[key]: coef for key, coef in terms.items()}
         row[makespan] = -1.0
         mb.row(row, upper=0.0)
-    _policy(inst, mb, z, values, t_ub)
-    x0 = np.array([values.get(i, 0.0) for i in range(mb.num_cols)])
-    return mb.build(start=x0, rel_gap=REL_GAP), Layout(y, z, t, makespan)
+    _policy(inst, mb, b.layout.z, b.values, t_ub)
+    x0 = np.array([b.values.get(i, 0.0) for i in range(mb.num_cols)])
+    return mb.build(start=x0, rel_gap=REL_GAP), b.layout
 
 
 def _policy(inst: Instance, mb: ModelBuilder, z: dict, values: dict[int, float], t_ub: float) -> None:

@@ -8,11 +8,12 @@ time-out. See ``docs/smt.md`` for the encoding and the ideas that make it fast.
 from __future__ import annotations
 
 from synth.collectives import Collective
+from synth.outcome import Outcome
+from synth.reductions import DUAL, Problem
 from synth.smt.allreduce import AllreduceEncoding
 from synth.smt.encoding import Encoding
 from synth.smt.least_steps import LeastSteps, default_max_steps, least_steps
 from synth.smt.options import DEFAULT_OPTIONS, IDEAS, SmtOptions
-from synth.smt.outcome import Outcome
 from synth.smt.pareto import DEFAULT_MAX_CHUNKS, Front, pareto_front
 from synth.smt.synthesizer import ALLREDUCE_METHODS, Synthesizer, solve_instance
 from topologies.model import Topology
@@ -45,11 +46,12 @@ def build_model(
     """The formula of one instance, not solved; ``.smt2()`` is its SMT-LIB 2 text.
 
     Reducescatter and reduce are modelled as their dual (allgather, broadcast) on the reversed
-    topology, as they are solved; allreduce with the direct encoding.
+    topology (:data:`synth.reductions.DUAL`), as they are solved; allreduce with the direct encoding.
     """
     rounds = steps if rounds is None else rounds
     if collective.name == "allreduce":
         return AllreduceEncoding(topology, collective, steps, rounds)
     if collective.combining:
-        topology, collective = topology.reverse(), collective.dual()
+        (dual,) = DUAL.apply(Problem(topology, collective)).subproblems
+        topology, collective = dual.topology, dual.collective
     return Encoding(topology, collective, steps, steps, rounds, options, fixed_rounds=rounds)

@@ -50,40 +50,58 @@ class AllreduceEncoding:
         self.topology, self.collective = topology, collective
         self.num_steps, self.rounds = steps, rounds
         self.formula = f = Formula()
-        n, c = collective.num_ranks, collective.chunks_per_rank
-        logical = topology.logical()
-        hops = logical.hops
-        links = sorted(logical.links)
         self.y: dict[tuple[int, int, int, int], str] = {}
         self.copy: dict[tuple[int, int, int, int], str] = {}
         self._by_link: dict[tuple[int, int, int], list[str]] = {}
+        self._h: dict[tuple[int, int, int, int], str] = {}
+        self._sends(deadline)
+        self._sums(deadline)
+        n, c = collective.num_ranks, collective.chunks_per_rank
         for a in range(c):
+            for r in range(n):
+                for k in range(n):
+                    f.clause([self._held(k, r, a, steps - 1)])  # every rank ends with every contribution
+        self.units = step_units(f, [TRUE] * steps, rounds - steps + 1)
+        capacity_constraints(f, topology.chunk_capacity(), self._load, self.units)
+        total_rounds(f, self.units, rounds)
+
+    def _sends(self, deadline: Deadline) -> None:
+        """``y`` and ``p`` for every address, logical link and step (``p`` implies ``y``)."""
+        f = self.formula
+        links = sorted(self.topology.logical().links)
+        for a in range(self.collective.chunks_per_rank):
             deadline.check()
             for u, v in links:
-                for s in range(steps):
+                for s in range(self.num_steps):
                     name = f.var(f"y_{a}_{u}_{v}_{s}")
                     self.y[(a, u, v, s)] = name
                     self.copy[(a, u, v, s)] = f.var(f"p_{a}_{u}_{v}_{s}")
                     self._by_link.setdefault((u, v, s), []).append(name)
                     f.implies(self.copy[(a, u, v, s)], name)
 
-        def held(k: int, r: int, a: int, s: int) -> str:
-            if s < 0:
-                return TRUE if k == r else FALSE
-            return self._h.get((k, r, a, s), FALSE)
+    def _held(self, k: int, r: int, a: int, s: int) -> str:
+        """After step ``s`` (-1: at the start), rank ``r``'s sum of ``a`` contains ``k``'s contribution."""
+        if s < 0:
+            return TRUE if k == r else FALSE
+        return self._h.get((k, r, a, s), FALSE)
 
-        self._h: dict[tuple[int, int, int, int], str] = {}
-        for s in range(steps):
-            for a in range(c):
+    def _sums(self, deadline: Deadline) -> None:
+        """``h``: what each rank's sum contains after each step (what it had, or what a send into
+        it brought), and the rules every step's sends into it obey."""
+        f, n = self.formula, self.collective.num_ranks
+        logical = self.topology.logical()
+        hops = logical.hops
+        for s in range(self.num_steps):
+            for a in range(self.collective.chunks_per_rank):
                 deadline.check()
                 for v in range(n):
-                    senders = [u for u in logical.predecessors(v)]
+                    senders = list(logical.predecessors(v))
                     for k in range(n):
                         if hops[k, v] < 0 or hops[k, v] > s + 1:
                             continue  # k's contribution cannot have reached v yet
-                        terms = [held(k, v, a, s - 1)]
+                        terms = [self._held(k, v, a, s - 1)]
                         for u in senders:
-                            before = held(k, u, a, s - 1)
+                            before = self._held(k, u, a, s - 1)
                             if before == FALSE:
                                 continue
                             z = f.var(f"z_{k}_{u}_{v}_{a}_{s}")
@@ -92,14 +110,7 @@ class AllreduceEncoding:
                         h = f.var(f"h_{k}_{v}_{a}_{s}")
                         f.define_or(h, [t for t in terms if t != FALSE])
                         self._h[(k, v, a, s)] = h
-                    self._validity(a, v, s, senders, held)
-        for a in range(c):
-            for r in range(n):
-                for k in range(n):
-                    f.clause([held(k, r, a, steps - 1)])
-        self.units = step_units(f, [TRUE] * steps, rounds - steps + 1)
-        capacity_constraints(f, topology.chunk_capacity(), self._load, self.units)
-        total_rounds(f, self.units, rounds)
+                    self._validity(a, v, s, senders, self._held)
 
     def _validity(self, a: int, v: int, s: int, senders: list[int], held) -> None:
         """Reductions into ``v`` are disjoint from ``v``'s sum and from each other; a copy contains

@@ -17,27 +17,29 @@ An :class:`Encoding` is either one instance ``(S, R)`` (what :func:`build_model`
 dump) or a *family*: all ``S`` and ``R`` up to some maxima in one solver, selected per check with
 assumptions, so that what the solver learns on one instance of a front serves the next.
 
-A *tied* encoding is the quotient by the problem's symmetries (:mod:`synth.smt.symmetry`): every
-send (and holding) variable is named after the least member of its orbit under the automorphisms,
-so a symmetric algorithm is described once per orbit and the formula shrinks by about the size of
-the group (each constraint and its images become one). Its solutions are exactly the symmetric
-algorithms; an unsatisfiable quotient proves nothing about the full problem.
+A *tied* encoding is the quotient by the problem's symmetries (given as ``symmetry``, from
+:class:`synth.reductions.SymmetryQuotient`): every send (and holding) variable is named after the
+least member of its orbit under the automorphisms, so a symmetric algorithm is described once per
+orbit and the formula shrinks by about the size of the group (each constraint and its images become
+one). Its solutions are exactly the symmetric algorithms, decoded one send per orbit (the
+reduction's ``invert`` completes the orbits); an unsatisfiable quotient proves nothing about the
+full problem.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import count, pairwise
 
 from synth.algorithm import Send, Step
 from synth.collectives import Collective
 from synth.deadline import NO_DEADLINE, Deadline
 from synth.errors import InfeasibleError
+from synth.reductions.symmetry import ProblemSymmetry, orbit_representatives, problem_symmetry
 from synth.smt.cuts import Cut, find_cuts
 from synth.smt.formula import FALSE, TRUE, Formula, model_script, neg
 from synth.smt.options import DEFAULT_OPTIONS, SmtOptions
 from synth.smt.rounds import capacity_constraints, guarded_ge, guarded_le, spare, step_units, total_rounds
-from synth.smt.symmetry import problem_symmetry
 from topologies.logical import CapacityConstraint
 from topologies.model import Topology
 
@@ -72,10 +74,11 @@ class Encoding:
         max_rounds: int,
         options: SmtOptions = DEFAULT_OPTIONS,
         fixed_rounds: int | None = None,
-        tied: bool = False,
+        symmetry: ProblemSymmetry | None = None,
         saturation: bool | None = None,
         deadline: Deadline = NO_DEADLINE,
     ) -> None:
+        """With ``symmetry`` the encoding is tied (the quotient; module docstring)."""
         if collective.combining:
             raise InfeasibleError(f"{collective.name} combines; solve its dual or use the allreduce encoding")
         if topology.num_ranks != collective.num_ranks:
@@ -100,11 +103,14 @@ class Encoding:
         hops = topology.logical().hops
         self.links = sorted(topology.logical().links)
         self.x: dict[Key, str] = {}
+        self._representatives: set[Key] = set()
+        """Sends that have a variable of their own (every send, unless tied)."""
         self.hold: dict[tuple[int, int, int], str] = {}
         self._by_link: dict[tuple[int, int, int], list[tuple[int, str]]] = {}
         self._guards: dict[int, str] = {}
         self._chunks = [self._chunk_info(c.pre, c.post, hops) for c in collective.chunks]
-        self.symmetry = problem_symmetry(topology, collective, options.automorphism_limit)
+        tied = symmetry is not None
+        self.symmetry = symmetry or problem_symmetry(topology, collective, options.automorphism_limit)
         self.tied = tied and not self.symmetry.trivial
         self.saturation = options.cuts if saturation is None else saturation and options.cuts
         self.formula = f = Formula(canonical=self.tied)
@@ -157,6 +163,8 @@ class Encoding:
             first = rep[key] == key
             name = f.var("x_{}_{}_{}_{}".format(*rep[key])) if first else None
             self.x[key] = name or "x_{}_{}_{}_{}".format(*rep[key])
+            if first:
+                self._representatives.add(key)
         for i, (key, name) in enumerate(self.x.items()):
             if i % CHECK_EVERY == 0:
                 self.deadline.check()
@@ -172,27 +180,15 @@ class Encoding:
         variables are false in every symmetric solution)."""
         if not self.tied:
             return {key: key for key in keys}
-        parent = {key: key for key in keys}
+        maps = list(zip(self.symmetry.perms, self.symmetry.chunk_maps, strict=True))
+        seen = count()
 
-        def find(key):
-            while parent[key] != key:
-                parent[key] = parent[parent[key]]
-                key = parent[key]
-            return key
+        def images(key):
+            if next(seen) % CHECK_EVERY == 0:
+                self.deadline.check()
+            return (move(key, perm, image) for perm, image in maps)
 
-        broken = set()
-        for perm, image in zip(self.symmetry.perms, self.symmetry.chunk_maps, strict=True):
-            self.deadline.check()
-            for key in keys:
-                other = move(key, perm, image)
-                if other not in parent:
-                    broken.add(key)
-                    continue
-                a, b = find(key), find(other)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
-        bad = {find(key) for key in broken}
-        return {key: find(key) for key in keys if find(key) not in bad}
+        return orbit_representatives(keys, images)
 
     def _holds(self) -> None:
         f = self.formula
@@ -336,12 +332,16 @@ class Encoding:
         return out
 
     def decode(self, true_names: set[str], steps: int) -> tuple[Step, ...]:
-        """The steps of the algorithm a model describes (sends sorted, rounds from the units)."""
+        """The steps of the algorithm a model describes (sends sorted, rounds from the units); a
+        tied encoding gives one send per orbit (:meth:`SymmetryQuotient.invert` adds the others)."""
         out = []
+        own = self._representatives
         for s in range(steps):
             rounds = sum(1 for unit in self.units[s] if unit == TRUE or unit in true_names)
             sends = sorted(
-                Send(c, u, v) for (c, u, v, t), name in self.x.items() if t == s and name in true_names
+                Send(c, u, v)
+                for (c, u, v, t), name in self.x.items()
+                if t == s and name in true_names and (c, u, v, t) in own
             )
             out.append(Step(rounds, tuple(sends)))
         return tuple(out)

@@ -17,8 +17,8 @@ from synth.bounds import steps_lower_bound
 from synth.collectives import Collective
 from synth.deadline import Deadline
 from synth.errors import InfeasibleError
+from synth.outcome import Outcome, Status
 from synth.smt.options import DEFAULT_OPTIONS, SmtOptions
-from synth.smt.outcome import Outcome
 from synth.smt.synthesizer import (
     DEFAULT_INSTANCE_TIME_LIMIT_S,
     DEFAULT_TIME_LIMIT_S,
@@ -47,7 +47,7 @@ class LeastSteps:
     @property
     def proven(self) -> bool:
         """Every smaller S was proven unsatisfiable (none timed out)."""
-        return all(o.status != "unknown" for o in self.outcomes)
+        return all(o.status.answered for o in self.outcomes)
 
     def message(self) -> str:
         if self.algorithm is not None:
@@ -111,17 +111,17 @@ def least_steps(
                 )
             out = synth.solve(steps, steps + extra_rounds, chunks, deadline.limit(instance_time_limit_s))
             outcomes.append(out)
-            if out.status == "sat":
+            if out.algorithm is not None:
                 stop = "found"
             if on_outcome is not None:
                 on_outcome(out)
             if stop == "found":
                 break
     except KeyboardInterrupt:
-        stop = "found" if outcomes and outcomes[-1].status == "sat" else "interrupted"
+        stop = "found" if outcomes and outcomes[-1].algorithm is not None else "interrupted"
     limits = (time_limit_s, instance_time_limit_s)
     if stop != "found":
         return LeastSteps(None, tuple(outcomes), lower, limit, stop, *limits)
     earlier = tuple(outcomes[:-1])
-    algo = outcomes[-1].algorithm.with_provenance(optimal=all(o.status == "unsat" for o in earlier))
+    algo = outcomes[-1].algorithm.with_provenance(optimal=all(o.status is Status.INFEASIBLE for o in earlier))
     return LeastSteps(algo, earlier, lower, limit, stop, *limits)

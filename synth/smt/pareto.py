@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from common.limits import Limit, LimitError
-from synth.algorithm import Algorithm, Send, Step, compose
+from synth.algorithm import Algorithm
 from synth.bounds import rounds_per_chunk_bound, steps_lower_bound
 from synth.collectives import make_collective
 from synth.deadline import Deadline
 from synth.errors import InfeasibleError
+from synth.outcome import Outcome
+from synth.reductions import REDUCESCATTER_ALLGATHER, Problem, Solution
 from synth.smt.options import DEFAULT_OPTIONS, SmtOptions
-from synth.smt.outcome import Outcome
 from synth.smt.synthesizer import (
     DEFAULT_INSTANCE_TIME_LIMIT_S,
     DEFAULT_TIME_LIMIT_S,
@@ -38,7 +39,7 @@ from synth.smt.synthesizer import (
 from synth.smt.witness import shortest_path_schedule
 from topologies.model import Topology
 
-__all__ = ["DEFAULT_MAX_CHUNKS", "MAX_CHUNKS", "Front", "pareto_front", "prune_dominated", "refine"]
+__all__ = ["DEFAULT_MAX_CHUNKS", "MAX_CHUNKS", "Front", "pareto_front", "prune_dominated"]
 
 DEFAULT_MAX_CHUNKS = 8
 """Enough for the bandwidth-optimal DGX-1 allgather (C = 6); larger C grows every instance."""
@@ -74,7 +75,7 @@ class Front:
     @property
     def complete(self) -> bool:
         """No instance timed out (an unknown one might have added a point)."""
-        return all(o.status != "unknown" for o in self.outcomes)
+        return all(o.status.answered for o in self.outcomes)
 
     def message(self) -> str:
         points = ", ".join(f"(S={a.num_steps}, R={a.rounds}, C={a.chunks})" for a in self.algorithms)
@@ -108,29 +109,6 @@ def prune_dominated(algorithms: list[Algorithm]) -> tuple[Algorithm, ...]:
         if not beaten:
             keep.append(a)
     return tuple(sorted(keep, key=lambda a: (a.num_steps, a.rounds_per_chunk)))
-
-
-def refine(algo: Algorithm, factor: int) -> Algorithm:
-    """The same schedule with every chunk split in ``factor`` (C and R both times ``factor``).
-
-    Chunk and address ids follow MSCCL's layouts, where piece ``j`` of id ``a`` is ``a * factor + j``.
-    """
-    if factor == 1:
-        return algo
-    coll = algo.collective
-    finer = make_collective(coll.name, coll.num_ranks, coll.chunks_per_rank * factor, coll.root)
-    steps = tuple(
-        Step(
-            st.rounds * factor,
-            tuple(
-                sorted(
-                    Send(s.chunk * factor + j, s.src, s.dst, s.op) for s in st.sends for j in range(factor)
-                )
-            ),
-        )
-        for st in algo.steps
-    )
-    return Algorithm(finer, algo.topology, steps, algo.provenance)
 
 
 def pareto_front(
@@ -283,7 +261,7 @@ class _Walk:
                     )
                 out = self.synth.solve(steps, rounds, chunks, deadline.limit(instance_limit))
                 self.outcomes.append(out)
-                if out.status == "sat":
+                if out.algorithm is not None:
                     self.found.append(out.algorithm)
                 if on_outcome is not None:
                     on_outcome(out)
@@ -322,14 +300,12 @@ def _front(topology, name, walks, max_chunks, stop, limits) -> Front:
 
 
 def _compositions(topology: Topology, walks: list[_Walk]) -> list[Algorithm]:
+    """Every reducescatter on the front followed by every allgather on it
+    (:data:`synth.reductions.REDUCESCATTER_ALLGATHER`, which refines both to a common chunk count)."""
     n = topology.num_ranks
-    found = []
-    for rs in prune_dominated(walks[0].found):
-        for ag in prune_dominated(walks[1].found):
-            common = math.lcm(rs.chunks, ag.chunks)
-            first, second = refine(rs, common // rs.chunks), refine(ag, common // ag.chunks)
-            coll = make_collective("allreduce", n, n * common)
-            algo = compose(first, second, coll, via="reducescatter + allgather")
-            algo.verify(topology)
-            found.append(algo)
-    return found
+    reduced = REDUCESCATTER_ALLGATHER.apply(Problem(topology, make_collective("allreduce", n, n)))
+    return [
+        reduced.invert([Solution(rs), Solution(ag)]).algorithm
+        for rs in prune_dominated(walks[0].found)
+        for ag in prune_dominated(walks[1].found)
+    ]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import z3
 
 from synth.deadline import NO_DEADLINE, Deadline
+from synth.outcome import Status
 from synth.smt.formula import Formula
 
 __all__ = ["Check", "Session", "interrupt", "read_model", "z3_version"]
@@ -45,8 +46,8 @@ def read_model(text: str) -> set[str]:
 
 @dataclass(frozen=True)
 class Check:
-    status: str
-    """``sat``, ``unsat`` or ``unknown`` (time limit)."""
+    status: Status
+    """z3's sat, unsat and unknown (time limit) as ``FEASIBLE``, ``INFEASIBLE`` and ``UNKNOWN``."""
     true_names: frozenset[str] = frozenset()
     seconds: float = 0.0
 
@@ -95,7 +96,7 @@ class Session:
             if left is not None:
                 left_ms = int(left * 1000)
                 if left_ms <= 0:
-                    return Check("unknown", seconds=time.monotonic() - start)
+                    return Check(Status.UNKNOWN, seconds=time.monotonic() - start)
                 self.solver.set("timeout", left_ms)
             else:
                 self.solver.set("timeout", NO_LIMIT_MS)
@@ -106,13 +107,13 @@ class Session:
             result = self.solver.check(*literals)
             if result == z3.sat:
                 names = frozenset(read_model(self.solver.model().sexpr()))
-                return Check("sat", names, time.monotonic() - start)
+                return Check(Status.FEASIBLE, names, time.monotonic() - start)
             if result == z3.unsat:
-                return Check("unsat", seconds=time.monotonic() - start)
+                return Check(Status.INFEASIBLE, seconds=time.monotonic() - start)
             reason = self.solver.reason_unknown()
             if "interrupted from keyboard" in reason:
                 raise KeyboardInterrupt  # z3 caught the user's Ctrl-C; pass it on
             if "max.conflicts" not in reason:
                 break  # the time limit, or an interrupt from another thread (see interrupt_all)
             budget *= 2
-        return Check("unknown", seconds=time.monotonic() - start)
+        return Check(Status.UNKNOWN, seconds=time.monotonic() - start)

@@ -3,10 +3,11 @@
 Non-combining collectives are encoded directly (:mod:`synth.smt.encoding`). With
 ``options.incremental`` one encoding per chunk count covers a range of steps and rounds, and its
 solver answers every instance in that range under assumptions; otherwise each instance gets a fresh
-encoding of exactly its size. Reducescatter and reduce are solved as their dual (allgather,
-broadcast) on the reversed topology and inverted; allreduce either by composing a reducescatter
-and an allgather (when C is a multiple of the ranks) or by the direct encoding
-(:mod:`synth.smt.allreduce`). Every algorithm is verified before it is returned.
+encoding of exactly its size, tried first on the quotient by the problem's symmetries. Reducescatter
+and reduce are solved as their dual (allgather, broadcast) on the reversed topology and inverted;
+allreduce either by composing a reducescatter and an allgather (when C is a multiple of the ranks)
+or by the direct encoding (:mod:`synth.smt.allreduce`). The dual, the composition and the quotient
+are the reductions of :mod:`synth.reductions`. Every algorithm is verified before it is returned.
 """
 
 from __future__ import annotations
@@ -15,17 +16,17 @@ import time
 from dataclasses import replace
 
 from common.limits import Limit
-from synth.algorithm import Algorithm, Provenance, compose, invert
+from synth.algorithm import Algorithm, Provenance
 from synth.bounds import steps_lower_bound
 from synth.collectives import Collective, make_collective
 from synth.deadline import Deadline, OutOfTime
 from synth.errors import InfeasibleError
+from synth.outcome import SMT_WORDS, Outcome, Question, Status
+from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution, SymmetryQuotient
 from synth.smt.allreduce import AllreduceEncoding
 from synth.smt.encoding import Encoding
 from synth.smt.options import DEFAULT_OPTIONS, SmtOptions
-from synth.smt.outcome import Outcome
 from synth.smt.session import Session, z3_version
-from synth.smt.symmetry import problem_symmetry
 from topologies.model import Topology
 
 __all__ = [
@@ -81,6 +82,7 @@ class Synthesizer:
         self.root = root
         self.options = options
         self.allreduce = allreduce
+        self.quotient = SymmetryQuotient(options.automorphism_limit)
         self._families: dict[tuple[int, int, bool], tuple[Encoding, Session]] = {}
         self._has_symmetry: bool | None = None
         self._parts: dict[str, Synthesizer] = {}
@@ -88,10 +90,17 @@ class Synthesizer:
     def collective(self, chunks: int) -> Collective:
         return make_collective(self.name, self.topology.num_ranks, chunks, self.root)
 
-    def _part(self, key: str, topology: Topology, name: str) -> Synthesizer:
+    def _part(self, key: str, problem: Problem) -> Synthesizer:
+        """The synthesizer of a subproblem, kept: its solvers serve the next instance."""
         if key not in self._parts:
-            self._parts[key] = Synthesizer(topology, name, self.root, self.options)
+            self._parts[key] = Synthesizer(problem.topology, problem.collective.name, self.root, self.options)
         return self._parts[key]
+
+    def _answer(
+        self, status: Status, collective: Collective, steps: int, rounds: int, start: float, **more
+    ) -> Outcome:
+        question = Question(self.name, steps, rounds, collective.chunks_per_rank)
+        return Outcome(status, question, time.monotonic() - start, words=SMT_WORDS, **more)
 
     # -- the entry point ----------------------------------------------------------------------
     def solve(self, steps: int, rounds: int, chunks: int, time_limit_s: float | None = None) -> Outcome:
@@ -113,28 +122,32 @@ class Synthesizer:
                     return self._direct(collective, steps, rounds, deadline)
                 return self._composed(collective, steps, rounds, deadline)
             if collective.combining:
-                dual = self._part("dual", self.topology.reverse(), collective.dual().name)
-                out = dual._solve(dual.collective(chunks), steps, rounds, deadline)
-                algo = None
-                if out.algorithm is not None:
-                    algo = invert(out.algorithm, collective)
-                    algo.verify(self.topology)
-                via = f"dual: {out.collective} on the reversed topology, inverted"
-                return replace(out, collective=self.name, algorithm=algo, via=via)
+                return self._dual(collective, steps, rounds, deadline)
             return self._non_combining(collective, steps, rounds, deadline)
         except OutOfTime:  # the formula was still being built
-            seconds = time.monotonic() - start
-            return Outcome("unknown", self.name, steps, rounds, chunks, seconds)
+            return self._answer(Status.UNKNOWN, collective, steps, rounds, start)
+
+    def _dual(self, collective: Collective, steps: int, rounds: int, deadline: Deadline) -> Outcome:
+        """The dual on the reversed topology (:data:`synth.reductions.DUAL`), inverted."""
+        reduced = DUAL.apply(Problem(self.topology, collective))
+        (sub,) = reduced.subproblems
+        out = self._part("dual", sub)._solve(sub.collective, steps, rounds, deadline)
+        algo = None if out.algorithm is None else reduced.invert([Solution(out.algorithm)]).algorithm
+        return replace(
+            out, question=replace(out.question, collective=self.name), algorithm=algo, via=reduced.via
+        )
 
     # -- non-combining ------------------------------------------------------------------------
     def _family(
-        self, collective: Collective, steps: int, rounds: int, tied: bool, deadline: Deadline
+        self, collective: Collective, steps: int, rounds: int, quotient: Reduced | None, deadline: Deadline
     ) -> tuple[Encoding, Session]:
-        """The encoding and solver for (S, R). The first time an (S, C) is asked, an encoding of
-        exactly its size; when the same (S, C) comes back with more rounds (a front walk raising R),
-        one encoding for ``ROUND_GROWTH`` more rounds, selected by assumption, keeps its solver."""
+        """The encoding (of the ``quotient`` when given) and solver for (S, R). The first time an
+        (S, C) is asked, an encoding of exactly its size; when the same (S, C) comes back with more
+        rounds (a front walk raising R), one encoding for ``ROUND_GROWTH`` more rounds, selected by
+        assumption, keeps its solver."""
         # The encoding that searches first gets the saturation constraints (they guide the search);
         # the full one behind a tied attempt mostly proves unsat, where they only cost time.
+        tied = quotient is not None
         saturation = tied or not self._symmetric()
         key = (collective.chunks_per_rank, steps, tied)
         old = self._families.get(key) if self.options.incremental else None
@@ -152,7 +165,7 @@ class Synthesizer:
             top,
             self.options,
             fixed_rounds=fixed,
-            tied=tied,
+            symmetry=None if quotient is None else quotient.data,
             saturation=saturation,
             deadline=deadline,
         )
@@ -166,83 +179,76 @@ class Synthesizer:
     def _symmetric(self) -> bool:
         """Whether to look for a symmetric algorithm first (some automorphism maps the problem onto itself)."""
         if self._has_symmetry is None:
-            symmetry = problem_symmetry(self.topology, self.collective(1), self.options.automorphism_limit)
+            symmetry = self.quotient.apply(Problem(self.topology, self.collective(1))).data
             self._has_symmetry = self.options.symmetric and not symmetry.trivial
         return self._has_symmetry
 
     def _non_combining(self, collective: Collective, steps: int, rounds: int, deadline: Deadline) -> Outcome:
-        """First the quotient by the symmetries (small: one variable per orbit of sends); when it
-        has no solution, the full encoding decides."""
+        """First the quotient by the symmetries (:class:`synth.reductions.SymmetryQuotient`: one
+        variable per orbit of sends); when it has no solution, the full encoding decides."""
         start = time.monotonic()
-        for tied in (True, False) if self._symmetric() else (False,):
-            enc, session = self._family(collective, steps, rounds, tied, deadline)
+        problem = Problem(self.topology, collective)
+        for quotient in (self.quotient.apply(problem), None) if self._symmetric() else (None,):
+            enc, session = self._family(collective, steps, rounds, quotient, deadline)
             check = session.check(enc.assumptions(steps, rounds), deadline)
-            if check.status != "unsat" or not tied:
-                return self._outcome(collective, steps, rounds, start, check, enc, tied)
+            if check.status is not Status.INFEASIBLE or quotient is None:
+                return self._outcome(collective, steps, rounds, start, check, enc, quotient)
         raise AssertionError("unreachable")
 
-    def _outcome(self, collective, steps, rounds, start, check, enc, symmetric: bool) -> Outcome:
+    def _outcome(self, collective, steps, rounds, start, check, enc, quotient: Reduced | None) -> Outcome:
+        """The answer of one check; a solution of the quotient (one send per orbit) is completed by
+        inverting it. Every algorithm is verified."""
         algo = None
-        if check.status == "sat":
-            params = (("symmetric", symmetric),)
+        if check.status.has_solution:
+            params = (("symmetric", quotient is not None),)
             prov = Provenance("smt", solver=f"z3 {z3_version()}", params=params)
             algo = Algorithm(collective, self.topology.name, enc.decode(set(check.true_names), steps), prov)
-            algo.verify(self.topology)
-        seconds = time.monotonic() - start
-        return Outcome(check.status, self.name, steps, rounds, collective.chunks_per_rank, seconds, algo)
+            if quotient is None:
+                algo.verify(self.topology)
+            else:
+                algo = quotient.invert([Solution(algo)]).algorithm
+        return self._answer(check.status, collective, steps, rounds, start, algorithm=algo)
 
     # -- allreduce ----------------------------------------------------------------------------
     def _direct(self, collective: Collective, steps: int, rounds: int, deadline: Deadline) -> Outcome:
         start = time.monotonic()
         enc = AllreduceEncoding(self.topology, collective, steps, rounds, deadline)
         check = Session(enc.formula, self.options.seed, self.options.restarts).check([], deadline)
-        out = self._outcome(collective, steps, rounds, start, check, enc, False)
+        out = self._outcome(collective, steps, rounds, start, check, enc, None)
         via = "direct encoding (partial sums travel together)"
         algo = out.algorithm.with_provenance(via=via) if out.algorithm else None
         return replace(out, algorithm=algo, via=via)
 
     def _composed(self, collective: Collective, steps: int, rounds: int, deadline: Deadline) -> Outcome:
-        """Try every split S = S1 + S2, R = R1 + R2 of a reducescatter followed by an allgather."""
+        """Try every split S = S1 + S2, R = R1 + R2 of a reducescatter followed by an allgather
+        (:data:`synth.reductions.REDUCESCATTER_ALLGATHER`)."""
         start = time.monotonic()
-        n = collective.num_ranks
-        part = collective.chunks_per_rank // n
-        rs = self._part("reducescatter", self.topology, "reducescatter")
-        ag = self._part("allgather", self.topology, "allgather")
-        rs_lb = steps_lower_bound(self.topology, rs.collective(part))
-        ag_lb = steps_lower_bound(self.topology, ag.collective(part))
-        via = "reducescatter + allgather"
+        reduced = REDUCESCATTER_ALLGATHER.apply(Problem(self.topology, collective))
+        rs_problem, ag_problem = reduced.subproblems
+        rs, ag = self._part("reducescatter", rs_problem), self._part("allgather", ag_problem)
+        rs_lb = steps_lower_bound(self.topology, rs_problem.collective)
+        ag_lb = steps_lower_bound(self.topology, ag_problem.collective)
         unknown = False
         for s1 in range(rs_lb, steps - ag_lb + 1):
             s2 = steps - s1
             for r1 in range(s1, rounds - s2 + 1):  # fewest rounds to the reducescatter first
-                first = rs._solve(rs.collective(part), s1, r1, deadline)
-                if first.status == "unknown":
+                first = rs._solve(rs_problem.collective, s1, r1, deadline)
+                if first.status is Status.UNKNOWN:
                     unknown = True
                     break
-                if first.status == "unsat":
+                if first.algorithm is None:
                     continue
-                second = ag._solve(ag.collective(part), s2, rounds - r1, deadline)
-                if second.status == "sat":
-                    algo = compose(first.algorithm, second.algorithm, collective, via=via)
-                    algo.verify(self.topology)
-                    seconds = time.monotonic() - start
-                    return Outcome(
-                        "sat", self.name, steps, rounds, collective.chunks_per_rank, seconds, algo, via=via
+                second = ag._solve(ag_problem.collective, s2, rounds - r1, deadline)
+                if second.algorithm is not None:
+                    both = [Solution(first.algorithm), Solution(second.algorithm)]
+                    algo = reduced.invert(both).algorithm
+                    return self._answer(
+                        Status.FEASIBLE, collective, steps, rounds, start, algorithm=algo, via=reduced.via
                     )
-                unknown = unknown or second.status == "unknown"
+                unknown = unknown or second.status is Status.UNKNOWN
                 break  # more reducescatter rounds leave the allgather fewer: no better
-        status = "unknown" if unknown else "unsat"
-        seconds = time.monotonic() - start
-        return Outcome(
-            status,
-            self.name,
-            steps,
-            rounds,
-            collective.chunks_per_rank,
-            seconds,
-            scope=COMPOSED_SCOPE,
-            via=via,
-        )
+        status = Status.UNKNOWN if unknown else Status.INFEASIBLE
+        return self._answer(status, collective, steps, rounds, start, scope=COMPOSED_SCOPE, via=reduced.via)
 
 
 def check_ranks(topology: Topology) -> None:
@@ -265,7 +271,8 @@ def check_size(topology: Topology, collective: Collective, steps: int, rounds: i
     links = max(len(topology.logical().links), topology.num_ranks)
     size = len(collective.chunks) * links * steps + steps * (rounds - steps + 1)
     SENDS.check(
-        size, f"instance {collective.name} S={steps} R={rounds} C={collective.chunks_per_rank} on {topology.name}"
+        size,
+        f"instance {collective.name} S={steps} R={rounds} C={collective.chunks_per_rank} on {topology.name}",
     )
 
 

@@ -9,18 +9,19 @@ balance the load on each link), layer ``d`` carrying the hops into ranks ``d + 1
 - Otherwise each layer is one step with the rounds its load needs: an algorithm with the fewest
   steps (the steps lower bound) and some ``R``, which ends the rounds loop of a front walk.
 
-Combining collectives follow by the same transformations as everywhere: reducescatter and reduce
-through their dual on the reversed topology, allreduce as reducescatter + allgather (or, when the
-chunks are not a multiple of the ranks, reduce to rank 0 + broadcast from it).
+Combining collectives follow by the reductions every front end uses (:mod:`synth.reductions`):
+reducescatter and reduce through their dual on the reversed topology, allreduce as reducescatter +
+allgather (or, when the chunks are not a multiple of the ranks, reduce to rank 0 + broadcast from it).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from synth.algorithm import Algorithm, Provenance, Send, Step, compose, invert
-from synth.collectives import Collective, make_collective
+from synth.algorithm import Algorithm, Provenance, Send, Step
+from synth.collectives import Collective
 from synth.errors import InfeasibleError
+from synth.reductions import Problem, Solution, solve_reduced, standard_reduction
 from topologies.model import Topology
 
 __all__ = ["shortest_path_schedule"]
@@ -84,24 +85,10 @@ def shortest_path_schedule(
     topology: Topology, collective: Collective, single_round_steps: bool = True
 ) -> Algorithm:
     """A verified store-and-forward schedule along shortest paths (see the module docstring)."""
-    n, c = collective.num_ranks, collective.chunks_per_rank
-    if collective.name == "allreduce":
-        if c % n == 0:
-            first = shortest_path_schedule(
-                topology, make_collective("reducescatter", n, c // n), single_round_steps
-            )
-            second = shortest_path_schedule(
-                topology, make_collective("allgather", n, c // n), single_round_steps
-            )
-        else:
-            first = shortest_path_schedule(topology, make_collective("reduce", n, c, 0), single_round_steps)
-            second = shortest_path_schedule(
-                topology, make_collective("broadcast", n, c, 0), single_round_steps
-            )
-        algo = compose(first, second, collective, via=f"{first.collective.name} + {second.collective.name}")
-    elif collective.combining:
-        algo = invert(_non_combining(topology.reverse(), collective.dual(), single_round_steps), collective)
-    else:
-        algo = _non_combining(topology, collective, single_round_steps)
-    algo.verify(topology)
-    return algo
+
+    def schedule(problem: Problem) -> Solution:
+        algo = _non_combining(problem.topology, problem.collective, single_round_steps)
+        algo.verify(problem.topology)
+        return Solution(algo)
+
+    return solve_reduced(Problem(topology, collective), standard_reduction, schedule).algorithm

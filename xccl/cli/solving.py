@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,13 +27,14 @@ from xccl.cli.output import progress
 
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm
-    from synth.smt.outcome import Outcome
+    from synth.outcome import Outcome
 
 __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OPEN",
     "EXIT_TERMINATED",
     "Progress",
+    "Search",
     "add_save_args",
     "add_time_limit",
     "check_targets",
@@ -40,6 +42,7 @@ __all__ = [
     "long_command",
     "positive_int",
     "save_algorithms",
+    "start_search",
     "time_limits",
 ]
 
@@ -93,6 +96,36 @@ def describe_limits(total: float, each: float | None = None, unit: str = "instan
     """``time limit 600 s in all, 60 s per instance``: what the output says applied."""
     text = f"time limit {total:g} s"
     return text if each is None else f"{text} in all, {each:g} s per {unit}"
+
+
+@dataclass(frozen=True)
+class Search:
+    """What an SMT command hands its search: the time limits (the whole run's, each instance's)
+    and the progress lines."""
+
+    limit: float
+    each: float | None
+    progress: Progress
+
+    def describe(self) -> str:
+        return describe_limits(self.limit, self.each)
+
+    def arguments(self) -> dict:
+        """The keyword arguments every search takes (``least_steps``, ``pareto_front``)."""
+        return {
+            "time_limit_s": self.limit,
+            "instance_time_limit_s": self.each,
+            "on_start": self.progress.start,
+            "on_outcome": self.progress.done,
+        }
+
+
+def start_search(args: argparse.Namespace, *files: str | None) -> Search:
+    """What every SMT command does before solving: refuse targets it could not write (and
+    ``files``), then set up the time limits and the progress lines."""
+    check_targets(args, *files)
+    limit, each = time_limits(args)
+    return Search(limit, each, Progress(describe_limits(limit, each)))
 
 
 @contextmanager

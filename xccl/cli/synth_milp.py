@@ -61,14 +61,8 @@ def cmd_milp(args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if result.interrupted else 0
 
 
-def register(methods: argparse._SubParsersAction) -> None:
-    p = methods.add_parser(
-        "milp",
-        help="TACCL-style: route, order and schedule chunks with MILPs guided by a communication sketch",
-        description="Synthesize a verified algorithm from a communication sketch (see docs/sketch-format.md).",
-        epilog="exit status: 0 done, 2 bad input, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); "
-        "after an interrupt the best verified result so far is still written",
-    )
+def _add_problem_args(p: argparse.ArgumentParser) -> None:
+    """What to synthesize: topology, sketch, collective, root, size, and where to write it."""
     p.add_argument("--topology", "-t", required=True, help="shipped machine (ndv2x2), family or JSON file")
     p.add_argument("--sketch", "-k", required=True, help="shipped sketch name (ndv2x2-relay) or JSON file")
     p.add_argument(
@@ -85,6 +79,10 @@ def register(methods: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--output", help="algorithm file to write (default: print it)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
+
+
+def _add_solver_args(p: argparse.ArgumentParser) -> None:
+    """How to solve: back end, time limits, threads, chunkup, per-send overhead."""
     p.add_argument(
         "--solver",
         choices=MILP_SOLVERS,
@@ -121,4 +119,16 @@ def register(methods: argparse._SubParsersAction) -> None:
         metavar="US",
         help="per-send link occupancy of the target runtime; above 0, stage 3 may merge consecutive network sends",
     )
+
+
+def register(methods: argparse._SubParsersAction) -> None:
+    p = methods.add_parser(
+        "milp",
+        help="TACCL-style: route, order and schedule chunks with MILPs guided by a communication sketch",
+        description="Synthesize a verified algorithm from a communication sketch (see docs/sketch-format.md).",
+        epilog="exit status: 0 done, 2 bad input, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); "
+        "after an interrupt the best verified result so far is still written",
+    )
+    _add_problem_args(p)
+    _add_solver_args(p)
     p.set_defaults(func=cmd_milp)

@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from xccl.cli import solving
 from xccl.cli.choices import ALLREDUCE_METHODS
 from xccl.cli.common import add_collective_args, collective_from_args, topology_from_args
-from xccl.cli.solving import (
-    EXIT_INTERRUPTED,
-    EXIT_OPEN,
-    Progress,
-    add_save_args,
-    add_time_limit,
-    check_targets,
-    describe_limits,
-    long_command,
-    positive_int,
-    save_algorithms,
-    time_limits,
-)
 
 __all__ = ["register"]
 
@@ -37,10 +25,10 @@ def _common(p: argparse.ArgumentParser, per_instance: bool) -> None:
         help="allreduce as reducescatter + allgather (compose, needs C a multiple of the ranks) or the "
         "direct encoding; auto picks compose when it can (default)",
     )
-    add_time_limit(p, per_instance)
+    solving.add_time_limit(p, per_instance)
 
 
-@long_command
+@solving.long_command
 def cmd_instance(args: argparse.Namespace) -> int:
     from common.files import save_text
     from synth.smt import build_model, solve_instance
@@ -52,7 +40,7 @@ def cmd_instance(args: argparse.Namespace) -> int:
     check_instance(args.steps, rounds, coll.chunks_per_rank)
     check_allreduce(coll, args.allreduce)
     check_size(topo, coll, args.steps, rounds)
-    check_targets(args, args.smt2)
+    search = solving.start_search(args, args.smt2)
     if args.smt2:
         model = build_model(topo, coll, args.steps, rounds)
         save_text(args.smt2, model.smt2(), force=args.force)
@@ -60,24 +48,22 @@ def cmd_instance(args: argparse.Namespace) -> int:
             f"wrote {args.smt2}: SMT-LIB model of {coll.name} S={args.steps} R={rounds} C={coll.chunks_per_rank}"
         )
         return 0
-    limit, _ = time_limits(args)
-    show = Progress(describe_limits(limit))
+    show = search.progress
     show.start(f"{coll.name} S={args.steps} R={rounds} C={coll.chunks_per_rank}")
     try:
-        outcome = solve_instance(topo, coll, args.steps, rounds, limit, allreduce=args.allreduce)
+        outcome = solve_instance(topo, coll, args.steps, rounds, search.limit, allreduce=args.allreduce)
     except KeyboardInterrupt:
         show.interrupted()
-        return EXIT_INTERRUPTED
+        return solving.EXIT_INTERRUPTED
     show.done(outcome)
-    note = f"; {describe_limits(limit)}" if outcome.status != "unknown" else ""
+    note = f"; {search.describe()}" if outcome.status.answered else ""
     print(outcome.message() + note)
-    if outcome.status == "sat":
-        save_algorithms([outcome.algorithm], args)
-        return 0
-    return 0 if outcome.status == "unsat" else EXIT_OPEN
+    if outcome.algorithm is not None:
+        solving.save_algorithms([outcome.algorithm], args)
+    return 0 if outcome.status.answered else solving.EXIT_OPEN
 
 
-@long_command
+@solving.long_command
 def cmd_least_steps(args: argparse.Namespace) -> int:
     from synth.smt import least_steps
     from synth.smt.synthesizer import check_allreduce, check_size
@@ -87,31 +73,21 @@ def cmd_least_steps(args: argparse.Namespace) -> int:
     check_allreduce(coll, args.allreduce)
     if args.max_steps is not None:
         check_size(topo, coll, args.max_steps, args.max_steps + args.extra_rounds)
-    check_targets(args)
-    limit, each = time_limits(args)
-    show = Progress(describe_limits(limit, each))
-    result = least_steps(
-        topo,
-        coll,
-        extra_rounds=args.extra_rounds,
-        max_steps=args.max_steps,
-        time_limit_s=limit,
-        instance_time_limit_s=each,
-        allreduce=args.allreduce,
-        on_start=show.start,
-        on_outcome=show.done,
-    )
+    search = solving.start_search(args)
+    limits = search.arguments()
+    extra = args.extra_rounds
+    result = least_steps(topo, coll, extra, args.max_steps, allreduce=args.allreduce, **limits)
     if result.stop == "interrupted":
-        show.interrupted()
-        return EXIT_INTERRUPTED
+        search.progress.interrupted()
+        return solving.EXIT_INTERRUPTED
     print(
         f"{coll.name} on {topo.name} needs at least {result.steps_bound} steps (hop distances); "
-        f"searched up to {result.max_steps}; {describe_limits(limit, each)}"
+        f"searched up to {result.max_steps}; {search.describe()}"
     )
     print(result.message())
     if result.algorithm is not None:
-        save_algorithms([result.algorithm], args)
-    return 0 if result.proven else EXIT_OPEN
+        solving.save_algorithms([result.algorithm], args)
+    return 0 if result.proven else solving.EXIT_OPEN
 
 
 def register(methods: argparse._SubParsersAction) -> None:
@@ -120,10 +96,10 @@ def register(methods: argparse._SubParsersAction) -> None:
 
     q = sub.add_parser("instance", help="one instance: S steps, R rounds, C chunks per rank", epilog=EPILOG)
     _common(q, per_instance=False)
-    q.add_argument("-s", "--steps", type=positive_int, required=True, help="steps S")
-    q.add_argument("-r", "--rounds", type=positive_int, help="total rounds R >= S (default: S)")
+    q.add_argument("-s", "--steps", type=solving.positive_int, required=True, help="steps S")
+    q.add_argument("-r", "--rounds", type=solving.positive_int, help="total rounds R >= S (default: S)")
     q.add_argument("--smt2", metavar="FILE", help="write the SMT-LIB model to FILE instead of solving")
-    add_save_args(q, single=True)
+    solving.add_save_args(q, single=True)
     q.set_defaults(func=cmd_instance)
 
     q = sub.add_parser(
@@ -135,10 +111,10 @@ def register(methods: argparse._SubParsersAction) -> None:
     q.add_argument("--extra-rounds", type=int, default=0, metavar="K", help="R = S + K (default 0)")
     q.add_argument(
         "--max-steps",
-        type=positive_int,
+        type=solving.positive_int,
         metavar="N",
         help="give up after N steps (default: the steps of a shortest-path schedule with one round per "
         "step, which always exists)",
     )
-    add_save_args(q, single=True)
+    solving.add_save_args(q, single=True)
     q.set_defaults(func=cmd_least_steps)

@@ -6,7 +6,7 @@ from synth.errors import InfeasibleError
 from synth.milp.solvers.base import CAPABILITIES, Backend
 from synth.milp.solvers.cbc import CbcBackend
 from synth.milp.solvers.highs import HighsBackend
-from synth.milp.solvers.model import INF, Model, ModelBuilder, Solution, Status
+from synth.milp.solvers.model import INF, Model, ModelBuilder, Solution, Status, relative_gap
 
 __all__ = [
     "BACKENDS",
@@ -20,6 +20,7 @@ __all__ = [
     "Status",
     "available_backends",
     "get_backend",
+    "relative_gap",
 ]
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (HighsBackend(), CbcBackend())}

@@ -44,6 +44,39 @@ def _stop_children(name: str) -> None:
                 os.kill(int(stat.parent.name), signal.SIGTERM)
 
 
+def _problem(model: Model) -> tuple:
+    """The model as a PuLP problem, and its columns in order."""
+    import pulp
+
+    prob = pulp.LpProblem(re.sub(r"\W", "_", model.name) or "model", pulp.LpMinimize)
+    cols = [
+        prob.add_variable(
+            f"x{i}",
+            lowBound=None if math.isinf(lo) else float(lo),
+            upBound=None if math.isinf(up) else float(up),
+            cat=pulp.LpInteger if flag else pulp.LpContinuous,
+        )
+        for i, (lo, up, flag) in enumerate(zip(model.col_lower, model.col_upper, model.integer, strict=True))
+    ]
+    prob.setObjective(
+        pulp.LpAffineExpression([(cols[i], float(c)) for i, c in enumerate(model.col_cost) if c != 0.0])
+    )
+    terms: list[list[tuple]] = [[] for _ in range(model.num_rows)]
+    for r, c, v in zip(model.a_rows.tolist(), model.a_cols.tolist(), model.a_vals.tolist(), strict=True):
+        terms[r].append((cols[c], v))
+    for r, row in enumerate(terms):
+        lo, up = float(model.row_lower[r]), float(model.row_upper[r])
+        expr = pulp.LpAffineExpression(row)
+        if lo == up:
+            prob.addConstraint(pulp.LpConstraint(expr, pulp.LpConstraintEQ, f"r{r}", lo))
+            continue
+        if not math.isinf(lo):
+            prob.addConstraint(pulp.LpConstraint(expr, pulp.LpConstraintGE, f"r{r}l", lo))
+        if not math.isinf(up):
+            prob.addConstraint(pulp.LpConstraint(expr, pulp.LpConstraintLE, f"r{r}u", up))
+    return prob, cols
+
+
 class CbcBackend(Backend):
     name = "cbc"
     capabilities = frozenset({"lp", "mip", "mip_start", "bound"})
@@ -59,34 +92,7 @@ class CbcBackend(Backend):
         import pulp
 
         began = time.perf_counter()
-        prob = pulp.LpProblem(re.sub(r"\W", "_", model.name) or "model", pulp.LpMinimize)
-        cols = [
-            prob.add_variable(
-                f"x{i}",
-                lowBound=None if math.isinf(lo) else float(lo),
-                upBound=None if math.isinf(up) else float(up),
-                cat=pulp.LpInteger if flag else pulp.LpContinuous,
-            )
-            for i, (lo, up, flag) in enumerate(
-                zip(model.col_lower, model.col_upper, model.integer, strict=True)
-            )
-        ]
-        prob.setObjective(
-            pulp.LpAffineExpression([(cols[i], float(c)) for i, c in enumerate(model.col_cost) if c != 0.0])
-        )
-        terms: list[list[tuple]] = [[] for _ in range(model.num_rows)]
-        for r, c, v in zip(model.a_rows.tolist(), model.a_cols.tolist(), model.a_vals.tolist(), strict=True):
-            terms[r].append((cols[c], v))
-        for r, row in enumerate(terms):
-            lo, up = float(model.row_lower[r]), float(model.row_upper[r])
-            expr = pulp.LpAffineExpression(row)
-            if lo == up:
-                prob.addConstraint(pulp.LpConstraint(expr, pulp.LpConstraintEQ, f"r{r}", lo))
-                continue
-            if not math.isinf(lo):
-                prob.addConstraint(pulp.LpConstraint(expr, pulp.LpConstraintGE, f"r{r}l", lo))
-            if not math.isinf(up):
-                prob.addConstraint(pulp.LpConstraint(expr, pulp.LpConstraintLE, f"r{r}u", up))
+        prob, cols = _problem(model)
         warm = model.start is not None and model.is_mip
         if warm:
             for var, value in zip(cols, model.start, strict=True):

@@ -9,28 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
 
 import numpy as np
 
-__all__ = ["INF", "Model", "ModelBuilder", "Solution", "Status"]
+from synth.outcome import Status
+
+__all__ = ["INF", "Model", "ModelBuilder", "Solution", "Status", "relative_gap"]
 
 INF = math.inf
-
-
-class Status(Enum):
-    """Every back end's native status mapped to one of four."""
-
-    OPTIMAL = "optimal"
-    FEASIBLE = "feasible"
-    """A feasible solution, not proven optimal (time limit or interrupt)."""
-    INFEASIBLE = "infeasible"
-    UNKNOWN = "unknown"
-    """No solution and no proof (time limit before the first solution, solver error)."""
-
-    @property
-    def has_solution(self) -> bool:
-        return self in (Status.OPTIMAL, Status.FEASIBLE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,9 +82,20 @@ class Model:
         return bool(np.all(act >= self.row_lower - slack) and np.all(act <= self.row_upper + slack))
 
 
+def relative_gap(status: Status, objective: float | None, bound: float | None) -> float | None:
+    """Relative gap between an objective and the best bound (0 when proven optimal; None without
+    a finite bound)."""
+    if status is Status.OPTIMAL:
+        return 0.0
+    if objective is None or bound is None or not math.isfinite(bound):
+        return None
+    return max(0.0, objective - bound) / max(abs(objective), 1e-12)
+
+
 @dataclass(frozen=True)
 class Solution:
-    """What a back end returns: the mapped status, objective, best bound and values."""
+    """What a back end returns: the status (its native one mapped to :class:`synth.outcome.Status`),
+    objective, best bound and values."""
 
     status: Status
     objective: float | None = None
@@ -112,12 +109,7 @@ class Solution:
 
     @property
     def gap(self) -> float | None:
-        """Relative gap between the objective and the best bound (0 when proven optimal)."""
-        if self.status is Status.OPTIMAL:
-            return 0.0
-        if self.objective is None or self.bound is None or not math.isfinite(self.bound):
-            return None
-        return max(0.0, self.objective - self.bound) / max(abs(self.objective), 1e-12)
+        return relative_gap(self.status, self.objective, self.bound)
 
 
 @dataclass
