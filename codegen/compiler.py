@@ -18,6 +18,7 @@ from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE
 from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
 from codegen.rules import MAX_CHANNELS, MAX_COUNT, Dialect, get_dialect
+from common.fields import is_integer
 from synth.algorithm import Algorithm
 from topologies import Topology
 
@@ -87,7 +88,7 @@ def run_compiler(
 def _check_width(name: str, instances: int, channels: int | None, max_channels: int) -> None:
     """Refuse, before the pipeline replicates anything, more channels than the runtime has."""
     for value, what in ((instances, "instances"), (channels, "channels")):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and (not is_integer(value) or value < 1):
             raise CodegenError(f"{name}: {what}: expected an integer >= 1, got {value!r}")
     if instances * (channels or 1) > max_channels:
         raise CodegenError(

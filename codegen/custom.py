@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from codegen.errors import DslError
+from common.fields import is_integer
 from synth.collectives import Chunk, Collective
 
 __all__ = ["custom_collective"]
@@ -30,7 +31,7 @@ Slot = tuple[int, int]
 
 def _slot(value: object, n: int, chunks: int, what: str) -> Slot:
     ok = isinstance(value, tuple) and len(value) == 2
-    ok = ok and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ok = ok and all(is_integer(v) for v in value)
     if not ok or not (0 <= value[0] < n and 0 <= value[1] < chunks):
         raise DslError(
             f"custom collective: {what} {value!r}: expected (rank, index) with rank in 0..{n - 1} "
@@ -50,7 +51,7 @@ def custom_collective(
         (input_chunks, "input chunks"),
         (output_chunks, "output chunks"),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_integer(value) or value < 1:
             raise DslError(f"custom collective: {name}: expected an integer >= 1, got {value!r}")
     if not isinstance(expect, Mapping):
         raise DslError(

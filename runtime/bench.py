@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from codegen.ir import IR
+from common.fields import is_integer
 from common.units import parse_size
 from runtime.backends import (
     BACKEND_MODULES,
@@ -168,7 +169,7 @@ def _measure(trial: Trial, warmup: int, repeats: int) -> float:
 
 
 def _count(value: object, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_integer(value) or value < low:
         raise BenchError(f"{name}: expected an integer {name} >= {low}, got {value!r}")
     return value
 

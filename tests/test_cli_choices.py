@@ -49,7 +49,7 @@ def test_milp_names():
 
     assert tuple(SUPPORTED) == tuple(choices.MILP_COLLECTIVES)
     assert list(_action("synth", "milp", dest="collective").choices) == list(SUPPORTED)
-    assert tuple(BACKENDS) == choices.MILP_SOLVERS
+    assert tuple(BACKENDS) == tuple(choices.MILP_SOLVERS)
     assert choices.MILP_TIME_LIMIT_S == DEFAULT_TIME_LIMIT_S
     assert choices.MILP_STAGE_TIME_LIMIT_S == DEFAULT_STAGE_TIME_LIMIT_S
 

@@ -26,6 +26,8 @@ from codegen import compile_algorithm, compile_program, save_ir
 from codegen.dsl import ChunkProgram
 from codegen.errors import CodegenError
 from codegen.ir import IR
+from common.errors import quoted
+from common.fields import is_integer
 from common.units import SizeError, parse_size, parse_size_range
 from runtime.errors import ExecutionError
 from synth.algorithm import Algorithm
@@ -183,7 +185,7 @@ def _milp(topo: Topology, coll: str | Collective, request: _Request) -> Algorith
     chunkup = request.chunkup
     if request.chunks is not None:
         raise CollectiveError("method milp: chunks come from the sketch; pass chunkup= to split them")
-    if chunkup is not None and (isinstance(chunkup, bool) or not isinstance(chunkup, int) or chunkup < 1):
+    if chunkup is not None and (not is_integer(chunkup) or chunkup < 1):
         raise CollectiveError(f"chunkup: expected an integer >= 1, got {chunkup!r}")
     if request.sketch is None:
         raise InfeasibleError("method milp needs a sketch (a shipped name such as 'ndv2x2-relay', or a file)")
@@ -270,11 +272,11 @@ def compile(
     """
     if not isinstance(source, Algorithm | ChunkProgram):
         raise CodegenError(
-            f"compile: source: expected an Algorithm or a DSL Program, got {type(source).__name__} {_shown(source)}"
+            f"compile: source: expected an Algorithm or a DSL Program, got {type(source).__name__} {quoted(source)}"
         )
     if not isinstance(inplace, bool):
         raise CodegenError(
-            f"compile: inplace: expected True or False, got {type(inplace).__name__} {_shown(inplace)}"
+            f"compile: inplace: expected True or False, got {type(inplace).__name__} {quoted(inplace)}"
         )
     if isinstance(source, ChunkProgram):
         return compile_program(source, instances=instances, protocol=protocol, dialect=dialect)
@@ -282,11 +284,6 @@ def compile(
     return compile_algorithm(
         source, topo, inplace=inplace, instances=instances, protocol=protocol, dialect=dialect
     )
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def export(ir: IR, path: str | Path, dialect: str = "azure", force: bool = False) -> Path:

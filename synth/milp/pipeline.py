@@ -22,6 +22,7 @@ from synth.algorithm import Algorithm, Provenance
 from synth.bounds import lower_bound_us
 from synth.collectives import make_collective
 from synth.deadline import NO_DEADLINE, Deadline, OutOfTime
+from synth.defaults import MILP_STAGE_TIME_LIMIT_S, MILP_TIME_LIMIT_S
 from synth.milp.emit import to_algorithm
 from synth.milp.instance import Instance, build_instance
 from synth.milp.ordering import PRIORITIES, Schedule, list_schedule
@@ -57,13 +58,8 @@ EXPLORE_SHARE = 0.25
 incumbents come early, and proving them optimal rarely changes the schedule."""
 PIPELINE_GAIN = 0.01
 """If the largest chunkup is not 1% faster than chunkup 1, the sizes between are not tried."""
-DEFAULT_TIME_LIMIT_S = 600.0
-"""Wall time of a whole synthesis: once it is spent no further chunkup is tried and no solve
-starts; the best verified result so far is returned (the ordering of the chosen routes and the
-verification still run after it: seconds at most, on 40,000 sends)."""
-DEFAULT_STAGE_TIME_LIMIT_S = 30.0
-"""Each MILP or LP solve stops after this long (or when the whole time is spent) with its best
-solution."""
+DEFAULT_TIME_LIMIT_S = MILP_TIME_LIMIT_S
+DEFAULT_STAGE_TIME_LIMIT_S = MILP_STAGE_TIME_LIMIT_S
 MIN_SOLVE_S = 0.05
 """A solve started with less time left than this still gets it: the routing solver needs a moment
 to hand back its MIP start."""

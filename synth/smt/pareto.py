@@ -25,6 +25,7 @@ from synth.algorithm import Algorithm
 from synth.bounds import rounds_per_chunk_bound, steps_lower_bound
 from synth.collectives import make_collective
 from synth.deadline import Deadline
+from synth.defaults import PARETO_MAX_CHUNKS
 from synth.errors import InfeasibleError
 from synth.outcome import Outcome
 from synth.reductions import REDUCESCATTER_ALLGATHER, Problem, Solution
@@ -41,8 +42,7 @@ from topologies.model import Topology
 
 __all__ = ["DEFAULT_MAX_CHUNKS", "MAX_CHUNKS", "Front", "pareto_front", "prune_dominated"]
 
-DEFAULT_MAX_CHUNKS = 8
-"""Enough for the bandwidth-optimal DGX-1 allgather (C = 6); larger C grows every instance."""
+DEFAULT_MAX_CHUNKS = PARETO_MAX_CHUNKS
 MAX_CHUNKS = Limit("chunks per rank", 64, "XCCL_MAX_PARETO_CHUNKS")
 """Most chunks per rank a walk may go to (8 times the default; every instance grows with C, and
 the walk plans each C's rounds before it starts)."""

@@ -20,6 +20,7 @@ from synth.algorithm import Algorithm, Provenance
 from synth.bounds import steps_lower_bound
 from synth.collectives import Collective, make_collective
 from synth.deadline import Deadline, OutOfTime
+from synth.defaults import ALLREDUCE_METHODS, SMT_INSTANCE_TIME_LIMIT_S, SMT_TIME_LIMIT_S
 from synth.errors import InfeasibleError
 from synth.outcome import SMT_WORDS, Outcome, Question, Status
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution, SymmetryQuotient
@@ -42,19 +43,13 @@ __all__ = [
     "solve_instance",
 ]
 
-DEFAULT_TIME_LIMIT_S = 600.0
-"""Wall time of a whole SMT run (one instance, a least-steps search or a front walk) unless told
-otherwise; what was found by then is kept."""
-DEFAULT_INSTANCE_TIME_LIMIT_S = 60.0
-"""Within a search or walk, one instance gives up after this long (unknown) and the search goes on,
-so that one hard instance cannot take the whole run."""
+DEFAULT_TIME_LIMIT_S = SMT_TIME_LIMIT_S
+DEFAULT_INSTANCE_TIME_LIMIT_S = SMT_INSTANCE_TIME_LIMIT_S
 SENDS = Limit("possible sends (chunks x links x steps)", 1_000_000, "XCCL_MAX_SMT_SENDS")
 """Largest instance encoded, in possible sends: chunks x logical links x steps, plus steps x
 rounds for the round counters. DGX-1 alltoall S=8 R=8 C=3 has 49,152; a 4x4 torus alltoall with
 S=8, C=2 has 262,144 and takes 0.7 GB and seconds to build."""
 
-ALLREDUCE_METHODS = ("auto", "compose", "direct")
-"""``auto``: compose when the chunks per rank are a multiple of the ranks, else direct."""
 
 ROUND_GROWTH = 4
 """When a walk raises R for the same (S, C), the shared encoding covers this many more rounds."""

@@ -3,10 +3,10 @@ the parser is built (``xccl --help``, every command's start).
 
 A choice list is a :class:`RegistryNames`: a view of its registry's keys that imports the registry
 the first time a value is checked or the names are listed, which argparse does only for an option
-that is given, or in the help of the command that has it. The numbers below are copies of their
-sources' defaults, which live in modules that import the solvers; ``tests/test_cli_choices.py``
-fails when one drifts, naming the constant to copy from. Registries that live in light modules
-(the runtime backends, dtypes and reductions) are imported directly by the commands that offer them.
+that is given, or in the help of the command that has it. The synthesizers' defaults and fixed
+choices live in the light :mod:`synth.defaults`, re-exported here under the names the commands use;
+registries in light modules (the runtime backends, dtypes and reductions) are imported directly by
+the commands that offer them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,15 @@ import importlib
 from collections.abc import Sequence
 from functools import cached_property
 from typing import overload
+
+from synth.defaults import (
+    ALLREDUCE_METHODS,
+    MILP_STAGE_TIME_LIMIT_S,
+    MILP_TIME_LIMIT_S,
+    SMT_INSTANCE_TIME_LIMIT_S,
+    SMT_TIME_LIMIT_S,
+)
+from synth.defaults import PARETO_MAX_CHUNKS as DEFAULT_MAX_CHUNKS
 
 __all__ = [
     "ALLREDUCE_METHODS",
@@ -57,25 +66,7 @@ class RegistryNames(Sequence[str]):
 
 BASELINE_NAMES = RegistryNames("synth.baselines", "BASELINES")
 
-ALLREDUCE_METHODS = ("auto", "compose", "direct")
-"""``synth.smt.synthesizer.ALLREDUCE_METHODS``."""
-
-DEFAULT_MAX_CHUNKS = 8
-"""``synth.smt.pareto.DEFAULT_MAX_CHUNKS``."""
-
-SMT_TIME_LIMIT_S = 600.0
-"""``synth.smt.synthesizer.DEFAULT_TIME_LIMIT_S``."""
-
-SMT_INSTANCE_TIME_LIMIT_S = 60.0
-"""``synth.smt.synthesizer.DEFAULT_INSTANCE_TIME_LIMIT_S``."""
-
-MILP_TIME_LIMIT_S = 600.0
-"""``synth.milp.pipeline.DEFAULT_TIME_LIMIT_S``."""
-
-MILP_STAGE_TIME_LIMIT_S = 30.0
-"""``synth.milp.pipeline.DEFAULT_STAGE_TIME_LIMIT_S``."""
-
 MILP_COLLECTIVES = RegistryNames("synth.milp.synthesis", "SUPPORTED")
 
-MILP_SOLVERS = ("highs", "cbc")
-"""``synth.milp.solvers.BACKENDS``, in order of preference."""
+MILP_SOLVERS = RegistryNames("synth.milp.solvers", "BACKENDS")
+"""In order of preference."""

@@ -87,7 +87,8 @@ def _add_solver_args(p: argparse.ArgumentParser) -> None:
         "--solver",
         choices=MILP_SOLVERS,
         default=None,
-        help="MILP back end (default: first available: highs)",
+        metavar="SOLVER",
+        help="MILP back end, one of %(choices)s (default: the first available, in that order)",
     )
     p.add_argument(
         "--time-limit",
