@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen.ir import IR, Buffer, Op, OpType
+from codegen.rules.structure import connections
 from common.errors import XcclError
 
 __all__ = [
@@ -119,32 +120,15 @@ def _block_index(ir: IR) -> tuple[dict[tuple[int, int], int], list[tuple[int, in
 
 
 def _connections(ir: IR) -> dict[tuple[int, int, int], int]:
-    """The index of each connection (sender, receiver, channel), in order; each must have exactly
-    one sending and one receiving threadblock."""
-    senders: set[tuple[int, int, int]] = set()
-    receivers: set[tuple[int, int, int]] = set()
-    for gpu in ir.gpus:
-        for tb in gpu.threadblocks:
-            for peer, taken, key, verb in (
-                (tb.send, senders, (gpu.rank, tb.send, tb.channel), "send to"),
-                (tb.recv, receivers, (tb.recv, gpu.rank, tb.channel), "receive from"),
-            ):
-                if peer is None:
-                    continue
-                if key in taken:
-                    raise PackError(
-                        f"{ir.name}: rank {gpu.rank}: two threadblocks {verb} rank {peer} on channel {tb.channel}"
-                    )
-                taken.add(key)
+    """The index of each connection (sender, receiver, channel), in order. The loader
+    (``runtime.program``, on :mod:`codegen.rules`) has refused an IR whose threadblocks share a
+    connection; one with a threadblock at one end only is refused here, before the kernel would
+    wait on it forever."""
     index = {}
-    for key in sorted(senders | receivers):
-        if key not in senders or key not in receivers:
-            side = (
-                f"no threadblock of rank {key[0]} sends"
-                if key not in senders
-                else f"no threadblock of rank {key[1]} receives"
-            )
-            raise PackError(f"{ir.name}: connection {key[0]} -> {key[1]} channel {key[2]}: {side}")
+    for key, (sender, receiver) in sorted(connections(ir).items()):
+        if sender is None or receiver is None:
+            side = f"rank {key[0]} sends" if sender is None else f"rank {key[1]} receives"
+            raise PackError(f"{ir.name}: connection {key[0]} -> {key[1]} channel {key[2]}: no threadblock of {side}")
         index[key] = len(index)
     return index
 
