@@ -13,8 +13,9 @@ from functools import lru_cache
 
 from synth.bounds.flow import flow_network, max_rate
 from synth.collectives import Collective, make_collective
-from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes
+from synth.cost import chunk_bytes
 from synth.errors import InfeasibleError
+from synth.timing import BYTES_PER_US_PER_GBPS
 from topologies.model import Topology
 
 __all__ = ["bandwidth_time_us", "rounds_per_chunk_bound"]

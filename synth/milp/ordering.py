@@ -46,15 +46,16 @@ def offsets(levels: tuple[int, ...], a: int, b: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class TimedSend:
+    """One tree arc as scheduled: ``chunk`` goes ``src -> dst`` at ``start_us``; ``parent`` is the
+    index of the send that brings the piece to ``src`` (-1 at the piece's source), ``rank`` the
+    priority key that ordered it (smaller first)."""
+
     chunk: int
     src: int
     dst: int
     parent: int
-    """Index of the send that brings the piece to ``src`` (-1 at the piece's source)."""
     start_us: float
-    arrive_us: float
     rank: tuple
-    """The priority key that ordered it (smaller first)."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def list_schedule(
     order = sorted(range(len(arcs)), key=lambda i: (start[i], ranks[i]))
     new_index = {old: new for new, old in enumerate(order)}
     sends = tuple(
-        TimedSend(*arcs[i], new_index[parents[i]] if parents[i] >= 0 else -1, start[i], arrive[i], ranks[i])
+        TimedSend(*arcs[i], new_index[parents[i]] if parents[i] >= 0 else -1, start[i], ranks[i])
         for i in order
     )
     servers = {key: tuple(new_index[i] for i in seq) for key, seq in used.items()}

@@ -21,11 +21,12 @@ from sketches.model import Sketch
 from sketches.restrict import Restriction, restrict
 from synth.algorithm import Algorithm, Step, compose, invert
 from synth.collectives import COLLECTIVES, make_collective
-from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes
+from synth.cost import chunk_bytes
 from synth.deadline import Deadline
 from synth.errors import InfeasibleError
 from synth.milp.pipeline import Log, Options, Outcome, StageReport, check_chunkup, run_stages
 from synth.milp.solvers import Backend, get_backend
+from synth.timing import DEFAULT
 from topologies.model import Topology
 
 __all__ = ["SUPPORTED", "MilpResult", "synthesize"]
@@ -63,8 +64,7 @@ def _time_reversed(
     for st in dual.steps:
         for s in st.sends:
             link = logical.links[(s.dst, s.src)]
-            transfer = piece_bytes / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS)
-            starts[(s.chunk, s.dst, s.src)] = (s.start_us or 0.0) + link.alpha_us + transfer
+            starts[(s.chunk, s.dst, s.src)] = (s.start_us or 0.0) + DEFAULT.delay_us(link, piece_bytes)
 
     steps = []
     for st in primal.steps:
