@@ -70,10 +70,6 @@ class Network:
         self._ids = {e: i for i, e in enumerate(self.edges)}
         self._cache = {}
 
-    @property
-    def links(self) -> dict[tuple[int, int], LogicalLink]:
-        return self.topology.logical().links
-
     def transfer(self, src: int, dst: int, nbytes: float) -> Transfer:
         """``nbytes`` from rank ``src`` to rank ``dst`` (the logical link must exist)."""
         key = (src, dst, nbytes)
