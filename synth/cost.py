@@ -116,7 +116,8 @@ def _dependencies(sends: list[tuple[int, Send]]) -> tuple[list[int], list[list[i
     dependents: list[list[int]] = [[] for _ in sends]
     for i, (k, send) in enumerate(sends):
         for j in writes.get((send.src, send.chunk), ()):
-            if sends[j][0] < k:
-                waiting[i] += 1
-                dependents[j].append(i)
+            if sends[j][0] >= k:
+                break  # writers are in step order: the rest are this step's or later
+            waiting[i] += 1
+            dependents[j].append(i)
     return waiting, dependents

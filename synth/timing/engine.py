@@ -5,7 +5,8 @@ besides links has happened), with the :class:`~synth.timing.model.Transfer` it m
 job that uses no link: a receive, a local copy) and its priority. :meth:`Engine.run` starts jobs in
 the model's order and calls the feeder back at each start, where it may submit the jobs that start
 enables. Event driven: a job blocked by a busy edge waits in that edge's queue and is looked at
-again only when the edge frees, so a busy switch port does not rescan its queue at every transfer.
+again only when the edge frees, so a busy switch port does not rescan its queue at every transfer;
+an edge's freeing is an event only while jobs wait for it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class Engine:
         self.free: list[list[float]] = [[0.0] * count for count in network.servers]
         self.used: dict[tuple[Edge, int], list[int]] | None = {} if record else None
         self._waiting: list[list[Entry]] = [[] for _ in network.servers]
+        self._armed: list[float | None] = [None] * len(network.servers)
+        """Per edge, when its pending freeing event fires (None: no event pending)."""
         self._events: list[tuple[float, int, int, Entry | int]] = []
         self._seq = 0
         self._now = float("-inf")
@@ -67,14 +70,14 @@ class Engine:
                 tick()
             self._now = now = events[0][0]
             self._candidates = candidates = []
-            freed: set[int] = set()
             while events and events[0][0] == now:
                 _, kind, _, what = heapq.heappop(events)
                 if kind == _READY:
                     candidates.append((what, -1))
-                elif what not in freed and self._waiting[what]:
-                    freed.add(what)
-                    candidates.append((self._waiting[what][0], what))
+                else:
+                    self._armed[what] = None
+                    if self._waiting[what]:
+                        candidates.append((self._waiting[what][0], what))
             heapq.heapify(candidates)
             while candidates:
                 entry, via = heapq.heappop(candidates)
@@ -93,30 +96,42 @@ class Engine:
         return False
 
     def _offer_head(self, edge: int, now: float) -> None:
-        """``edge``'s next waiting job becomes a candidate if ``edge`` still has a free server."""
+        """``edge``'s next waiting job becomes a candidate if ``edge`` still has a free server, else
+        it is looked at when the edge next frees."""
         queue = self._waiting[edge]
-        if queue and min(self.free[edge]) <= now + self.tolerance:
-            heapq.heappush(self._candidates, (queue[0], edge))
+        if queue:
+            if min(self.free[edge]) <= now + self.tolerance:
+                heapq.heappush(self._candidates, (queue[0], edge))
+            else:
+                self._arm(edge)
+
+    def _arm(self, edge: int) -> None:
+        """Make sure an event fires when ``edge`` (all of whose servers are busy) next frees."""
+        at = min(self.free[edge])
+        if self._armed[edge] != at:
+            self._armed[edge] = at
+            self._push(at, _FREED, edge)
 
     def _try_start(self, entry: Entry, now: float, on_start: Callable[[int, float], None]) -> None:
         """Start ``entry`` now if every edge of its path has a free server, else queue it on the
         edge that frees last."""
         transfer = entry[3]
-        start = max(entry[1], now)
+        start = entry[1] if entry[1] > now else now
         if transfer is not None:
+            free = self.free
             binding = -1
             for e, _ in transfer.path:
-                first = min(self.free[e])
+                first = min(free[e])
                 if first > start:
                     start, binding = first, e
             if start > now + self.tolerance:
                 heapq.heappush(self._waiting[binding], entry)
+                self._arm(binding)
                 return
             for e, hold in transfer.path:
-                servers = self.free[e]
-                k = servers.index(min(servers))
+                servers = free[e]
+                k = 0 if len(servers) == 1 else servers.index(min(servers))
                 servers[k] = start + hold
                 if self.used is not None:
                     self.used.setdefault((self.network.edges[e], k), []).append(entry[2])
-                self._push(servers[k], _FREED, e)
         on_start(entry[2], start)
