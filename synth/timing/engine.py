@@ -90,7 +90,7 @@ class Engine:
     def _take_head(self, entry: Entry, edge: int) -> bool:
         """Whether ``entry``, drawn as ``edge``'s queue head, still is it (then it leaves the queue)."""
         queue = self._waiting[edge]
-        if queue and queue[0][2] == entry[2]:
+        if queue and queue[0] is entry:
             heapq.heappop(queue)
             return True
         return False
