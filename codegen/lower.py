@@ -32,7 +32,8 @@ from dataclasses import replace
 
 from codegen.dsl import ChunkProgram
 from synth.algorithm import Algorithm, Provenance, Send
-from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes, start_times
+from synth.cost import chunk_bytes, start_times
+from synth.timing import DEFAULT
 from topologies import Topology, TopologyError, load
 
 Times = Callable[[Send], tuple[float, float]] | None
@@ -101,10 +102,7 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
         link = logical.links.get((s.src, s.dst)) if logical is not None else None
         if link is None:
             return (s.start_us, s.start_us)
-        return (
-            s.start_us,
-            s.start_us + link.alpha_us + nbytes / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS),
-        )
+        return (s.start_us, s.start_us + DEFAULT.delay_us(link, nbytes))
 
     return times
 

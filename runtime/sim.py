@@ -1,24 +1,24 @@
-"""The IR-level timing simulator: an IR on a topology at a size, in the alpha-beta model.
+"""The IR-level timing simulator: an IR on a topology at a size, timed by the one timing engine.
 
-The model is :func:`synth.cost.simulate`'s, applied to what the IR actually does. Each
-threadblock runs its transmissions (``runtime.program``) in order. A primitive call that sends
-``b`` bytes from rank s to rank d holds one server of every physical edge on the logical link's path
-for ``b / edge bandwidth``, keeps its threadblock busy for ``b / link bandwidth`` and lands
-``alpha + b / link bandwidth`` after it starts (store and forward: an ``rcs`` forwards once its data
-has landed). A call starts when its threadblock is free, its dependencies are published, its data
-has landed (if it receives), its FIFO has room (if it sends; ``fifo_depth`` calls as in the
-executor) and the edges it needs have a free server. Local steps (``cpy``, ``re``, the local half of
-``rrc``) take no time: the topology has no memory bandwidth.
+The engine (:mod:`synth.timing`, which states the model) is fed what the IR actually does. Each
+threadblock runs its transmissions (``runtime.program``) in order; its next primitive call is one
+job. A call that sends ``b`` bytes from rank s to rank d is one transfer of ``b`` bytes over the
+logical link s -> d; it keeps its threadblock busy while the sender is busy and lands when the
+transfer arrives (store and forward: an ``rcs`` forwards once its data has landed). A call is
+ready when its threadblock is free, its dependencies are published, its data has landed (if it
+receives) and its FIFO has room (if it sends; ``fifo_depth`` calls as in the executor). Local
+steps (``cpy``, ``re``, the local half of ``rrc``) take no time: the topology has no memory
+bandwidth. Calls have no priority of their own (a GPU arbitrates a port first come, first
+served), so the engine's tie rule decides: the call that has waited longest, then by rank and
+threadblock id.
 
 By default each step moves all its chunks in one call (``tile_bytes=None``), the granularity of the
 Algorithm-level simulator it must agree with. Give ``tile_bytes`` (e.g.
 ``runtime.protocol.tile_bytes(ir.protocol)``) to replay every step tile by tile, as the kernel does.
-List scheduling picks, among calls that can run, the one that can start earliest.
 """
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left
 from dataclasses import dataclass
 
@@ -27,13 +27,11 @@ from codegen.rules import MAX_COUNT
 from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
 from runtime.program import Program, TbProgram, build_program
-from synth.cost import BYTES_PER_US_PER_GBPS, SimResult, algbw_GBps
-from topologies.logical import LogicalTopology
+from synth.cost import SimResult, algbw_GBps
+from synth.timing import Engine, Network, Transfer
 from topologies.model import Topology
 
 __all__ = ["simulate"]
-
-_EPS = 1e-9
 
 
 @dataclass
@@ -52,10 +50,13 @@ class _Tb:
 
 
 class _Sim:
+    """The IR's state as its calls run: what each connection sent and consumed, what each
+    threadblock published; the engine decides when each call starts."""
+
     def __init__(
-        self, program: Program, logical: LogicalTopology, chunk_bytes: float, tile: float | None, depth: int
+        self, program: Program, network: Network, chunk_bytes: float, tile: float | None, depth: int
     ) -> None:
-        self.program, self.logical, self.depth = program, logical, depth
+        self.program, self.network, self.depth = program, network, depth
         self.chunk = chunk_bytes
         if tile is None or chunk_bytes <= tile:
             self.tile, self.ntiles = chunk_bytes, 1
@@ -66,13 +67,15 @@ class _Sim:
             if tile is None
             else protocol.max_allowed_count(int(tile), int(chunk_bytes))
         )
-        self.servers = {edge: [0.0] * res.count for edge, res in logical.resources.items()}
         self.sent: dict[tuple, list[tuple[float, float]]] = {key: [] for key in program.connections}
         self.consumed: dict[tuple, list[float]] = {key: [] for key in program.connections}
         self.published: dict[tuple[int, int], tuple[list[tuple[int, int]], list[float]]] = {
             (tb.rank, tb.id): ([], []) for tb in program.tbs
         }
         self.finish = 0.0
+        self.tbs = [_Tb(p) for p in sorted(program.tbs, key=lambda p: (p.rank, p.id))]
+        self.waiting: dict[tuple, list[int]] = {}
+        self.engine = Engine(network)
 
     # -- what a call waits for -------------------------------------------------------------------
     def tile_bytes(self, t: int) -> float:
@@ -83,11 +86,10 @@ class _Sim:
         i = bisect_left(keys, key)
         return times[i] if i < len(keys) else None
 
-    def earliest(self, tb: _Tb) -> tuple[float, tuple | None]:
-        """When ``tb``'s next call can start, or what it is blocked on."""
+    def ready(self, tb: _Tb) -> tuple[float, tuple | None]:
+        """When ``tb``'s next call is ready (all but the links), or what it is blocked on."""
         prog = tb.prog
         tx = prog.transmissions[tb.tx]
-        start = tb.free
         if not tb.waited:
             dep_time = 0.0
             for dep in tx.deps:
@@ -96,7 +98,7 @@ class _Sim:
                     return 0.0, ("flag", prog.rank, dep.tb, dep.op)
                 dep_time = max(dep_time, at)
             tb.waited, tb.dep_time = True, dep_time
-        start = max(start, tb.dep_time)
+        start = max(tb.free, tb.dep_time)
         if tx.type.receives:
             key = (prog.recv, prog.rank, prog.channel)
             k = len(self.consumed[key])
@@ -110,43 +112,55 @@ class _Sim:
                 if k >= len(self.consumed[key]):
                     return 0.0, ("room", key)
                 start = max(start, self.consumed[key][k])
-            for edge in self.logical.links[(prog.rank, prog.send)].edges:
-                start = max(start, min(self.servers[edge]))
         return start, None
 
-    # -- running a call ----------------------------------------------------------------------------
+    def call(self, tb: _Tb) -> tuple[int, Transfer | None]:
+        """How many chunks ``tb``'s next call moves, and its transfer if it sends."""
+        tx = tb.prog.transmissions[tb.tx]
+        count = min(self.max_count, tx.count - tb.part)
+        if not tx.type.sends:
+            return count, None
+        return count, self.network.transfer(tb.prog.rank, tb.prog.send, count * self.tile_bytes(tb.tile))
+
+    # -- running the calls -------------------------------------------------------------------------
+    def run(self) -> None:
+        for j in range(len(self.tbs)):
+            self.consider(j)
+        self.engine.run(self.start)
+
+    def consider(self, j: int) -> None:
+        """Hand threadblock ``j``'s next call to the engine once it is ready, else let it wait."""
+        tb = self.tbs[j]
+        if tb.done:
+            return
+        ready, why = self.ready(tb)
+        if why is None:
+            self.engine.submit(j, ready, self.call(tb)[1])
+        else:
+            self.waiting.setdefault(why[:3] if why[0] == "flag" else why, []).append(j)
+
+    def start(self, j: int, start: float) -> None:
+        """The engine started threadblock ``j``'s next call at ``start``: run it, wake who it frees."""
+        for wake in self.commit(self.tbs[j], start):
+            for other in self.waiting.pop(wake, ()):
+                self.consider(other)
+        self.consider(j)
+
     def commit(self, tb: _Tb, start: float) -> list[tuple]:
         """Run ``tb``'s next call at ``start``; returns the wait keys it may release."""
         prog = tb.prog
         tx = prog.transmissions[tb.tx]
-        tc = min(self.max_count, tx.count - tb.part)
+        tc, transfer = self.call(tb)
         nbytes = tc * self.tile_bytes(tb.tile)
         end = start
         woken: list[tuple] = []
         if tx.type.receives:
-            key = (prog.recv, prog.rank, prog.channel)
-            k = len(self.consumed[key])
-            sent_bytes = self.sent[key][k][1]
-            if abs(sent_bytes - nbytes) > 1e-6 * max(1.0, nbytes):
-                raise ExecutionError(
-                    f"{self.program.ir.name}: rank {prog.rank} tb {prog.id} op {tx.op} ({tx.label()}) "
-                    f"receives {nbytes:g} B but its sender sent {sent_bytes:g} B: send and receive "
-                    "counts differ on this connection"
-                )
-            self.consumed[key].append(start)
-            woken.append(("room", key))
-        if tx.type.sends:
+            woken.append(self.receive(tb, start, nbytes))
+        if transfer is not None:
             key = (prog.rank, prog.send, prog.channel)
-            link = self.logical.links[(prog.rank, prog.send)]
-            for edge in link.edges:
-                free = self.servers[edge]
-                i = min(range(len(free)), key=free.__getitem__)
-                bw = self.logical.resources[edge].bandwidth_GBps
-                free[i] = start + nbytes / (bw * BYTES_PER_US_PER_GBPS)
-            end = start + nbytes / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS)
-            arrive = end + link.alpha_us
-            self.sent[key].append((arrive, nbytes))
-            self.finish = max(self.finish, arrive)
+            end = start + transfer.busy_us
+            self.sent[key].append((start + transfer.delay_us, nbytes))
+            self.finish = max(self.finish, start + transfer.delay_us)
             woken.append(("msg", key))
         tb.free = end
         self.finish = max(self.finish, end)
@@ -162,6 +176,21 @@ class _Sim:
             if tb.tx == len(prog.transmissions) and tb.tile + 1 < self.ntiles:
                 tb.tx, tb.tile = 0, tb.tile + 1
         return woken
+
+    def receive(self, tb: _Tb, start: float, nbytes: float) -> tuple:
+        """``tb`` consumes its connection's next message at ``start`` (its size must match)."""
+        prog = tb.prog
+        key = (prog.recv, prog.rank, prog.channel)
+        sent_bytes = self.sent[key][len(self.consumed[key])][1]
+        if abs(sent_bytes - nbytes) > 1e-6 * max(1.0, nbytes):
+            tx = prog.transmissions[tb.tx]
+            raise ExecutionError(
+                f"{self.program.ir.name}: rank {prog.rank} tb {prog.id} op {tx.op} ({tx.label()}) "
+                f"receives {nbytes:g} B but its sender sent {sent_bytes:g} B: send and receive "
+                "counts differ on this connection"
+            )
+        self.consumed[key].append(start)
+        return ("room", key)
 
 
 def _blocked(sim: _Sim, tb: _Tb, why: tuple) -> BlockedStep:
@@ -216,36 +245,11 @@ def simulate(
                 f"topology {topology.name} has no link {src}->{dst}"
             )
     depth = protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth
-    sim = _Sim(program, logical, size_bytes / ir.nchunksperloop, tile_bytes, max(1, depth))
-    tbs = {(p.rank, p.id): _Tb(p) for p in program.tbs}
-    heap: list[tuple[float, int, int]] = []
-    waiting: dict[tuple, list[_Tb]] = {}
-
-    def consider(tb: _Tb) -> None:
-        if tb.done:
-            return
-        start, why = sim.earliest(tb)
-        if why is None:
-            heapq.heappush(heap, (start, tb.prog.rank, tb.prog.id))
-        else:
-            waiting.setdefault(why[:3] if why[0] == "flag" else why, []).append(tb)
-
-    for tb in tbs.values():
-        consider(tb)
-    while heap:
-        key, rank, tb_id = heapq.heappop(heap)
-        tb = tbs[(rank, tb_id)]
-        start, _ = sim.earliest(tb)
-        if start > key + _EPS:
-            heapq.heappush(heap, (start, rank, tb_id))
-            continue
-        for wake in sim.commit(tb, start):
-            for other in waiting.pop(wake, ()):
-                consider(other)
-        consider(tb)
-    stuck = [tb for tb in tbs.values() if not tb.done]
+    sim = _Sim(program, Network(topology), size_bytes / ir.nchunksperloop, tile_bytes, max(1, depth))
+    sim.run()
+    stuck = [tb for tb in sim.tbs if not tb.done]
     if stuck:
-        raise DeadlockError(ir.name, tuple(_blocked(sim, tb, sim.earliest(tb)[1]) for tb in stuck))
+        raise DeadlockError(ir.name, tuple(_blocked(sim, tb, sim.ready(tb)[1]) for tb in stuck))
     coll = program.collective
     algbw = algbw_GBps(size_bytes, sim.finish)
     return SimResult(size_bytes, sim.finish, algbw, algbw * (coll.busbw_factor if coll else 1.0))

@@ -1,24 +1,23 @@
 """Cost models of an algorithm on a topology.
 
 ``sccl_cost``: SCCL's closed form ``S * alpha + (R / C) * L * beta`` (latency and bandwidth parts).
-``simulate``: an event simulation at a buffer size. Every send is a store-and-forward transfer of
-one chunk over the logical link's physical path; each physical edge is a resource with ``count``
-servers, a transfer holds one server of every edge on its path for ``bytes / bandwidth``, and
-arrives ``alpha + bytes / bandwidth`` after it starts. A send starts once its chunk is final at the
-source (every earlier step's write there has arrived) and its path is free.
+``simulate``: the Algorithm timed by the one timing engine (:mod:`synth.timing`, which states the
+model) at a buffer size: every send is one transfer of one chunk over its logical link, ready once
+its chunk is final at the source (every earlier step's write there has arrived), with the send's
+place in the schedule (step order) as its priority.
 Sizes follow nccl-tests: ``size_bytes`` is the buffer nccl-tests reports (allgather: the output).
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from common.units import BYTES_PER_US_PER_GBPS
+from synth.timing import Engine, Network
 
 if TYPE_CHECKING:
-    from synth.algorithm import Algorithm
+    from synth.algorithm import Algorithm, Send
     from synth.collectives import Collective
     from topologies.model import Topology
 
@@ -59,12 +58,8 @@ class SimResult:
 
 
 def simulate(algo: Algorithm, topology: Topology, size_bytes: float) -> SimResult:
-    """Time ``algo`` on ``topology`` at ``size_bytes`` (see module docstring).
-
-    List scheduling: a send becomes available when every earlier-step write to the slot it reads
-    has arrived; among available sends the one that can start earliest goes first (there is no
-    barrier between steps, as in the runtime, where only data dependencies order transfers).
-    """
+    """Time ``algo`` on ``topology`` at ``size_bytes`` (see module docstring). There is no barrier
+    between steps, as in the runtime, where only data dependencies order transfers."""
     finish = _list_schedule(algo, topology, size_bytes)[1]
     algbw = algbw_GBps(size_bytes, finish)
     return SimResult(size_bytes, finish, algbw, algbw * algo.collective.busbw_factor)
@@ -77,10 +72,40 @@ def start_times(algo: Algorithm, topology: Topology, size_bytes: float) -> tuple
 
 
 def _list_schedule(algo: Algorithm, topology: Topology, size_bytes: float) -> tuple[tuple[float, ...], float]:
-    """(start of each send in step order, finish) of :func:`simulate`'s list schedule."""
-    logical = topology.logical()
+    """(start of each send in step order, finish) of :func:`simulate`'s list schedule: the engine
+    fed every send, ready when the earlier-step writes to the slot it reads have arrived, with its
+    index (the schedule's order) as its priority."""
+    network = Network(topology)
     nbytes = chunk_bytes(algo.collective, size_bytes)
     sends = [(k, send) for k, step in enumerate(algo.steps) for send in step.sends]
+    waiting, dependents = _dependencies(sends)
+    transfers = [network.transfer(send.src, send.dst, nbytes) for _, send in sends]
+    ready = [0.0] * len(sends)
+    started = [0.0] * len(sends)
+    finish = 0.0
+    engine = Engine(network)
+
+    def on_start(i: int, start: float) -> None:
+        nonlocal finish
+        started[i] = start
+        arrive = start + transfers[i].delay_us
+        finish = max(finish, arrive)
+        for d in dependents[i]:
+            ready[d] = max(ready[d], arrive)
+            waiting[d] -= 1
+            if waiting[d] == 0:
+                engine.submit(d, ready[d], transfers[d], d)
+
+    for i, count in enumerate(waiting):
+        if count == 0:
+            engine.submit(i, 0.0, transfers[i], i)
+    engine.run(on_start)
+    return tuple(started), finish
+
+
+def _dependencies(sends: list[tuple[int, Send]]) -> tuple[list[int], list[list[int]]]:
+    """Per send (step, send), how many sends it waits for and which sends wait for it: a send
+    reads its chunk at its source once every earlier step's write there has arrived."""
     writes: dict[tuple[int, int], list[int]] = {}
     for i, (_, send) in enumerate(sends):
         writes.setdefault((send.dst, send.chunk), []).append(i)
@@ -88,58 +113,8 @@ def _list_schedule(algo: Algorithm, topology: Topology, size_bytes: float) -> tu
     dependents: list[list[int]] = [[] for _ in sends]
     for i, (k, send) in enumerate(sends):
         for j in writes.get((send.src, send.chunk), ()):
-            if sends[j][0] < k:
-                waiting[i] += 1
-                dependents[j].append(i)
-    servers = {edge: [0.0] * res.count for edge, res in logical.resources.items()}
-    # Per logical link, once: (its edge's servers, microseconds held) along the path, and the
-    # time from start to arrival.
-    routes = {
-        pair: (
-            tuple(
-                (servers[edge], nbytes / (logical.resources[edge].bandwidth_GBps * BYTES_PER_US_PER_GBPS))
-                for edge in link.edges
-            ),
-            link.alpha_us + nbytes / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS),
-        )
-        for pair, link in logical.links.items()
-    }
-    route = [routes[(send.src, send.dst)] for _, send in sends]
-    ready = [0.0] * len(sends)
-    started = [0.0] * len(sends)
-
-    def earliest(i: int) -> float:
-        start = ready[i]
-        for free, _ in route[i][0]:
-            first = free[0] if len(free) == 1 else min(free)
-            if first > start:
-                start = first
-        return start
-
-    # Lazy list scheduling: a heap key is a lower bound of the send's start (servers only get
-    # busier); a popped send whose bound is stale goes back with its true start.
-    heap = [(0.0, i) for i in range(len(sends)) if waiting[i] == 0]
-    heapq.heapify(heap)
-    finish = 0.0
-    while heap:
-        key, i = heap[0]
-        start = earliest(i)
-        if start > key + 1e-9:
-            heapq.heapreplace(heap, (start, i))
-            continue
-        heapq.heappop(heap)
-        started[i] = start
-        path, latency = route[i]
-        for free, hold in path:
-            k = min(range(len(free)), key=free.__getitem__) if len(free) > 1 else 0
-            free[k] = start + hold
-        arrive = start + latency
-        if arrive > finish:
-            finish = arrive
-        for d in dependents[i]:
-            if arrive > ready[d]:
-                ready[d] = arrive
-            waiting[d] -= 1
-            if waiting[d] == 0:
-                heapq.heappush(heap, (earliest(d), d))
-    return tuple(started), finish
+            if sends[j][0] >= k:
+                break  # writers are in step order: the rest are this step's or later
+            waiting[i] += 1
+            dependents[j].append(i)
+    return waiting, dependents

@@ -3,12 +3,15 @@ to the Algorithm model (``synth.cost.simulate``) at the size it was synthesized 
 still passes the static checker and computes its collective.
 
 The bounds are what the compiler reaches (``benchmarks/RESULTS.md``, "Compiled MILP schedules"):
-NDv2 x2 1.02x and DGX-A100 x2 1.00x the model; DGX-2 x2 1.26x, where head-of-line blocking in
-threadblocks and aggregated relays remain (see there)."""
+NDv2 x2 1.02x and DGX-A100 x2 1.00x the model, within ``agreement.TOLERANCE`` (docs/runtime.md,
+"Agreement"); DGX-2 x2 1.12x, where aggregated relays and head-of-line blocking in threadblocks
+remain (see there; 1.26x before the timing engine's tie rule: the call that waited longest first).
+"""
 
 from __future__ import annotations
 
 import pytest
+from agreement import TOLERANCE
 
 from codegen.check import check_ir
 from codegen.compiler import compile_algorithm
@@ -21,9 +24,9 @@ SIZE = 1 << 30
 
 CASES = {
     # topology: (shipped sketch, largest compiled / model time at SIZE)
-    "ndv2x2": ("ndv2x2-relay", 1.05),
-    "dgx-a100x2": ("dgx-a100x2-direct", 1.05),
-    "dgx2x2": ("dgx2x2-relay", 1.30),
+    "ndv2x2": ("ndv2x2-relay", 1 + TOLERANCE),
+    "dgx-a100x2": ("dgx-a100x2-direct", 1 + TOLERANCE),
+    "dgx2x2": ("dgx2x2-relay", 1.15),
 }
 
 
@@ -36,7 +39,7 @@ def compiled_allgather(request):
 
 def test_compiled_schedule_keeps_the_models_time(compiled_allgather):
     topo, result, ir, bound = compiled_allgather
-    model = result.makespan_us  # synth.cost.simulate's time of the algorithm (10 s on DGX-2 x2 to redo)
+    model = result.makespan_us  # synth.cost.simulate's time of the algorithm (test_milp_synthesis.py)
     compiled = simulate_ir(ir, topo, SIZE).time_us
     assert compiled <= bound * model, f"{topo.name}: compiled {compiled:.0f} us vs model {model:.0f} us"
 

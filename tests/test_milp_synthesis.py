@@ -7,11 +7,12 @@ import itertools
 
 import pytest
 
+from common.units import BYTES_PER_US_PER_GBPS
 from sketches import Sketch, load_sketch, restrict, shipped_sketches
 from synth.baselines import make_baseline
 from synth.bounds import lower_bound_us
 from synth.collectives import make_collective
-from synth.cost import BYTES_PER_US_PER_GBPS, simulate
+from synth.cost import simulate
 from synth.milp import Options, synthesize
 from synth.milp.instance import build_instance
 from synth.milp.pipeline import run_stages

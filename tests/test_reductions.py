@@ -9,11 +9,11 @@ import pytest
 
 import synth.reductions
 import topologies as T
+from common.units import BYTES_PER_US_PER_GBPS
 from sketches import Sketch
 from synth.algorithm import Algorithm, Send, Step
 from synth.baselines import make_baseline
 from synth.collectives import make_collective
-from synth.cost import BYTES_PER_US_PER_GBPS
 from synth.milp import synthesize
 from synth.reductions import (
     DUAL,

@@ -12,9 +12,10 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import lru_cache
 
+from common.units import BYTES_PER_US_PER_GBPS
 from synth.bounds.flow import flow_network, max_rate
 from synth.collectives import Collective, make_collective
-from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes
+from synth.cost import chunk_bytes
 from synth.errors import InfeasibleError
 from synth.reductions import Problem, leaves, standard_reduction
 from topologies.model import Topology

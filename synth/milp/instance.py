@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from sketches.restrict import Restriction
 from synth.collectives import ROOTED, Collective
-from synth.cost import BYTES_PER_US_PER_GBPS
 from synth.errors import InfeasibleError
+from synth.timing import DEFAULT
 
 if TYPE_CHECKING:
     from topologies.model import Topology
@@ -81,18 +81,14 @@ class Instance:
         """Arrival delay of one piece over every allowed logical link."""
         logical = self.topology.logical()
         nbytes = self.piece_bytes
-        return {
-            pair: logical.links[pair].alpha_us
-            + nbytes / (logical.links[pair].bandwidth_GBps * BYTES_PER_US_PER_GBPS)
-            for pair in self.restriction.links
-        }
+        return {pair: DEFAULT.delay_us(logical.links[pair], nbytes) for pair in self.restriction.links}
 
     @cached_property
     def hold_us(self) -> dict[Edge, float]:
         """How long one piece holds one server of each physical edge."""
         nbytes = self.piece_bytes
         return {
-            edge: nbytes / (res.bandwidth_GBps * BYTES_PER_US_PER_GBPS)
+            edge: DEFAULT.hold_us(res.bandwidth_GBps, nbytes)
             for edge, res in self.topology.logical().resources.items()
         }
 

@@ -21,9 +21,9 @@ import itertools
 import time
 from dataclasses import dataclass
 
-from synth.cost import BYTES_PER_US_PER_GBPS
 from synth.milp.ordering import Schedule
 from synth.milp.solvers import Backend, Model, ModelBuilder, Status
+from synth.timing import DEFAULT
 from topologies.model import Topology
 
 __all__ = ["MERGE_WINDOW", "Timing", "build_model", "schedule_times"]
@@ -61,7 +61,7 @@ def _delays(topology: Topology, schedule: Schedule, piece_bytes: float) -> tuple
     for s in schedule.sends:
         link = logical.links[(s.src, s.dst)]
         alpha.append(link.alpha_us)
-        transfer.append(piece_bytes / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS))
+        transfer.append(DEFAULT.hold_us(link.bandwidth_GBps, piece_bytes))
     return alpha, transfer
 
 
@@ -106,7 +106,7 @@ def build_model(
             nxt, col = leads[i]
             mb.row({a[i]: 1.0, a[nxt]: -1.0, col: -horizon}, lower=-horizon)
     for (edge, _), seq in schedule.servers.items():
-        hold = piece_bytes / (resources[edge].bandwidth_GBps * BYTES_PER_US_PER_GBPS)
+        hold = DEFAULT.hold_us(resources[edge].bandwidth_GBps, piece_bytes)
         for prev, nxt in itertools.pairwise(seq):
             if nxt in follows and follows[nxt][0] == prev:  # a merged pair saves one overhead
                 mb.row({s[nxt]: 1.0, s[prev]: -1.0, follows[nxt][1]: overhead_us}, lower=hold + overhead_us)

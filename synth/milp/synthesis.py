@@ -21,13 +21,14 @@ from sketches.model import Sketch
 from sketches.restrict import Restriction, restrict
 from synth.algorithm import Algorithm
 from synth.collectives import COLLECTIVES, make_collective
-from synth.cost import BYTES_PER_US_PER_GBPS, chunk_bytes
+from synth.cost import chunk_bytes
 from synth.deadline import Deadline
 from synth.errors import InfeasibleError
 from synth.milp.pipeline import Log, Options, check_chunkup, run_stages
 from synth.milp.solvers import Backend, get_backend
 from synth.outcome import Outcome, Question, Status
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Solution
+from synth.timing import DEFAULT
 from topologies.model import Topology
 
 __all__ = ["SUPPORTED", "synthesize"]
@@ -43,8 +44,7 @@ def _finish_us(algo: Algorithm, topology: Topology, piece_bytes: float) -> dict[
     for st in algo.steps:
         for s in st.sends:
             link = logical.links[(s.src, s.dst)]
-            transfer = piece_bytes / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS)
-            out[(s.chunk, s.src, s.dst)] = (s.start_us or 0.0) + link.alpha_us + transfer
+            out[(s.chunk, s.src, s.dst)] = (s.start_us or 0.0) + DEFAULT.delay_us(link, piece_bytes)
     return out
 
 
