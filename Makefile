@@ -1,11 +1,14 @@
-# The two commands of the README. Each creates .venv on first use and installs the project into it,
-# every dependency at the version constraints.txt pins (written by pip-compile: `make lock`).
+# The two commands of the README. Each creates .venv on first use and makes it hold exactly what
+# constraints.txt pins (pip-sync: every dependency at its pinned version, nothing else), then the
+# project itself, editable. constraints.txt is written by pip-compile: `make lock`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LOCK := constraints.txt
 LATEST := .venv-latest
+LOCKVENV := .venv-lock
+TORCH_PIN := $(shell grep '^torch==' constraints.in)
 
 .PHONY: demo test test-latest lock lint bench clean
 
@@ -16,8 +19,9 @@ endef
 $(STAMP): pyproject.toml $(LOCK)
 	$(need_python)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip setuptools wheel
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) --no-build-isolation -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip setuptools wheel pip-tools
+	$(BIN)/pip-sync --quiet --pip-args "--disable-pip-version-check" $(LOCK)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -27,20 +31,24 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 # Not in CI: the suite on the newest versions pyproject allows, in a venv of its own, so that a new
-# release that breaks us is seen here before a user installs it.
+# release that breaks us is seen here before a user installs it (torch stays at constraints.in's
+# pin: a newer one is a CUDA build of several GB).
 test-latest:
 	$(need_python)
 	@test -x $(LATEST)/bin/python || $(PYTHON) -m venv $(LATEST)
 	$(LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
-	$(LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade --upgrade-strategy eager --no-build-isolation -e '.[dev]'
+	$(LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade --upgrade-strategy eager --no-build-isolation -e '.[dev,torch]' $(TORCH_PIN)
 	$(LATEST)/bin/python -m pip freeze --exclude-editable > $(LATEST)/versions.txt
 	$(LATEST)/bin/python -m pytest
 
-# Re-resolve every pin to the newest version pyproject.toml and constraints.in allow.
-lock: $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip-tools
-	$(BIN)/pip-compile --quiet --upgrade --strip-extras --allow-unsafe --extra dev --no-emit-index-url \
-		--no-emit-find-links --output-file $(LOCK) pyproject.toml constraints.in
+# Re-resolve every pin to the newest version pyproject.toml and constraints.in allow, in a venv of
+# its own (pip-tools only: nothing is installed from the old lock or the new one).
+lock:
+	$(need_python)
+	@test -x $(LOCKVENV)/bin/python || $(PYTHON) -m venv $(LOCKVENV)
+	$(LOCKVENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip pip-tools
+	$(LOCKVENV)/bin/pip-compile --quiet --upgrade --strip-extras --allow-unsafe --extra dev --extra torch \
+		--no-emit-index-url --no-emit-find-links --output-file $(LOCK) pyproject.toml constraints.in
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -49,4 +57,4 @@ bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(LATEST) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(LATEST) $(LOCKVENV) build *.egg-info .pytest_cache
