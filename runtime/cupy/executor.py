@@ -22,6 +22,7 @@ from runtime import protocol
 from runtime.cupy.pack import Packed, pack, plan_buffers
 from runtime.errors import ExecutionError
 from runtime.executor import Executor
+from runtime.numpy.memory import garbage
 from runtime.program import call_aliases
 from synth.collectives import Collective
 
@@ -241,13 +242,17 @@ class CupyExecutor(Executor):
 
     # -- running ---------------------------------------------------------------------------
     def load(self, arrays: list[np.ndarray]) -> None:
-        """One input array per rank (the same arrays the NumPy executor takes)."""
+        """One input array per rank (the same arrays the NumPy executor takes). As in the NumPy
+        executor, everything else first holds :func:`garbage`, so outputs a schedule leaves unwritten
+        (a rooted collective's non-roots) compare bit for bit and a read of unwritten memory shows."""
         for r, arr in enumerate(arrays):
             if np.size(arr) != self.input_elems(r):
                 raise ExecutionError(
                     f"{self.ir.name}: input of rank {r}: expected {self.input_elems(r)} elements"
                 )
             with self._cp.cuda.Device(self.placement.devices[r]):
+                self.outputs_device[r].fill(garbage(self.dtype))
+                self.scratch[r].fill(garbage(self.dtype))
                 self.inputs[r][...] = self._cp.asarray(np.asarray(arr).reshape(-1), dtype=self.dtype)
 
     def launch(self) -> None:
