@@ -158,6 +158,7 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release what :meth:`prepare` started (processes); the harness calls it when done."""
+        return None
 
     @abstractmethod
     def prepare(self, ir: IR, case: BenchCase, topology: Topology | None) -> Trial: ...

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from codegen.ir import Buffer
 from runtime.backends import Backend, BenchCase, BenchError, Trial, register_backend
+from runtime.torch.errors import FAULT_ENV, Fault, parse_fault
 from runtime.torch.launch import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -58,7 +59,9 @@ class TorchRunResult:
 class TorchTrial(Trial):
     """One call prepared on every rank; ``jobs`` names the jobs (ours, or the peer's)."""
 
-    def __init__(self, group: Any, peer_note: str | None, jobs: tuple[str, str, str] = ("reset", "run", "check")):
+    def __init__(
+        self, group: Any, peer_note: str | None, jobs: tuple[str, str, str] = ("reset", "run", "check")
+    ):
         self.group, self.peer_note, self.jobs = group, peer_note, jobs
 
     def reset(self) -> None:
@@ -96,11 +99,15 @@ class TorchBackend(Backend):
         dist: str = "auto",
         seed: int = 0,
         max_memory: int | str | None = None,
+        fault: Fault | str | None = None,
     ) -> None:
         if not (isinstance(timeout_s, int | float) and 0 < timeout_s < MAX_TIMEOUT_S):
             raise BenchError(f"timeout {timeout_s!r}: expected seconds above 0 and below {MAX_TIMEOUT_S:g}")
         self.ranks, self.timeout_s, self.dist = ranks, float(timeout_s), dist
         self.seed, self.max_memory = seed, max_memory
+        if fault is None and os.environ.get(FAULT_ENV):
+            fault = os.environ[FAULT_ENV]
+        self.fault = parse_fault(fault) if isinstance(fault, str) else fault
         self._group: Any = None
         self._world = self.levels = 0
         self._peer: str | None = None
@@ -118,7 +125,11 @@ class TorchBackend(Backend):
     def device(self, topology: Topology | None) -> str:
         version = importlib.metadata.version("torch")
         dist = getattr(self._group, "dist", self.dist)
-        where = "a launched job (torchrun)" if self._launched() else f"{os.cpu_count()} CPU cores ({platform.machine()})"
+        where = (
+            "a launched job (torchrun)"
+            if self._launched()
+            else f"{os.cpu_count()} CPU cores ({platform.machine()})"
+        )
         return f"torch {version}, {dist}, {self._world or self.ranks or '?'} processes on {where}"
 
     def peer_description(self) -> str | None:
@@ -146,7 +157,9 @@ class TorchBackend(Backend):
 
             launched = int(os.environ["WORLD_SIZE"])
             if launched != world:
-                raise BenchError(f"{ir.name} has {world} ranks, and the launched job has WORLD_SIZE {launched}")
+                raise BenchError(
+                    f"{ir.name} has {world} ranks, and the launched job has WORLD_SIZE {launched}"
+                )
             self._group = Joined(self.dist, self.timeout_s)
         else:
             from runtime.torch.launch import resolve_dist
@@ -166,8 +179,14 @@ class TorchBackend(Backend):
         from runtime.torch.jobs import Call
 
         self._check_memory(ir, case)
+        if self.fault is not None and self.fault.rank >= ir.num_ranks:
+            raise BenchError(
+                f"{FAULT_ENV}: rank {self.fault.rank}: {ir.name} has ranks 0 to {ir.num_ranks - 1}"
+            )
         group = self.group(ir)
-        call = Call(ir, case.size_bytes, case.dtype, case.op, case.inplace, case.declared, self.seed, peer)
+        call = Call(
+            ir, case.size_bytes, case.dtype, case.op, case.inplace, case.declared, self.seed, peer, self.fault
+        )
         prepared = group.call("prepare", call=call)[0]
         group.prepared(ir.name, prepared.levels)
         self.levels, self._peer = prepared.levels, prepared.peer
@@ -184,8 +203,17 @@ class TorchBackend(Backend):
         finally:
             self.close()
         return TorchRunResult(
-            ir.name, ir.collective, ir.num_ranks, case.size_bytes, parse_dtype(case.dtype).name, case.op,
-            case.inplace, self.dist, self.levels, time_us, checked,
+            ir.name,
+            ir.collective,
+            ir.num_ranks,
+            case.size_bytes,
+            parse_dtype(case.dtype).name,
+            case.op,
+            case.inplace,
+            self.dist,
+            self.levels,
+            time_us,
+            checked,
         )
 
     def _check_memory(self, ir: IR, case: BenchCase) -> None:
@@ -208,4 +236,6 @@ class TorchBackend(Backend):
             wide = 8 if dtype.kind == "f" else dtype.itemsize
             per_rank = (3 * (inp + out) + scratch + n * inp) * dtype.itemsize + n * inp * wide
             total += per_rank * elems + PROCESS_BYTES
-        check_memory(f"{ir.name}: {n} torch ranks at {case.size_bytes} B", total, memory_limit(self.max_memory))
+        check_memory(
+            f"{ir.name}: {n} torch ranks at {case.size_bytes} B", total, memory_limit(self.max_memory)
+        )

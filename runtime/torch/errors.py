@@ -5,7 +5,8 @@ size, an exception), a transfer with a peer that failed (the peer is gone, or di
 within the timeout), or, as seen from outside, that it died or hung or never took part. Several
 ranks fail together when one goes wrong (its peers time out waiting for it), so :func:`blame`
 picks the cause: a rank that died, then one that failed on its own, then one that hung or never
-took part, and only then a failed transfer. The result is one :class:`RankFault` naming the rank
+took part (the one most peers timed out waiting for first: a rank stuck on a hung peer looks hung
+too), and only then a failed transfer. The result is one :class:`RankFault` naming the rank
 and the level. Light to import (no torch).
 """
 
@@ -18,10 +19,52 @@ from typing import Any
 
 from runtime.errors import ExecutionError
 
-__all__ = ["KINDS", "Failure", "RankFault", "blame", "settle", "short", "where"]
+__all__ = [
+    "FAULT_ENV",
+    "FAULT_KINDS",
+    "KINDS",
+    "Failure",
+    "Fault",
+    "RankFault",
+    "blame",
+    "parse_fault",
+    "settle",
+    "short",
+    "where",
+]
 
 KINDS = ("died", "error", "hung", "absent", "peer")
 """A failure's kind, most telling first (the order :func:`blame` picks the cause in)."""
+
+
+FAULT_ENV = "XCCL_TORCH_FAULT"
+"""Fault injection for the torch backend: ``KIND@RANK:LEVEL`` (:func:`parse_fault`)."""
+FAULT_KINDS = ("die", "hang", "size")
+"""What an injected :class:`Fault` does to its rank when it reaches its level: end the process,
+stop answering, or post that level's transfers with one element too many."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault to inject on ``rank`` when it reaches ``level`` (one of :data:`FAULT_KINDS`): how the
+    tests, and a user who wants to see the fault handling, make a rank die, hang or send a
+    wrong-sized tensor in a real run."""
+
+    kind: str
+    rank: int
+    level: int
+
+
+def parse_fault(text: str, where: str = FAULT_ENV) -> Fault:
+    """``KIND@RANK:LEVEL`` (``die@2:1``) as a :class:`Fault`; ExecutionError naming ``where`` else."""
+    kind, _, at = text.strip().partition("@")
+    rank, _, level = at.partition(":")
+    if kind not in FAULT_KINDS or not rank.isdigit() or not level.isdigit():
+        raise ExecutionError(
+            f"{where}={text!r}: expected KIND@RANK:LEVEL with KIND one of {', '.join(FAULT_KINDS)} "
+            "and RANK, LEVEL whole numbers (like die@2:1)"
+        )
+    return Fault(kind, int(rank), int(level))
 
 
 @dataclass(frozen=True)
@@ -76,7 +119,8 @@ def short(text: str) -> str:
 def blame(name: str, levels: int, failures: Sequence[Failure]) -> RankFault:
     """One error for a failed run of ``name`` (``levels`` levels) from what the ranks saw;
     ``failures`` must not be empty."""
-    cause = min(failures, key=lambda f: (KINDS.index(f.kind), f.level, f.rank))
+    blamed = [f.peer for f in failures if f.kind == "peer"]
+    cause = min(failures, key=lambda f: (KINDS.index(f.kind), -blamed.count(f.rank), f.level, f.rank))
     at = where(cause.level, levels)
     if cause.kind in ("hung", "absent"):
         waiting = sorted({f.rank for f in failures if f.kind == "peer" and f.peer == cause.rank})

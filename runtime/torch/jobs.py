@@ -6,6 +6,8 @@ one call, its seeded input, and torch's own collective for the same call), then 
 back in place, untimed), ``run`` (a barrier, then the rounds, timed by this rank's clock: the
 harness takes the slowest rank) and ``check`` (this rank's output against the NumPy reference of
 the collective, computed here from the same seeded inputs), and the same three for the peer. A
+schedule with a receive nothing sends to (``Schedule.stuck``) runs without it: its wrong output is
+reported with the stuck receive, and a right one as the deadlock a real runtime would meet. A
 rank checks only its own output, so nothing is gathered: under ``torchrun`` on several machines
 every rank checks itself.
 """
@@ -23,10 +25,12 @@ import torch
 import torch.distributed as dist
 
 from codegen.ir import IR
+from runtime.errors import BlockedStep, DeadlockError, ExecutionMismatch
 from runtime.reference import Reference, check_outputs, executor_inputs, reference
-from runtime.torch.errors import Failure, short
+from runtime.torch.errors import Failure, Fault, short
 from runtime.torch.peer import Peer, peer_function, peer_refusal
 from runtime.torch.rank import PeerFailure, RankExecutor
+from runtime.torch.schedule import Stuck
 from synth.collectives import Collective
 
 __all__ = ["Call", "Prepared", "RankJobs"]
@@ -46,6 +50,8 @@ class Call:
     declared: Collective | None
     seed: int
     peer: bool
+    fault: Fault | None = None
+    """A fault to inject in our schedule's runs (``runtime.torch.errors.Fault``)."""
 
 
 @dataclass(frozen=True)
@@ -78,15 +84,31 @@ class RankJobs:
     def job_prepare(self, call: Call) -> Prepared:
         self.ex = self.peer = self._reference = None
         self.ex = RankExecutor(
-            call.ir, call.size_bytes, call.dtype, call.op, rank=self.rank, device=self.device,
-            inplace=call.inplace, declared=call.declared, timeout_s=self.timeout_s, on_level=self.on_level,
+            call.ir,
+            call.size_bytes,
+            call.dtype,
+            call.op,
+            rank=self.rank,
+            device=self.device,
+            inplace=call.inplace,
+            declared=call.declared,
+            timeout_s=self.timeout_s,
+            on_level=self.on_level,
+            fault=call.fault,
         )
         self._inputs = executor_inputs(self.ex, call.seed)
         self.input = self._inputs[self.rank]
         refused = peer_refusal(self.ex.collective, self.ex.dtype, self.ex.op) if call.peer else "not asked"
         if refused is None:
-            self.peer = Peer(self.ex.collective, self.rank, self.ex.chunk_elems, self.ex.dtype, self.ex.op,
-                             None, self.device)
+            self.peer = Peer(
+                self.ex.collective,
+                self.rank,
+                self.ex.chunk_elems,
+                self.ex.dtype,
+                self.ex.op,
+                None,
+                self.device,
+            )
         name = peer_function(call.ir.collective)
         return Prepared(self.ex.levels, name if refused is None else None, refused)
 
@@ -129,7 +151,9 @@ class RankJobs:
         try:
             dist.barrier(async_op=True).wait(timeout=timedelta(seconds=self.timeout_s))
         except RuntimeError as exc:
-            raise PeerFailure(Failure(self.rank, "peer", -1, f"the barrier before the run failed: {short(exc)}")) from None
+            raise PeerFailure(
+                Failure(self.rank, "peer", -1, f"the barrier before the run failed: {short(exc)}")
+            ) from None
         start = time.perf_counter()
         body()
         if self.device.type == "cuda":
@@ -145,5 +169,27 @@ class RankJobs:
             self._reference = reference(ex.collective, self._inputs, ex.chunk_elems, ex.op)
         outputs: list[np.ndarray | None] = [None] * ex.ir.num_ranks
         outputs[self.rank] = output
-        check_outputs(self._reference, outputs, ex.ir.name)
+        stuck = ex.schedule.stuck
+        try:
+            check_outputs(self._reference, outputs, ex.ir.name)
+        except ExecutionMismatch as exc:
+            if not stuck:
+                raise
+            e = exc
+            raise ExecutionMismatch(
+                e.ir_name, e.rank, e.buffer, e.chunk, e.index, e.expected, e.actual, _stuck_words(stuck)
+            ) from None
+        if stuck:
+            raise DeadlockError(ex.ir.name, tuple(_blocked(s) for s in stuck))
         return True
+
+
+def _stuck_words(stuck: tuple[Stuck, ...]) -> str:
+    more = f" and {len(stuck) - 1} more" if len(stuck) > 1 else ""
+    return f"{stuck[0]}{more}; it and what waits on it did not run"
+
+
+def _blocked(stuck: Stuck) -> BlockedStep:
+    rank, tb, _ = stuck.node
+    reason = f"({stuck.label}) waits for a transfer never sent ({stuck.connection}); the outputs match all the same"
+    return BlockedStep(rank, tb, stuck.op, 0, reason)

@@ -36,8 +36,10 @@ class Joined:
         self.name, self.levels, self._level = "the launched job", 0, -1
         try:
             device = join(self.dist, timeout_s)
-        except Exception as exc:  # noqa: BLE001 - torch raises several kinds; one line for the user
-            raise ExecutionError(f"rank {self.rank}: could not join the launched job's process group: {exc}") from None
+        except Exception as exc:
+            raise ExecutionError(
+                f"rank {self.rank}: could not join the launched job's process group: {exc}"
+            ) from None
         self.control = td.new_group(backend="gloo") if self.dist != "gloo" else None
         self.jobs = RankJobs(self.rank, device, timeout_s, self._at)
 
@@ -62,7 +64,11 @@ class Joined:
         except XcclError as exc:
             reply = ("error", exc)
         statuses = exchange(
-            reply, rank=self.rank, world=self.world, group=self.control, timeout_s=self.timeout_s,
+            reply,
+            rank=self.rank,
+            world=self.world,
+            group=self.control,
+            timeout_s=self.timeout_s,
             level=self._level,
         )
         replies = [("fault", s) if isinstance(s, Failure) else s for s in statuses]

@@ -68,7 +68,9 @@ def join(dist: str, timeout_s: float) -> torch.device:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     td.init_process_group(
-        dist, init_method="env://", timeout=timedelta(seconds=timeout_s),
+        dist,
+        init_method="env://",
+        timeout=timedelta(seconds=timeout_s),
         device_id=device if dist == "nccl" else None,
     )
     return device

@@ -11,7 +11,9 @@ which ends them), rendezvous by ``env://`` on a free loopback port.
 Faults end a call within a bounded time and name the rank: a process that dies is seen at once
 (its socket closes), a rank's transfer that fails or waits longer than ``timeout_s`` is reported by
 that rank, and a rank that neither answers nor moves to another level for ``timeout_s`` plus a
-grace period is hung. Whatever happened, every process of the pool is then killed (the group is
+grace period, or that its peers timed out waiting for, is hung. What a rank writes to stderr is
+kept in a file of its own and quoted when it dies (Gloo aborts a rank that receives a message of
+the wrong size, and says so there). Whatever happened, every process of the pool is then killed (the group is
 broken), so nothing is left behind; the next call starts a new pool. An error that every rank
 raises alike before any transfer (a malformed IR, a size the runtime would not select) or a wrong
 result leaves the pool running.
@@ -19,6 +21,7 @@ result leaves the pool running.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import socket
@@ -29,10 +32,10 @@ import tempfile
 import time
 import weakref
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import IO, Any
 
 from runtime.errors import ExecutionError
-from runtime.torch.errors import Failure, settle
+from runtime.torch.errors import Failure, settle, short
 from runtime.torch.worker import STARTING, read_progress
 
 __all__ = ["GRACE_S", "START_S", "Pool", "free_port"]
@@ -42,6 +45,7 @@ GRACE_S = 5.0
 START_S = 120.0
 """How long the ranks may take to start (import torch) and join the group."""
 _POLL_S = 0.1
+_TAIL_BYTES = 4096
 
 
 def free_port() -> int:
@@ -59,15 +63,23 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def _last_words(err: IO[bytes]) -> str:
+    """The reason a process gave on stderr before it ended: a C++ ``what():`` line if there is one,
+    else its last line, shortened (``short``)."""
+    err.seek(0, os.SEEK_END)
+    err.seek(max(err.tell() - _TAIL_BYTES, 0))
+    lines = [line.strip() for line in err.read().decode(errors="replace").splitlines() if line.strip()]
+    said = [line.removeprefix("what():").strip() for line in lines if line.startswith("what():")]
+    return short(said[-1] if said else lines[-1]) if lines else ""
+
+
 def _kill(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         if p.poll() is None:
             p.kill()
     for p in procs:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def _worker_env(rank: int, world: int, port: int, dist: str, timeout_s: float) -> dict[str, str]:
@@ -97,6 +109,7 @@ class Pool:
         self.name, self.levels = "the pool", 0
         self._procs: list[subprocess.Popen] = []
         self._conns: list[Connection] = []
+        self._errs: list[IO[bytes]] = []
         self._progress: mmap.mmap | None = None
         self._finalizer: weakref.finalize | None = None
 
@@ -134,13 +147,23 @@ class Pool:
 
     def _spawn(self, rank: int, port: int, progress_fd: int) -> None:
         ours, theirs = socket.socketpair()
+        err = tempfile.TemporaryFile(prefix=f"xccl-torch-rank{rank}-")  # noqa: SIM115 - closed in _stop
+        self._errs.append(err)
         with theirs:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "runtime.torch.worker", str(theirs.fileno()), str(progress_fd), str(rank)],
+                [
+                    sys.executable,
+                    "-m",
+                    "runtime.torch.worker",
+                    str(theirs.fileno()),
+                    str(progress_fd),
+                    str(rank),
+                ],
                 pass_fds=(theirs.fileno(), progress_fd),
                 env=_worker_env(rank, self.world, port, self.dist, self.timeout_s),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
+                stderr=err,
                 start_new_session=True,
             )
         self._procs.append(proc)
@@ -163,16 +186,12 @@ class Pool:
     def close(self) -> None:
         """Ask every rank to leave the group and end; kill those that do not within seconds."""
         for conn in self._conns:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 conn.send(None)
-            except (OSError, ValueError):
-                pass
         deadline = time.monotonic() + 5
         for p in self._procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(deadline - time.monotonic(), 0.01))
-            except subprocess.TimeoutExpired:
-                pass
         self._stop()
 
     def _stop(self) -> None:
@@ -181,14 +200,16 @@ class Pool:
             self._finalizer()
         for conn in self._conns:
             conn.close()
-        self._procs, self._conns, self._finalizer = [], [], None
+        for err in self._errs:
+            err.close()
+        self._procs, self._conns, self._errs, self._finalizer = [], [], [], None
 
     # -- collecting replies -----------------------------------------------------------------------
     def _gather(self, start: bool = False) -> list[Any]:
         replies, died, hung = self._collect(start)
-        failures = [Failure(r, "died", self._level(r), _exit_text(code)) for r, code in died.items()]
-        idle = self.timeout_s + GRACE_S
-        failures += [Failure(r, "hung", self._level(r), f"hung (no progress for {idle:g} s)") for r in hung]
+        failures = [Failure(r, "died", self._level(r), self._death(r, code)) for r, code in died.items()]
+        blamed = {f.peer for kind, f in replies.values() if kind == "fault" and f.kind == "peer"}
+        failures += [Failure(r, "hung", self._level(r), self._hang(r in blamed)) for r in hung]
         ordered = [replies.get(r) for r in range(self.world)]
         if failures or any(reply is None or reply[0] == "fault" for reply in ordered):
             self._stop()
@@ -220,6 +241,16 @@ class Pool:
             if pending and not died and (pending <= blamed or time.monotonic() - quiet_since > idle):
                 return replies, died, sorted(pending)
         return replies, died, []
+
+    def _hang(self, blamed: bool) -> str:
+        if blamed:
+            return f"hung (its peers waited {self.timeout_s:g} s for it)"
+        return f"hung (no progress for {self.timeout_s + GRACE_S:g} s)"
+
+    def _death(self, rank: int, code: int | None) -> str:
+        """How ``rank`` ended, with the last thing it wrote to stderr (a library's abort says why)."""
+        said = _last_words(self._errs[rank]) if rank < len(self._errs) else ""
+        return _exit_text(code) + (f": {said}" if said else "")
 
     def _levels(self) -> list[int]:
         return [self._level(r) for r in range(self.world)]

@@ -12,6 +12,7 @@ and its own watchdog ends a rank whose peer never comes).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -26,7 +27,7 @@ from runtime.errors import ExecutionError
 from runtime.executor import Executor
 from runtime.numpy.memory import garbage
 from runtime.program import buffer_layout, call_aliases
-from runtime.torch.errors import Failure, short
+from runtime.torch.errors import Failure, Fault, short
 from runtime.torch.launch import DEFAULT_TIMEOUT_S
 from runtime.torch.ops import HANDLERS, Local, reducer, storage_dtype, torch_dtype
 from runtime.torch.schedule import Schedule, build_schedule
@@ -35,22 +36,25 @@ if TYPE_CHECKING:
     from codegen.ir import IR
     from synth.collectives import Collective
 
-__all__ = ["PeerFailure", "RankExecutor", "wait_all"]
+__all__ = ["DIED_EXIT", "PeerFailure", "RankExecutor", "wait_all"]
+
+DIED_EXIT = 70
+"""The exit status of a rank an injected ``die`` fault ends."""
+
 
 class PeerFailure(ExecutionError):
     """A transfer of this rank failed or timed out; ``failure`` says where and with whom."""
 
     def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.message)
+        at = f" at level {failure.level}" if failure.level >= 0 else ""
+        super().__init__(f"rank {failure.rank}{at}: {failure.message}")
         self.failure = failure
 
     def __reduce__(self):
         return (PeerFailure, (self.failure,))
 
 
-def wait_all(
-    works: list, what: list[tuple[str, int]], timeout_s: float, rank: int, level: int
-) -> None:
+def wait_all(works: list, what: list[tuple[str, int]], timeout_s: float, rank: int, level: int) -> None:
     """Wait for every work of a batch within ``timeout_s`` in all; ``what[i]`` is (verb, peer) of
     op ``i``. Raise :class:`PeerFailure` for the first that fails."""
     deadline = time.monotonic() + timeout_s
@@ -69,7 +73,8 @@ class RankExecutor(Executor):
     """Rank ``rank`` of ``ir`` at one size, element type, reduction and placement: :meth:`load` its
     input, :meth:`execute` the rounds (every rank of the group at once), read :meth:`output`.
     ``device`` holds the buffers (``cpu`` for Gloo, this rank's GPU for NCCL); ``on_level`` hears
-    each level as it starts (and the number of levels once done)."""
+    each level as it starts (and the number of levels once done). ``fault``, if it names this rank,
+    is injected when the rank reaches its level (``runtime.torch.errors.Fault``)."""
 
     def __init__(
         self,
@@ -86,8 +91,10 @@ class RankExecutor(Executor):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         schedule: Schedule | None = None,
         on_level: Callable[[int], None] | None = None,
+        fault: Fault | None = None,
     ) -> None:
         super().__init__(ir, size_bytes, dtype, op, inplace, declared)
+        self.fault = fault if fault is not None and fault.rank == rank else None
         if not 0 <= rank < ir.num_ranks:
             raise ExecutionError(f"{ir.name}: rank {rank}: expected 0 to {ir.num_ranks - 1}")
         self.rank, self.group, self.device = rank, group, torch.device(device)
@@ -98,10 +105,14 @@ class RankExecutor(Executor):
         alias = call_aliases(self.program, inplace)[rank]
         where, base_chunks = buffer_layout(self.program.chunks[rank], alias)
         self.kind = torch_dtype(self.dtype)
-        self._bases = {b: torch.empty(c * self.chunk_elems, dtype=self.kind, device=self.device)
-                       for b, c in base_chunks.items()}
+        self._bases = {
+            b: torch.empty(c * self.chunk_elems, dtype=self.kind, device=self.device)
+            for b, c in base_chunks.items()
+        }
         self.buffers = {
-            b: self._bases[base].narrow(0, off * self.chunk_elems, self.program.chunks[rank][b] * self.chunk_elems)
+            b: self._bases[base].narrow(
+                0, off * self.chunk_elems, self.program.chunks[rank][b] * self.chunk_elems
+            )
             for b, (base, off) in where.items()
         }
         self.local = Local(self.buffers, self.chunk_elems, reducer(self.op, self.dtype))
@@ -135,23 +146,39 @@ class RankExecutor(Executor):
         """Run every round; raises :class:`PeerFailure` when an exchange fails or times out."""
         for level in range(self.levels):
             self.on_level(level)
+            grow = self._strike(level)
             for step in self.schedule.steps[self.rank][level]:
                 HANDLERS[step.tx.type](self.local, step)
-            self._exchange(level)
+            self._exchange(level, grow)
         self.on_level(self.levels)
 
-    def _exchange(self, level: int) -> None:
+    def _strike(self, level: int) -> int:
+        """Inject the fault due at ``level``: end the process, stop forever, or (the number
+        returned) grow this level's transfers by one element."""
+        if self.fault is None or self.fault.level != level:
+            return 0
+        if self.fault.kind == "die":
+            os._exit(DIED_EXIT)
+        if self.fault.kind == "hang":
+            while True:
+                time.sleep(3600)
+        return 1
+
+    def _exchange(self, level: int, grow: int = 0) -> None:
         sends = self.schedule.sends[self.rank][level]
         receives = self.schedule.receives[self.rank][level]
         if not sends and not receives:
             return
         ops, what = [], []
         for t in sends:
-            ops.append(self._p2p(dist.isend, self.local.outbox.pop(t.id), t.dst, t.channel))
+            data = self.local.outbox.pop(t.id)
+            if grow:
+                data = torch.cat([data, data[:grow]])
+            ops.append(self._p2p(dist.isend, data, t.dst, t.channel))
             what.append(("send to", t.dst))
         for t in receives:
-            buf = torch.empty(t.count * self.chunk_elems, dtype=self.kind, device=self.device)
-            self.local.inbox[t.id] = buf
+            buf = torch.empty(t.count * self.chunk_elems + grow, dtype=self.kind, device=self.device)
+            self.local.inbox[t.id] = buf[: t.count * self.chunk_elems]
             ops.append(self._p2p(dist.irecv, buf, t.src, t.channel))
             what.append(("receive from", t.src))
         wait_all(dist.batch_isend_irecv(ops), what, self.timeout_s, self.rank, level)

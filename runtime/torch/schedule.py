@@ -32,7 +32,7 @@ from runtime.program import Program, TbProgram, Transmission
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["Schedule", "Step", "Transfer", "build_schedule"]
+__all__ = ["Schedule", "Step", "Stuck", "Transfer", "build_schedule"]
 
 _SHOWN_IN_CYCLE = 8
 
@@ -52,6 +52,26 @@ class Transfer:
     sender: tuple[int, int, int]
     """(rank, threadblock, IR op) of the sending transmission, for reports."""
     receiver: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A receive that waits forever: its connection has fewer sends than receives (a send was
+    dropped), so on a real runtime this rank hangs here. ``node`` is (rank, tb, transmission)."""
+
+    node: tuple[int, int, int]
+    op: int
+    label: str
+    connection: str
+    sends: int
+    receives: int
+
+    def __str__(self) -> str:
+        rank, tb, _ = self.node
+        return (
+            f"rank {rank} tb {tb} op {self.op} ({self.label}) waits for a transfer that is never sent "
+            f"({self.connection}: {self.sends} sends, {self.receives} receives)"
+        )
 
 
 @dataclass(frozen=True)
@@ -77,6 +97,8 @@ class Schedule:
     steps: tuple[tuple[tuple[Step, ...], ...], ...]
     sends: tuple[tuple[tuple[Transfer, ...], ...], ...]
     receives: tuple[tuple[tuple[Transfer, ...], ...], ...]
+    stuck: tuple[Stuck, ...] = ()
+    """Receives that nothing sends to: they, and all that waits on them, never run."""
 
     @property
     def num_ranks(self) -> int:
@@ -96,22 +118,36 @@ class _Graph:
 
 
 def build_schedule(program: Program) -> Schedule:
-    """The level schedule of ``program`` (``runtime.program.build_program``). Raises
-    :class:`ExecutionError` when sends and receives on a connection do not pair up (their numbers
-    or chunk counts differ) and :class:`DeadlockError` for a dependency nothing publishes or a
-    cycle through dependencies and transfers."""
+    """The level schedule of ``program`` (``runtime.program.build_program``). A receive that no
+    send matches (a dropped send) is :attr:`Schedule.stuck`: it and what waits on it are left out,
+    so the run ends and its outputs show what is missing, where a real runtime would hang. Raises
+    :class:`ExecutionError` when a matched send and receive move different chunk counts and
+    :class:`DeadlockError` for a dependency nothing publishes or a cycle through dependencies and
+    transfers."""
     graph = _nodes(program)
     _order_and_deps(program, graph)
-    transfers = _pair(program, graph)
+    pairs, stuck = _pair(program, graph)
     order = _topological(program, graph)
+    never = _never(graph, stuck)
+    order = [node for node in order if node not in never]
     level = _levels(graph, order)
     transfers = tuple(
-        Transfer(t.id, t.src, t.dst, t.channel, t.seq, t.count, level[graph.index[t.sender_node]],
-                 t.sender, t.receiver)
-        for t in transfers
+        Transfer(
+            t.id,
+            t.src,
+            t.dst,
+            t.channel,
+            t.seq,
+            t.count,
+            level[graph.index[t.sender_node]],
+            t.sender,
+            t.receiver,
+        )
+        for t in pairs
+        if graph.index[t.sender_node] not in never
     )
-    levels = 1 + max(level, default=-1)
-    return _assemble(program, graph, order, level, transfers, levels)
+    levels = 1 + max((level[node] for node in order), default=-1)
+    return _assemble(program, graph, order, level, transfers, levels, tuple(stuck))
 
 
 def _nodes(program: Program) -> _Graph:
@@ -138,7 +174,10 @@ def _order_and_deps(program: Program, graph: _Graph) -> None:
                 target = _published_by(program.tb(tb.rank, dep.tb), dep.op)
                 if target is None:
                     blocked = BlockedStep(
-                        tb.rank, tb.id, tx.op, 0,
+                        tb.rank,
+                        tb.id,
+                        tx.op,
+                        0,
                         f"({tx.label()}) waits for tb {dep.tb} op {dep.op} (nothing in tb {dep.tb} from "
                         f"op {dep.op} on has has_dep, so it never publishes that far)",
                     )
@@ -165,20 +204,21 @@ def _moves(tb: TbProgram | None, sends: bool) -> list[int]:
     return [i for i, tx in enumerate(tb.transmissions) if (tx.type.sends if sends else tx.type.receives)]
 
 
-def _pair(program: Program, graph: _Graph) -> list[_Pair]:
-    """Match the k-th send with the k-th receive on every connection; add the weight-1 edges."""
+def _pair(program: Program, graph: _Graph) -> tuple[list[_Pair], list[Stuck]]:
+    """Match the k-th send with the k-th receive on every connection; add the weight-1 edges. A
+    receive beyond the connection's sends waits forever (:class:`Stuck`); a send beyond its
+    receives is never taken (the data stays in the FIFO, as in the runtime)."""
     ir = program.ir
     out: list[_Pair] = []
+    stuck: list[Stuck] = []
     for (src, dst, ch), conn in sorted(program.connections.items()):
         stb = None if conn.sender is None else program.tb(src, conn.sender)
         rtb = None if conn.receiver is None else program.tb(dst, conn.receiver)
         sent, got = _moves(stb, True), _moves(rtb, False)
-        if len(sent) != len(got):
-            raise ExecutionError(
-                f"{ir.name}: {conn}: {len(sent)} transfers are sent and {len(got)} received, so "
-                "they cannot be paired (each send must meet one receive, in order)"
-            )
-        for seq, (si, ri) in enumerate(zip(sent, got, strict=True)):
+        for ri in got[len(sent) :]:
+            rtx = rtb.transmissions[ri]
+            stuck.append(Stuck((dst, rtb.id, ri), rtx.op, rtx.label(), str(conn), len(sent), len(got)))
+        for seq, (si, ri) in enumerate(zip(sent, got, strict=False)):
             stx, rtx = stb.transmissions[si], rtb.transmissions[ri]
             if stx.count != rtx.count:
                 raise ExecutionError(
@@ -188,9 +228,29 @@ def _pair(program: Program, graph: _Graph) -> list[_Pair]:
                 )
             node = (src, stb.id, si)
             graph.add(graph.index[(dst, rtb.id, ri)], graph.index[node], 1)
-            out.append(_Pair(len(out), src, dst, ch, seq, stx.count, (src, stb.id, stx.op),
-                             (dst, rtb.id, rtx.op), node))
-    return out
+            out.append(
+                _Pair(
+                    len(out), src, dst, ch, seq, stx.count, (src, stb.id, stx.op), (dst, rtb.id, rtx.op), node
+                )
+            )
+    return out, stuck
+
+
+def _never(graph: _Graph, stuck: list[Stuck]) -> set[int]:
+    """The nodes that never run: each stuck receive, and everything after it in program order,
+    waiting on it, or receiving from it."""
+    succs: list[list[int]] = [[] for _ in graph.nodes]
+    for me, preds in enumerate(graph.preds):
+        for pred, _ in preds:
+            succs[pred].append(me)
+    never: set[int] = set()
+    todo = [graph.index[s.node] for s in stuck]
+    while todo:
+        node = todo.pop()
+        if node not in never:
+            never.add(node)
+            todo.extend(succs[node])
+    return never
 
 
 def _topological(program: Program, graph: _Graph) -> list[int]:
@@ -212,7 +272,9 @@ def _topological(program: Program, graph: _Graph) -> list[int]:
                 queue.append(nxt)
     if len(order) < len(graph.nodes):
         stuck = [i for i, d in enumerate(indegree) if d > 0]
-        raise DeadlockError(program.ir.name, tuple(_blocked(program, graph, i) for i in stuck[:_SHOWN_IN_CYCLE]))
+        raise DeadlockError(
+            program.ir.name, tuple(_blocked(program, graph, i) for i in stuck[:_SHOWN_IN_CYCLE])
+        )
     return order
 
 
@@ -236,6 +298,7 @@ def _assemble(
     level: list[int],
     transfers: tuple[Transfer, ...],
     levels: int,
+    stuck: tuple[Stuck, ...],
 ) -> Schedule:
     n = program.ir.num_ranks
     incoming = {t.receiver: t.id for t in transfers}
@@ -246,8 +309,12 @@ def _assemble(
         tx = program.tb(rank, tb_id).transmissions[i]
         key = (rank, tb_id, tx.op)
         steps[rank][level[node]].append(
-            Step(tb_id, tx, incoming.get(key) if tx.type.receives else None,
-                 outgoing.get(key) if tx.type.sends else None)
+            Step(
+                tb_id,
+                tx,
+                incoming.get(key) if tx.type.receives else None,
+                outgoing.get(key) if tx.type.sends else None,
+            )
         )
     sends: list[list[list[Transfer]]] = [[[] for _ in range(levels)] for _ in range(n)]
     receives: list[list[list[Transfer]]] = [[[] for _ in range(levels)] for _ in range(n)]
@@ -261,6 +328,7 @@ def _assemble(
         _frozen(steps),
         _frozen(_by_peer(sends, "dst")),
         _frozen(_by_peer(receives, "src")),
+        stuck,
     )
 
 

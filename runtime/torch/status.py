@@ -31,7 +31,9 @@ STATUS_TAG = 1 << 16
 def _pack(status: Any, rank: int, level: int) -> torch.Tensor:
     data = pickle.dumps(status)
     if len(data) + 8 > MESSAGE_BYTES:
-        data = pickle.dumps(Failure(rank, "error", level, f"its status took {len(data)} bytes (limit {MESSAGE_BYTES})"))
+        data = pickle.dumps(
+            Failure(rank, "error", level, f"its status took {len(data)} bytes (limit {MESSAGE_BYTES})")
+        )
     buf = torch.zeros(MESSAGE_BYTES, dtype=torch.uint8)
     buf[:8] = torch.tensor(list(len(data).to_bytes(8, "little")), dtype=torch.uint8)
     buf[8 : 8 + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
@@ -58,7 +60,9 @@ def exchange(
     mine = _pack(status, rank, level)
     peers = [p for p in range(world) if p != rank]
     inbox = {p: torch.empty(MESSAGE_BYTES, dtype=torch.uint8) for p in peers}
-    ops = [_op(dist.isend, mine, p, group) for p in peers] + [_op(dist.irecv, inbox[p], p, group) for p in peers]
+    ops = [_op(dist.isend, mine, p, group) for p in peers] + [
+        _op(dist.irecv, inbox[p], p, group) for p in peers
+    ]
     works = dist.batch_isend_irecv(ops)
     receives = works[len(peers) :] if len(works) == len(ops) else [works[-1]] * len(peers)
     deadline = time.monotonic() + timeout_s

@@ -7,8 +7,8 @@ and reads one reply per job: ``("ok", value)``, ``("error", exc)`` for an error 
 re-raises as it is (the same on every rank: a malformed IR, a size the runtime would not select, a
 wrong result), or ``("fault", Failure)`` when this rank could not finish (a transfer failed or
 timed out). While a job runs, the rank writes the level it is at into its slot of the file
-``PROGRESS_FD`` (one int32 per rank, mapped by every rank and the parent), which the parent reads to say where a rank that died or hung
-stopped. ``None``, or the parent's end of the socket closing, ends the process.
+``PROGRESS_FD`` (one int32 per rank, mapped by every rank and the parent), which the parent reads
+to say where a rank that died or hung stopped. ``None``, or the parent's end of the socket closing, ends the process.
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ def _serve(conn: Any, progress: mmap.mmap, rank: int) -> None:
         from runtime.torch.launch import join
 
         device = join(os.environ["XCCL_TORCH_DIST"], float(os.environ["XCCL_TORCH_TIMEOUT_S"]))
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which names the rank
-        conn.send(("fault", Failure(rank, "error", STARTING, f"could not join the process group: {short(exc)}")))
+    except Exception as exc:
+        conn.send(
+            ("fault", Failure(rank, "error", STARTING, f"could not join the process group: {short(exc)}"))
+        )
         return
     import torch.distributed as dist
 
@@ -69,8 +71,10 @@ def _serve(conn: Any, progress: mmap.mmap, rank: int) -> None:
             reply = ("fault", exc.failure)
         except XcclError as exc:
             reply = ("error", exc)
-        except Exception as exc:  # noqa: BLE001 - a bug or a library failure: reported, not lost
-            failure = Failure(rank, "error", read_progress(progress, rank), f"{type(exc).__name__}: {short(exc)}")
+        except Exception as exc:
+            failure = Failure(
+                rank, "error", read_progress(progress, rank), f"{type(exc).__name__}: {short(exc)}"
+            )
             reply = ("fault", failure)
         conn.send(reply)
     dist.destroy_process_group()
