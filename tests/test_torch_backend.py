@@ -36,6 +36,8 @@ from runtime.torch.schedule import build_schedule
 from synth.algorithm import Algorithm
 from synth.baselines import default_chunks, make_baseline
 from synth.collectives import make_collective
+from synth.milp import synthesize
+from synth.smt import solve_instance
 from topologies import load
 
 FRONTS = Path(__file__).parent / "data" / "dgx1-fronts"
@@ -97,6 +99,27 @@ def test_smt_schedules_on_dgx1_compute_their_collective(pools, name):
     ir = stored(name)
     run_on(pools(8), ir, ir.nchunksperloop * 8 * 4, "float16")
     run_on(pools(8), ir, ir.nchunksperloop * 8 * 8, "int64", "min")
+
+
+@pytest.mark.parametrize(
+    ("collective", "chunks", "steps", "rounds"), [("reducescatter", 2, 2, 3), ("alltoall", 1, 3, 3)]
+)
+def test_smt_synthesis_on_dgx1_runs_on_eight_ranks(pools, collective, chunks, steps, rounds):
+    """Synthesized here (0.1-0.2 s each): reducescatter through its dual, alltoall at least steps."""
+    dgx1 = load("dgx1")
+    algo = solve_instance(dgx1, make_collective(collective, 8, chunks), steps, rounds).algorithm
+    ir = compile_algorithm(algo, dgx1)
+    run_on(pools(8), ir, ir.nchunksperloop * 8 * 4)
+
+
+@pytest.mark.slow
+def test_ndv2x2_ring_baselines_and_a_milp_allgather_on_sixteen_ranks(pools):
+    """16 ranks: starting them and synthesizing the MILP take most of a minute on 2 cores."""
+    topo = load("ndv2x2")
+    irs = [ring("ndv2x2", collective) for collective in COLLECTIVES]
+    irs.append(compile_algorithm(synthesize(topo, "allgather", "ndv2x2-relay", 1 << 30).algorithm, topo))
+    for ir in irs:
+        run_on(pools(16), ir, ir.nchunksperloop * 4 * 4)
 
 
 def test_a_reduction_over_unsigned_words_matches_the_reference(pools):
