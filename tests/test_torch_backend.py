@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -233,10 +234,10 @@ def test_bench_measures_torchs_own_collective_beside_ours():
 
 
 # -- the CLI and a user's torch program -----------------------------------------------------------------
-def test_cli_run_on_four_ranks(tmp_path, cli):
+def test_cli_run_on_four_ranks(tmp_path, xccl):
     path = tmp_path / "ring.json"
     path.write_text(write_ir(ring("fully-connected:4", "allreduce"), "json"))
-    proc = cli("run", "--backend", "torch", "--ranks", "4", "--timeout", "20", str(path), "--size", "1KiB")
+    proc = xccl("run", "--backend", "torch", "--ranks", "4", "--timeout", "20", str(path), "--size", "1KiB")
     assert proc.returncode == 0, proc.stderr
     assert (
         proc.stdout.startswith("ok: ") and "every output matches the NumPy reference (torch," in proc.stdout
@@ -276,6 +277,24 @@ def _torchrun(tmp_path: Path, ir: IR, *extra: str) -> dict[int, str]:
     return {r: (out / f"rank{r}.txt").read_text() for r in range(ir.num_ranks)}
 
 
+def test_the_cli_under_torchrun_runs_one_rank_per_process_and_only_rank_0_reports(tmp_path):
+    """Before, a rank's status message to a peer could be cancelled (its send's Work dropped
+    unfinished) and the job stopped after the timeout with 'rank 0 did not take part'."""
+    path = tmp_path / "ring.json"
+    path.write_text(write_ir(ring("ring:4", "allgather"), "json"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4"]
+    cmd = [*launch, "-m", "xccl.cli.main", "run", "--backend", "torch", "--timeout", "20", str(path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    said = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert (
+        len(said) == 1
+        and said[0].startswith("ok: allgather-ring:4")
+        and "matches the NumPy reference" in said[0]
+    )
+
+
 def test_a_users_program_calls_the_ir_like_torchs_own_collective(tmp_path):
     said = _torchrun(tmp_path, ring("fully-connected:4", "allgather"))
     assert set(said.values()) == {"ok\n"}
@@ -290,3 +309,41 @@ def test_a_wrong_sized_tensor_raises_on_every_rank_and_leaves_the_tensors(tmp_pa
     for rank in (0, 2, 3):
         assert said[rank].startswith(f"PeerFailure: rank {rank} at level"), said[rank]
     assert all(text.endswith("untouched: True\n") for text in said.values())
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_keeps_the_finished_rows_and_ends_every_rank(tmp_path):
+    path = tmp_path / "ring.json"
+    path.write_text(write_ir(ring("fully-connected:4", "allgather"), "json"))
+    cmd = [sys.executable, "-m", "xccl.cli.main", "bench", "--backend", "torch", str(path)]
+    proc = subprocess.Popen(
+        [*cmd, "--sizes", "1KiB:1GiB", "--repeats", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    while not any(line.startswith("[2/") for line in lines):
+        lines.append(proc.stderr.readline())
+        assert lines[-1], "".join(lines)
+    ranks = _children(proc.pid)
+    assert len(ranks) == 4
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert "   1024 " in out and "   2048 " in out and "ok" in out  # the rows finished are printed
+    assert "interrupted: " in err
+    assert all(_gone(pid) for pid in ranks)

@@ -72,6 +72,13 @@ def exchange(
             out[p] = _unpack(inbox[p])
         except RuntimeError as exc:
             out[p] = Failure(p, "absent", level, _absent(timeout_s, exc))
+    if len(works) == len(ops):  # Gloo: a send whose Work is dropped unfinished is cancelled
+        for p, work in zip(peers, works[: len(peers)], strict=True):
+            try:
+                work.wait(timeout=timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            except RuntimeError as exc:
+                if not isinstance(out[p], Failure):
+                    out[p] = Failure(p, "absent", level, _absent(timeout_s, exc))
     return out
 
 
