@@ -22,11 +22,12 @@ import pytest
 pytest.importorskip("torch")
 
 import runtime_samples as samples
+import torch
 from conftest import assert_one_line_error
 
 from codegen.compiler import compile_algorithm
 from codegen.formats import write_ir
-from codegen.ir import IR
+from codegen.ir import IR, Buffer, Gpu, Op, OpType, Ref, Threadblock
 from runtime.bench import bench
 from runtime.errors import ExecutionError, ExecutionMismatch
 from runtime.program import build_program
@@ -231,6 +232,36 @@ def test_bench_measures_torchs_own_collective_beside_ours():
         assert row.peer.busbw_GBps == pytest.approx(row.peer.algbw_GBps * 3 / 4)
     data = json.loads(json.dumps(report.to_json()))
     assert data["rows"][0]["peer"]["check"] == "ok"
+
+
+# -- NCCL: one process per GPU ---------------------------------------------------------------------------
+def one_rank_allgather() -> IR:
+    """The allgather of one rank (its input copied to its output): all NCCL can run on one GPU."""
+    ops = (Op(OpType.COPY, Ref(Buffer.INPUT, 0), Ref(Buffer.OUTPUT, 0), 1),)
+    gpu = Gpu(0, 1, 1, 0, (Threadblock(0, None, None, 0, ops),))
+    return IR("allgather-one-rank", "allgather", 1, 1, (gpu,), inplace=True, outofplace=True)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="NCCL needs a GPU per rank, and this machine has none"
+)
+def test_nccl_runs_our_schedule_beside_torchs_own_on_one_gpu():
+    report = bench(
+        one_rank_allgather(), [4096, 1 << 20], backend="torch", options={"dist": "nccl"}, repeats=3
+    )
+    assert "nccl, 1 processes" in report.device
+    for row in report.rows:
+        assert row.check == "ok" and row.peer.check == "ok", (row.error, row.peer.error)
+
+
+def test_the_nccl_path_imports_without_a_gpu():
+    from runtime.torch import collective, joined, launch
+
+    assert launch.resolve_dist("auto", 1) == ("nccl" if torch.cuda.is_available() else "gloo")
+    assert callable(collective.torch_collective) and joined.Joined
+    if not torch.cuda.is_available():
+        with pytest.raises(ExecutionError, match="nccl needs one GPU per rank: 1 rank"):
+            launch.resolve_dist("nccl", 1)
 
 
 # -- the CLI and a user's torch program -----------------------------------------------------------------
