@@ -29,10 +29,11 @@ from codegen.compiler import compile_algorithm
 from codegen.formats import write_ir
 from codegen.ir import IR, Buffer, Gpu, Op, OpType, Ref, Threadblock
 from runtime.bench import bench
-from runtime.errors import ExecutionError, ExecutionMismatch
+from runtime.errors import DeadlockError, ExecutionError, ExecutionMismatch
 from runtime.program import build_program
 from runtime.torch.errors import Fault, RankFault, parse_fault
 from runtime.torch.jobs import Call
+from runtime.torch.ops import HANDLERS
 from runtime.torch.pool import Pool
 from runtime.torch.schedule import build_schedule
 from synth.algorithm import Algorithm
@@ -128,6 +129,30 @@ def test_a_reduction_over_unsigned_words_matches_the_reference(pools):
     ir = samples.ring_allreduce(4)
     for op in ("sum", "max"):
         run_on(pools(4), ir, ir.nchunksperloop * 16 * 4, "uint32", op)
+
+
+# -- the level schedule (no processes) ---------------------------------------------------------------------
+def test_every_op_type_has_torch_semantics():
+    assert set(HANDLERS) == set(OpType)
+
+
+def test_the_ring_allgathers_levels_are_its_hops_and_both_ends_post_in_one_order():
+    ir = samples.ring_allgather(4)
+    schedule = build_schedule(build_program(ir))
+    assert schedule.levels == 4 and not schedule.stuck  # 3 hops, and the last receives
+    for t in schedule.transfers:
+        assert t.dst == (t.src + 1) % 4 and t.level == t.seq
+        assert t in schedule.sends[t.src][t.level] and t in schedule.receives[t.dst][t.level]
+
+
+def test_a_cycle_through_a_dependency_and_a_transfer_is_a_deadlock():
+    """Rank 0 sends only after its receive, and rank 1 sends only after its own: neither starts."""
+    first = Op(OpType.RECV, None, Ref(Buffer.OUTPUT, 1), 1)
+    then = Op(OpType.SEND, Ref(Buffer.INPUT, 0), None, 1)
+    gpus = tuple(Gpu(r, 1, 2, 0, (Threadblock(0, 1 - r, 1 - r, 0, (first, then)),)) for r in range(2))
+    ir = IR("cycle", "allgather", 2, 2, gpus)
+    with pytest.raises(DeadlockError, match="waits in a cycle"):
+        build_schedule(build_program(ir))
 
 
 # -- a dropped send ---------------------------------------------------------------------------------------

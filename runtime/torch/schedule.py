@@ -22,6 +22,7 @@ after ``op`` that publishes progress (``has_dep``). This module needs neither to
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -131,21 +132,7 @@ def build_schedule(program: Program) -> Schedule:
     never = _never(graph, stuck)
     order = [node for node in order if node not in never]
     level = _levels(graph, order)
-    transfers = tuple(
-        Transfer(
-            t.id,
-            t.src,
-            t.dst,
-            t.channel,
-            t.seq,
-            t.count,
-            level[graph.index[t.sender_node]],
-            t.sender,
-            t.receiver,
-        )
-        for t in pairs
-        if graph.index[t.sender_node] not in never
-    )
+    transfers = tuple(dataclasses.replace(t, level=level[node]) for t, node in pairs if node not in never)
     levels = 1 + max((level[node] for node in order), default=-1)
     return _assemble(program, graph, order, level, transfers, levels, tuple(stuck))
 
@@ -185,31 +172,19 @@ def _order_and_deps(program: Program, graph: _Graph) -> None:
                 graph.add(me, graph.index[(tb.rank, dep.tb, target)], 0)
 
 
-@dataclass(frozen=True)
-class _Pair:
-    id: int
-    src: int
-    dst: int
-    channel: int
-    seq: int
-    count: int
-    sender: tuple[int, int, int]
-    receiver: tuple[int, int, int]
-    sender_node: tuple[int, int, int]
-
-
 def _moves(tb: TbProgram | None, sends: bool) -> list[int]:
     if tb is None:
         return []
     return [i for i, tx in enumerate(tb.transmissions) if (tx.type.sends if sends else tx.type.receives)]
 
 
-def _pair(program: Program, graph: _Graph) -> tuple[list[_Pair], list[Stuck]]:
+def _pair(program: Program, graph: _Graph) -> tuple[list[tuple[Transfer, int]], list[Stuck]]:
     """Match the k-th send with the k-th receive on every connection; add the weight-1 edges. A
     receive beyond the connection's sends waits forever (:class:`Stuck`); a send beyond its
-    receives is never taken (the data stays in the FIFO, as in the runtime)."""
+    receives is never taken (the data stays in the FIFO, as in the runtime). Each transfer comes
+    with its sending node, and its level still unknown (-1)."""
     ir = program.ir
-    out: list[_Pair] = []
+    out: list[tuple[Transfer, int]] = []
     stuck: list[Stuck] = []
     for (src, dst, ch), conn in sorted(program.connections.items()):
         stb = None if conn.sender is None else program.tb(src, conn.sender)
@@ -226,13 +201,10 @@ def _pair(program: Program, graph: _Graph) -> tuple[list[_Pair], list[Stuck]]:
                     f"chunks, but rank {src} tb {stb.id} op {stx.op} sent {stx.count}: send and receive "
                     "counts differ on this connection"
                 )
-            node = (src, stb.id, si)
-            graph.add(graph.index[(dst, rtb.id, ri)], graph.index[node], 1)
-            out.append(
-                _Pair(
-                    len(out), src, dst, ch, seq, stx.count, (src, stb.id, stx.op), (dst, rtb.id, rtx.op), node
-                )
-            )
+            node = graph.index[(src, stb.id, si)]
+            graph.add(graph.index[(dst, rtb.id, ri)], node, 1)
+            sender, receiver = (src, stb.id, stx.op), (dst, rtb.id, rtx.op)
+            out.append((Transfer(len(out), src, dst, ch, seq, stx.count, -1, sender, receiver), node))
     return out, stuck
 
 
