@@ -188,6 +188,23 @@ def test_a_dropped_send_is_a_wrong_result_naming_rank_and_buffer(pools):
     assert pools(4).running  # a wrong result leaves the ranks running
 
 
+def test_a_receive_nothing_sends_to_is_a_deadlock_even_when_the_outputs_are_right(pools):
+    """An extra receive at the end of rank 2 (of its own chunk, already in place): the outputs are
+    right, but a real runtime would wait there forever."""
+    ir = samples.ring_allgather(4)
+    gpu = ir.gpus[2]
+    (tb,) = gpu.threadblocks
+    extra = dataclasses.replace(tb, ops=(*tb.ops, Op(OpType.RECV, None, Ref(Buffer.OUTPUT, 2), 1)))
+    gpus = list(ir.gpus)
+    gpus[2] = dataclasses.replace(gpu, threadblocks=(extra,))
+    with pytest.raises(DeadlockError) as info:  # bench reports it as a "deadlock" row
+        run_on(pools(4), dataclasses.replace(ir, gpus=tuple(gpus)), 256)
+    assert (
+        "rank 2 tb 0 op 5 (tile 0) (r) waits for a transfer never sent (rank 1 -> rank 2 channel 0)"
+        in str(info.value)
+    )
+
+
 @pytest.mark.slow
 def test_the_cli_reports_a_dropped_send_as_wrong(tmp_path, cli):
     path = tmp_path / "dropped.json"

@@ -108,7 +108,10 @@ class TorchCollective:
             )
         key = (chunk, source.dtype, source.device)
         if key not in self._executors:
-            dtype = np.dtype(torch.empty(0, dtype=source.dtype).numpy().dtype)
+            try:
+                dtype = np.dtype(torch.empty(0, dtype=source.dtype).numpy().dtype)
+            except TypeError:
+                raise ExecutionError(f"{where}: {source.dtype} has no NumPy type to check against") from None
             size = chunk * self.ir.nchunksperloop * dtype.itemsize
             self._executors[key] = RankExecutor(
                 self.ir,
