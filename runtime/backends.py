@@ -50,7 +50,7 @@ __all__ = [
     "register_backend",
 ]
 
-BACKEND_MODULES = ("runtime.backends", "runtime.cupy.backend")
+BACKEND_MODULES = ("runtime.backends", "runtime.cupy.backend", "runtime.torch.backend")
 """Modules whose import registers backends; absent ones are skipped."""
 
 TIMINGS = ("wall", "device", "model")
@@ -75,6 +75,9 @@ class BenchCase:
 class Trial(ABC):
     """One IR prepared at one size on one backend."""
 
+    peer_note: str | None = None
+    """Why :meth:`peer` is None for this call, where the backend has peers (``Backend.peer_label``)."""
+
     @abstractmethod
     def reset(self) -> None:
         """Put the inputs back (untimed; in-place calls overwrite them)."""
@@ -88,6 +91,11 @@ class Trial(ABC):
         """Compare the last run's outputs with the expected result: True when they match, False
         when nothing states the expected result; raise ``ExecutionMismatch`` when they differ
         (backends whose ``checks`` is True; the harness does not call it on the others)."""
+
+    def peer(self) -> Trial | None:
+        """The same call by the library this backend runs on (torch's own collective), measured
+        beside ours in the same run; None when the backend has no such peer."""
+        return None
 
 
 class ExecutorTrial(Trial):
@@ -125,15 +133,32 @@ class Backend(ABC):
     needs_topology: ClassVar[bool] = False
     host_memory: ClassVar[bool] = False
     """Holds every rank in host memory: takes ``max_memory``, its limit."""
+    processes: ClassVar[bool] = False
+    """Runs one process per rank: takes ``ranks``, ``timeout_s`` and ``dist``."""
+    peer_label: ClassVar[str | None] = None
+    """The short name of the peer its trials measure beside ours (``Trial.peer``), if any."""
 
     @classmethod
     def available(cls) -> bool:
         """Whether it can run here; must not import heavy libraries."""
         return True
 
+    @classmethod
+    def reporting(cls) -> bool:
+        """Whether this process prints the report (under a launcher, only one rank's does)."""
+        return True
+
     def device(self, topology: Topology | None) -> str:
         """What the times are measured on, for the report."""
         return self.description
+
+    def peer_description(self) -> str | None:
+        """What the peer of the last prepared call is, for the report (None: no peer)."""
+        return None
+
+    def close(self) -> None:
+        """Release what :meth:`prepare` started (processes); the harness calls it when done."""
+        return None
 
     @abstractmethod
     def prepare(self, ir: IR, case: BenchCase, topology: Topology | None) -> Trial: ...

@@ -58,6 +58,7 @@ __all__ = [
     "BenchReport",
     "BenchRow",
     "ExecutorTrial",
+    "PeerResult",
     "Trial",
     "aligned_size",
     "backends",
@@ -96,6 +97,23 @@ NOT_DECLARED = "custom collective with no declared result; a DSL program declare
 
 
 @dataclass(frozen=True)
+class PeerResult:
+    """The peer's measurement at a row's size (``Trial.peer``: torch's own collective on the same
+    process group): times None when it could not run there (``note`` says why)."""
+
+    time_us: float | None
+    algbw_GBps: float | None
+    busbw_GBps: float | None
+    check: str
+    error: str | None = None
+    note: str | None = None
+
+    def cells(self) -> tuple:
+        times = ["-" if v is None else f"{v:.2f}" for v in (self.time_us, self.algbw_GBps, self.busbw_GBps)]
+        return (*times, self.check)
+
+
+@dataclass(frozen=True)
 class BenchRow:
     size_bytes: int
     count: int
@@ -110,6 +128,8 @@ class BenchRow:
     skipped. Times are None when the run failed or was skipped."""
     error: str | None = None
     note: str | None = None
+    peer: PeerResult | None = None
+    """The peer measured beside it (backends with one, ``Backend.peer_label``)."""
 
     @property
     def failed(self) -> bool:
@@ -136,6 +156,8 @@ class BenchReport:
     repeats: int
     rows: tuple[BenchRow, ...] = field(default=())
     interrupted: bool = False
+    peer: str | None = None
+    """What the rows' ``peer`` measured (None: no peer)."""
 
     @property
     def ok(self) -> bool:
@@ -190,6 +212,7 @@ class _Setup:
     declared: Collective | None
     dialect: str
     factor: float
+    peer: bool = True
 
 
 def _plan(s: _Setup, size: int) -> BenchCase | SizeNotSelected:
@@ -224,18 +247,37 @@ def _row(s: _Setup, size: int, planned: BenchCase | SizeNotSelected, skip: bool)
     except (DeadlockError, UninitializedRead) as exc:
         status = "deadlock" if isinstance(exc, DeadlockError) else "wrong"
         return BenchRow(*head, None, None, None, status, str(exc))
-    status, error, note = "not checked", None, None
-    if not s.check:
-        note = "checking was turned off"
-    elif not s.backend.checks:
-        note = f"the {s.backend.name} backend moves no data"
-    else:
-        try:
-            status, note = ("ok", None) if trial.check() else ("not checked", NOT_DECLARED)
-        except ExecutionMismatch as exc:
-            status, error = "wrong", str(exc)
+    status, error, note = _checked(s, trial)
     algbw = algbw_GBps(size, time_us)
-    return BenchRow(*head, time_us, algbw, algbw * s.factor, status, error, note)
+    peer = _peer(s, trial, size)
+    return BenchRow(*head, time_us, algbw, algbw * s.factor, status, error, note, peer)
+
+
+def _checked(s: _Setup, trial: Trial) -> tuple[str, str | None, str | None]:
+    """The last run's check word, with the error or the note that goes with it."""
+    if not s.check:
+        return "not checked", None, "checking was turned off"
+    if not s.backend.checks:
+        return "not checked", None, f"the {s.backend.name} backend moves no data"
+    try:
+        return ("ok", None, None) if trial.check() else ("not checked", None, NOT_DECLARED)
+    except ExecutionMismatch as exc:
+        return "wrong", str(exc), None
+    except DeadlockError as exc:  # torch: right outputs, but a receive no send matches
+        return "deadlock", str(exc), None
+
+
+def _peer(s: _Setup, trial: Trial, size: int) -> PeerResult | None:
+    """The peer of ``trial`` measured and checked as ours is, if the backend has one."""
+    if not s.peer or s.backend.peer_label is None:
+        return None
+    peer = trial.peer()
+    if peer is None:
+        return PeerResult(None, None, None, "skipped", None, trial.peer_note or "no peer for this call")
+    time_us = _measure(peer, s.warmup, s.repeats)
+    status, error, note = _checked(s, peer)
+    algbw = algbw_GBps(size, time_us)
+    return PeerResult(time_us, algbw, algbw * s.factor, status, error, note)
 
 
 def bench(
@@ -255,6 +297,7 @@ def bench(
     dialect: str | None = None,
     skip: bool = True,
     on_row: Callable[[BenchRow], None] | None = None,
+    peer: bool = True,
 ) -> BenchReport:
     """Benchmark ``ir`` at each size (rounded down by :func:`aligned_size`); Ctrl-C stops it and
     returns the rows finished so far (``interrupted``). ``on_row`` sees each row as it finishes.
@@ -265,6 +308,8 @@ def bench(
     runtime would not select the IR for, or one above the memory limit, gets a ``skipped`` row
     (with ``skip=False`` its error is raised instead, before anything runs at that size); when the
     runtime would select the IR for none of the sizes, ``SizeNotSelected`` is raised before any runs.
+    A backend with a peer (torch: its own collective on the same process group) measures it beside
+    each size unless ``peer`` is False; the backend is closed (its processes end) before returning.
     """
     warmup, repeats = _count(warmup, "warmup", 0), _count(repeats, "repeats", 1)
     sizes = [parse_size(size) for size in sizes]
@@ -284,20 +329,28 @@ def bench(
         declared=declared,
         dialect=dialect or runtime_dialect(ir.collective),
         factor=_busbw_factor(ir, declared),
+        peer=peer,
     )
-    plan = _plan_all(setup, sizes, skip)
-    rows, interrupted = _run(setup, zip(sizes, plan, strict=True), skip, on_row)
+    try:
+        plan = _plan_all(setup, sizes, skip)
+        rows, interrupted = _run(setup, zip(sizes, plan, strict=True), skip, on_row)
+        device = be.device(topology)
+        measured = any(row.peer is not None and row.peer.time_us is not None for row in rows)
+        peer_said = be.peer_description() if measured else None
+    finally:
+        be.close()
     return BenchReport(
         ir.name,
         ir.collective,
         ir.num_ranks,
         backend,
         be.timing,
-        be.device(topology),
+        device,
         warmup,
         repeats,
         tuple(rows),
         interrupted,
+        peer_said,
     )
 
 

@@ -1,6 +1,7 @@
 """What can go wrong when an IR runs: it cannot run as asked (or not at this size, or not within the
 memory limit), it deadlocks, it reads memory nothing wrote, or it computes the wrong result. All are
-:class:`XcclError`, so the CLI prints one line."""
+:class:`XcclError`, so the CLI prints one line. Each pickles (``__reduce__``), so an error raised in
+a rank's own process (the torch backend) reaches the caller as it was raised."""
 
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ class DeadlockError(ExecutionError):
         more = f"; and {len(blocked) - _SHOWN} more" if len(blocked) > _SHOWN else ""
         super().__init__(f"{ir_name}: deadlock, every live threadblock is blocked: {shown}{more}")
 
+    def __reduce__(self):
+        return (DeadlockError, (self.ir_name, self.blocked))
+
 
 class UninitializedRead(ExecutionError):
     """An op read a chunk slot (of one tile) that nothing had written."""
@@ -73,6 +77,13 @@ class UninitializedRead(ExecutionError):
         super().__init__(
             f"{ir_name}: rank {rank} tb {tb} op {op} ({what}) reads {buffer}[{chunk}] in tile {tile}, "
             "which nothing wrote before"
+        )
+        self.what = what
+
+    def __reduce__(self):
+        return (
+            UninitializedRead,
+            (self.ir_name, self.rank, self.tb, self.op, self.tile, self.buffer, self.chunk, self.what),
         )
 
 
@@ -92,8 +103,13 @@ class ExecutionMismatch(ExecutionError):
     ) -> None:
         self.ir_name, self.rank, self.buffer, self.chunk = ir_name, rank, buffer, chunk
         self.index, self.expected, self.actual = index, expected, actual
+        self.detail = detail
         extra = f" ({detail})" if detail else ""
         super().__init__(
             f"{ir_name}: wrong result on rank {rank}: {buffer}[{chunk}] element {index}: "
             f"expected {expected}, got {actual}{extra}"
         )
+
+    def __reduce__(self):
+        fields = (self.ir_name, self.rank, self.buffer, self.chunk, self.index, self.expected, self.actual)
+        return (ExecutionMismatch, (*fields, self.detail))

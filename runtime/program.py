@@ -42,6 +42,7 @@ __all__ = [
     "Program",
     "TbProgram",
     "Transmission",
+    "buffer_layout",
     "build_program",
     "call_aliases",
     "chunk_elems",
@@ -251,3 +252,21 @@ def call_aliases(program: Program, inplace: bool) -> list[tuple[str, int] | None
     if coll is None or coll.inplace_alias(0) is None:
         raise ExecutionError(f"{ir.name}: {ir.collective} has no in-place form")
     return [coll.inplace_alias(r) for r in range(ir.num_ranks)]
+
+
+def buffer_layout(
+    chunks: dict[Buffer, int], alias: tuple[str, int] | None
+) -> tuple[dict[Buffer, tuple[Buffer, int]], dict[Buffer, int]]:
+    """Where one rank's buffers live for a call: each buffer's (base buffer, chunk offset in it), and
+    the chunks of each base. Out of place every buffer is its own base; in place (``alias``, from
+    :func:`call_aliases`) the smaller of input and output is a view into the larger."""
+    where: dict[Buffer, tuple[Buffer, int]] = {b: (b, 0) for b in Buffer}
+    if alias is not None:
+        small = Buffer.INPUT if alias[0] == "input" else Buffer.OUTPUT
+        large = Buffer.OUTPUT if small is Buffer.INPUT else Buffer.INPUT
+        where[small] = (large, alias[1])
+    base_chunks = {b: chunks[b] for b in Buffer if where[b][0] is b}
+    for b in Buffer:
+        base, offset = where[b]
+        base_chunks[base] = max(base_chunks[base], offset + chunks[b])
+    return where, base_chunks

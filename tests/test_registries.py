@@ -41,7 +41,7 @@ def test_max_memory_names_the_backends_it_applies_to(xccl):
 def test_the_registry_and_its_backends_load_no_array_library():
     code = (
         "import sys; from runtime.backends import backends; table = backends(); "
-        "print(sorted(table), [m for m in ('numpy', 'cupy', 'networkx') if m in sys.modules])"
+        "print(sorted(table), [m for m in ('numpy', 'cupy', 'networkx', 'torch') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['cupy', 'numpy', 'sim'] []"
+    assert out.strip() == "['cupy', 'numpy', 'sim', 'torch'] []"

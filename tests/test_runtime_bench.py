@@ -38,7 +38,8 @@ def test_registry_is_honest():
         assert cls.name == name and issubclass(cls, Backend)
         assert cls.description and cls.timing in TIMINGS and isinstance(cls.checks, bool)
         assert isinstance(cls.available(), bool)
-        assert name in TESTED_HERE or cls.__module__.startswith("runtime.cupy"), name
+        # cupy: tests/test_cupy_*.py; torch: tests/test_torch_backend.py
+        assert name in TESTED_HERE or cls.__module__.startswith(("runtime.cupy", "runtime.torch")), name
     assert BACKEND_MODULES[0] == "runtime.backends"
 
 

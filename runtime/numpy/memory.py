@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen.ir import Buffer
+from runtime.program import buffer_layout
 
 __all__ = ["Message", "RankMemory", "garbage"]
 
@@ -61,15 +62,7 @@ class RankMemory:
         self.chunk_elems = chunk_elems
         self.dtype = dtype
         # logical buffer -> (base buffer, chunk offset in the base)
-        self.where: dict[Buffer, tuple[Buffer, int]] = {b: (b, 0) for b in Buffer}
-        if alias is not None:
-            small = Buffer.INPUT if alias[0] == "input" else Buffer.OUTPUT
-            large = Buffer.OUTPUT if small is Buffer.INPUT else Buffer.INPUT
-            self.where[small] = (large, alias[1])
-        base_chunks = {b: chunks[b] for b in Buffer if self.where[b][0] is b}
-        for b in Buffer:
-            base, offset = self.where[b]
-            base_chunks[base] = max(base_chunks[base], offset + chunks[b])
+        self.where, base_chunks = buffer_layout(chunks, alias)
         self.bases = {b: np.empty(c * chunk_elems, dtype) for b, c in base_chunks.items()}
         self.written = {b: np.zeros((c, ntiles), bool) for b, c in base_chunks.items()}
         self.chunks = chunks

@@ -21,6 +21,8 @@ from codegen.examples import example_names
 from common.units import SizeError, format_size, parse_size, parse_size_range
 from runtime.backends import backends
 from runtime.datatypes import DTYPE_NAMES, REDUCTIONS
+from runtime.torch.backend import MAX_TIMEOUT_S
+from runtime.torch.launch import DEFAULT_TIMEOUT_S, DIST_BACKENDS
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
 from xccl.cli.output import print_json, print_table, progress
@@ -162,7 +164,27 @@ def _backend_options(args: argparse.Namespace) -> dict:
                 f"(it applies to {held})"
             )
         options["max_memory"] = _sizes("--max-memory", parse_size, args.max_memory)
+    given = {flag: value for flag, value in _process_flags(args).items() if value is not None}
+    if given and not backend.processes:
+        takes = ", ".join(name for name, cls in table.items() if cls.processes)
+        flag = next(iter(given))
+        raise BenchError(f"{flag}: the {args.backend} backend runs every rank in this process (it applies to {takes})")
+    if args.ranks is not None:
+        if args.ranks < 1:
+            raise BenchError(f"--ranks {args.ranks}: expected at least 1 process")
+        options["ranks"] = args.ranks
+    if args.timeout is not None:
+        if not 0 < args.timeout < MAX_TIMEOUT_S:
+            raise BenchError(f"--timeout {args.timeout:g}: expected seconds above 0 and below {MAX_TIMEOUT_S:g}")
+        options["timeout_s"] = args.timeout
+    if args.dist is not None:
+        options["dist"] = args.dist
     return options
+
+
+def _process_flags(args: argparse.Namespace) -> dict[str, object]:
+    """The options of backends that run one process per rank, by flag."""
+    return {"--ranks": args.ranks, "--timeout": args.timeout, "--dist": args.dist}
 
 
 def _bench_args(args: argparse.Namespace, runnable: Runnable, inplace: bool, options: dict) -> dict:
@@ -224,13 +246,31 @@ def _print_table(args: argparse.Namespace, ir: IR, inplace: bool, report: BenchR
         f"# {report.timing} time, median of {report.repeats} run(s) after {report.warmup} "
         f"warm-up run(s); {args.dtype} {args.op}; {_checked_line(report, backends()[report.backend].checks)}"
     )
-    print_table(TABLE_HEADERS, [row.cells() for row in report.rows])
+    label = backends()[report.backend].peer_label if report.peer else None
+    if label is None:
+        print_table(TABLE_HEADERS, [row.cells() for row in report.rows])
+    else:
+        print(f"# beside it, columns {label}*: {report.peer}")
+        headers = (*TABLE_HEADERS, f"{label}(us)", f"{label} algbw", f"{label} busbw", f"{label} check")
+        print_table(headers, [row.cells() + _peer_cells(row) for row in report.rows])
     for row in report.rows:
         if row.check == "skipped":
             print(f"# skipped {format_size(row.size_bytes)}: {row.note}")
-    timed = [row.busbw_GBps for row in report.rows if row.busbw_GBps is not None]
+        elif row.peer is not None and row.peer.check not in ("ok", "not checked"):
+            print(f"# {label} at {format_size(row.size_bytes)}: {row.peer.check}: {row.peer.error or row.peer.note}")
+    _print_average("", [row.busbw_GBps for row in report.rows])
+    if label is not None:
+        _print_average(f" ({label})", [row.peer.busbw_GBps for row in report.rows if row.peer is not None])
+
+
+def _peer_cells(row: BenchRow) -> tuple:
+    return row.peer.cells() if row.peer is not None else ("-", "-", "-", "-")
+
+
+def _print_average(who: str, busbw: list[float | None]) -> None:
+    timed = [value for value in busbw if value is not None]
     if timed:
-        print(f"# Avg bus bandwidth    : {sum(timed) / len(timed):.3f} GB/s")
+        print(f"# Avg bus bandwidth{who}    : {sum(timed) / len(timed):.3f} GB/s")
 
 
 @long_command
@@ -252,6 +292,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         progress(f"[{len(done)}/{len(sizes)}] {format_size(row.size_bytes)}: {row.check}")
 
     report = bench(ir, sizes, warmup=args.warmup, repeats=args.repeats, on_row=on_row, **kwargs)
+    if not backends()[args.backend].reporting():
+        return _exit_status(report, args.check, "bench")
     if args.json:
         print_json(_report_json(args, report))
     else:
@@ -268,10 +310,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     size = _sizes("--size", parse_size, args.size)
     runnable, inplace, kwargs = _call(args)
-    report = bench(runnable.ir, [size], warmup=0, repeats=1, skip=False, **kwargs)
+    report = bench(runnable.ir, [size], warmup=0, repeats=1, skip=False, peer=False, **kwargs)
     if report.interrupted:
         progress("interrupted")
         return INTERRUPTED
+    if not backends()[args.backend].reporting():
+        return _exit_status(report, args.check, "run")
     if args.json:
         print_json(_report_json(args, report))
     elif not report.rows[0].failed:
@@ -341,8 +385,28 @@ def _common(p: argparse.ArgumentParser, choices: list[str]) -> None:
     p.add_argument(
         "--max-memory",
         metavar="SIZE",
-        help="host memory the numpy backend may use (default: $XCCL_MAX_MEMORY, else half the "
-        "physical memory); larger sizes are refused before anything is allocated",
+        help="host memory the numpy and torch backends may use (default: $XCCL_MAX_MEMORY, else half "
+        "the physical memory); larger sizes are refused before anything is allocated",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="torch: processes to run, one per rank; must be the IR's ranks (default: the IR's); "
+        "under torchrun the launched job's processes are the ranks",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"torch: a rank that waits longer than this for one exchange ends the run, naming the rank "
+        f"and level (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--dist",
+        choices=DIST_BACKENDS,
+        help="torch: the torch.distributed backend (default auto: nccl when every rank has a GPU of "
+        "its own, else gloo)",
     )
 
 
