@@ -46,7 +46,7 @@ def test_baseline_compiles_round_trips_and_runs(topology, kind, coll):
     algo, topo = _algo(topology, kind, coll)
     ir = compile_algorithm(algo, topo)  # statically checked for the azure executor
     for dialect in DIALECTS:
-        if DIALECTS[dialect].xml_collective(coll) is None:
+        if DIALECTS[dialect].xml is None or DIALECTS[dialect].xml_collective(coll) is None:
             continue
         text = write_ir(ir, dialect)
         assert violations(text, dialect) == []

@@ -28,7 +28,7 @@ def test_example_compiles_checks_round_trips_and_runs(name, instances):
     prog = load_program(f"example:{name}", {**SMALL[name], "instances": instances})
     assert prog.check() == ()
     for dialect in DIALECTS:
-        if DIALECTS[dialect].xml_collective(prog.collective.name) is None:
+        if DIALECTS[dialect].xml is None or DIALECTS[dialect].xml_collective(prog.collective.name) is None:
             continue
         ir = compile_program(prog, dialect=dialect, verify_each=True)
         text = write_ir(ir, dialect)

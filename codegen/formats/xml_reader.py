@@ -278,11 +278,12 @@ class _Attrs:
 
 def _collective(a: _Attrs) -> str:
     coll = a.str("coll")
-    for d in DIALECTS.values():
+    xml = [d for d in DIALECTS.values() if d.xml is not None]
+    for d in xml:
         ours = d.our_collective(coll)
         if ours is not None:
             return ours
-    known = sorted({xml for d in DIALECTS.values() for _, xml in d.collectives})
+    known = sorted({spelled for d in xml for _, spelled in d.collectives})
     raise a.fail(f"coll {coll!r}: expected one of {', '.join(known)}")
 
 

@@ -28,11 +28,18 @@ from codegen.rules.dialects import (
     MAX_PEERS_PER_CHANNEL,
     MAX_REDUCE_FUSION,
     Dialect,
+    PlanSpelling,
     XmlSpelling,
     get_dialect,
 )
 from codegen.rules.problem import Problem
-from codegen.rules.runtime import Folded, dialect_problems, empty_grid_problems, fold_steps
+from codegen.rules.runtime import (
+    Folded,
+    dialect_problems,
+    empty_grid_problems,
+    fold_steps,
+    reduction_problems,
+)
 from codegen.rules.structure import (
     Sizes,
     buffer_sizes,
@@ -72,6 +79,7 @@ __all__ = [
     "MAX_VALUE",
     "Dialect",
     "Folded",
+    "PlanSpelling",
     "Problem",
     "Sizes",
     "XmlSpelling",
@@ -89,6 +97,7 @@ __all__ = [
     "header_problems",
     "load_problems",
     "ranks_in_order",
+    "reduction_problems",
     "strtol",
     "structure_problems",
     "threadblock_problems",

@@ -1,4 +1,4 @@
-"""``xccl compile`` (algorithm, DSL program or IR -> MSCCL XML / JSON IR) and ``xccl check``."""
+"""``xccl compile`` (algorithm, DSL program or IR -> MSCCL XML / JSON IR / MSCCL++ plan) and ``xccl check``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from codegen.protocols import PROTOCOLS
 from codegen.rules import DIALECTS
 from common.errors import XcclError
 from common.units import parse_size
+from runtime.datatypes import REDUCTIONS
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
 from xccl.cli.output import format_table
@@ -60,11 +61,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     result = COMPILERS[input_kind(args.input)](args)
     ir = _selected(_result_ir(result), args.min_bytes, args.max_bytes)
     _report_passes(result.records, args.time_passes)
+    text = write_ir(ir, args.dialect, args.op)
     if args.output:
-        save_ir(ir, args.output, args.dialect, force=args.force)
-        print(f"wrote {args.output}: {_summary(ir)}, checked for {_target(args.dialect)}")
+        save_ir(ir, args.output, args.dialect, force=args.force, reduction=args.op)
+        print(f"wrote {args.output}: {_summary(ir)}, checked for {_target(args.dialect)}{_plan_summary(args.dialect, text)}")
     else:
-        sys.stdout.write(write_ir(ir, args.dialect))
+        sys.stdout.write(text)
     return 0
 
 
@@ -176,6 +178,22 @@ def _target(fmt: str) -> str:
     return f"the {fmt} runtime" if fmt in DIALECTS else "every runtime's universal rules"
 
 
+def _plan_summary(fmt: str, text: str) -> str:
+    """For an MSCCL++ plan, what the plan itself holds (it splits long threadblocks, adds scratch)."""
+    import json
+
+    if fmt not in DIALECTS or DIALECTS[fmt].plan is None:
+        return ""
+    plan = json.loads(text)
+    tbs = [len(g["threadblocks"]) for g in plan["gpus"]]
+    ops = max(len(tb["ops"]) for g in plan["gpus"] for tb in g["threadblocks"])
+    scratch = max(g["scratch_chunks"] for g in plan["gpus"])
+    return (
+        f"; plan ({plan['xccl']['format']}): {min(tbs)}-{max(tbs)} threadblocks per rank, at most {ops} ops "
+        f"per threadblock, up to {scratch} scratch chunks, messages up to {plan['max_message_size']} B"
+    )
+
+
 def _summary(ir: IR) -> str:
     tbs = [len(g.threadblocks) for g in ir.gpus]
     steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
@@ -242,7 +260,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("input", help="algorithm .json, program .py / example:NAME, or IR .xml/.json")
     p.add_argument("-o", "--output", help="file to write (default: standard output)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
-    p.add_argument("--dialect", choices=list(FORMATS), default="azure", help="output format (default azure)")
+    p.add_argument(
+        "--format",
+        "--dialect",
+        dest="dialect",
+        choices=list(FORMATS),
+        default="azure",
+        help="output format: MSCCL XML for a runtime, our JSON IR, or an MSCCL++ plan (default azure)",
+    )
+    p.add_argument(
+        "--op",
+        choices=list(REDUCTIONS),
+        default="sum",
+        help="reduction the schedule will be called with, checked against the runtime (default sum; "
+        "an MSCCL++ plan only sums)",
+    )
     p.add_argument("--protocol", choices=PROTOCOLS, help="NCCL protocol (default: the program's, Simple)")
     p.add_argument(
         "--instances",
