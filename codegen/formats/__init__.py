@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codegen.errors import CodegenError, IRCheckError, XmlFormatError
 from codegen.formats.json_ir import read_ir_json, write_ir_json
@@ -21,8 +22,11 @@ from codegen.formats.mscclpp_json import write_mscclpp
 from codegen.formats.xml_reader import XmlFacts, read_xml, read_xml_facts
 from codegen.formats.xml_writer import write_xml
 from codegen.ir import IR
-from codegen.rules import DIALECTS, reduction_problems
+from codegen.rules import DIALECTS, machine_problems, reduction_problems
 from common.files import read_text, save_text
+
+if TYPE_CHECKING:
+    from topologies import Topology
 
 __all__ = ["FORMATS", "Format", "load_ir", "load_ir_facts", "read_ir", "read_ir_facts", "save_ir", "write_ir"]
 
@@ -66,10 +70,14 @@ def _format(fmt: str) -> Format:
     return FORMATS[fmt]
 
 
-def write_ir(ir: IR, fmt: str = "azure", reduction: str = "sum") -> str:
+def write_ir(ir: IR, fmt: str = "azure", reduction: str = "sum", topology: Topology | None = None) -> str:
+    """The text of ``ir`` in format ``fmt``; ``topology``, where known, lets a format for a runtime
+    that joins the ranks of one machine only refuse a schedule that crosses machines."""
     form = _format(fmt)
     if form.dialect is not None:
-        found = reduction_problems(ir, DIALECTS[form.dialect], reduction)
+        d = DIALECTS[form.dialect]
+        found = reduction_problems(ir, d, reduction)
+        found += machine_problems(ir, d, topology.node_of) if topology is not None else []
         if found:
             raise IRCheckError(f"{ir.name}: {found[0]}")
     return form.write(ir)
@@ -101,5 +109,12 @@ def load_ir_facts(path: str | Path) -> tuple[IR, XmlFacts | None]:
     return read_ir_facts(read_text(path, XmlFormatError), str(path))
 
 
-def save_ir(ir: IR, path: str | Path, fmt: str = "azure", force: bool = False, reduction: str = "sum") -> Path:
-    return save_text(path, write_ir(ir, fmt, reduction), force=force, error=CodegenError)
+def save_ir(
+    ir: IR,
+    path: str | Path,
+    fmt: str = "azure",
+    force: bool = False,
+    reduction: str = "sum",
+    topology: Topology | None = None,
+) -> Path:
+    return save_text(path, write_ir(ir, fmt, reduction, topology), force=force, error=CodegenError)

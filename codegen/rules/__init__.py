@@ -38,6 +38,7 @@ from codegen.rules.runtime import (
     dialect_problems,
     empty_grid_problems,
     fold_steps,
+    machine_problems,
     reduction_problems,
 )
 from codegen.rules.structure import (
@@ -96,6 +97,7 @@ __all__ = [
     "get_dialect",
     "header_problems",
     "load_problems",
+    "machine_problems",
     "ranks_in_order",
     "reduction_problems",
     "strtol",

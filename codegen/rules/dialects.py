@@ -109,6 +109,9 @@ class PlanSpelling:
     """Byte offsets and sizes are stored as 32-bit integers: every one must stay below this."""
     unlimited_max_bytes: int
     """``max_message_size`` for "no limit" (the parser's default)."""
+    one_machine: bool = True
+    """Ranks are joined by memory channels only (CUDA IPC over NVLink or PCIe), which need both GPUs
+    in one machine: a schedule that moves data between machines needs port channels, not written."""
 
 
 @dataclass(frozen=True)

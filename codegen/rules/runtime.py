@@ -18,11 +18,18 @@ from dataclasses import dataclass
 from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock
 from codegen.rules.dialects import Dialect
 from codegen.rules.problem import Problem
-from codegen.rules.structure import buffer_sizes
+from codegen.rules.structure import buffer_sizes, connections
 from codegen.rules.xml_file import xml_problems
 from synth.collectives import COMBINING
 
-__all__ = ["Folded", "dialect_problems", "empty_grid_problems", "fold_steps", "reduction_problems"]
+__all__ = [
+    "Folded",
+    "dialect_problems",
+    "empty_grid_problems",
+    "fold_steps",
+    "machine_problems",
+    "reduction_problems",
+]
 
 
 def dialect_problems(ir: IR, d: Dialect) -> list[Problem]:
@@ -47,6 +54,28 @@ def reduction_problems(ir: IR, d: Dialect, reduction: str) -> list[Problem]:
         return []
     does = ", ".join(sorted(d.reductions or ()))
     return [Problem(f"{ir.collective} with {reduction}: the {d.name} runtime only reduces with {does}")]
+
+
+def machine_problems(ir: IR, d: Dialect, node_of: Sequence[int]) -> list[Problem]:
+    """Data moving between machines (``node_of[rank]``) where the runtime ``d`` joins ranks of one
+    machine only (an MSCCL++ plan's memory channels)."""
+    if d.plan is None or not d.plan.one_machine:
+        return []
+    crossing = sorted(
+        (src, dst)
+        for src, dst, _ in connections(ir)
+        if src < len(node_of) and dst < len(node_of) and node_of[src] != node_of[dst]
+    )
+    if not crossing:
+        return []
+    src, dst = crossing[0]
+    return [
+        Problem(
+            f"ranks {src} and {dst} exchange data across machines ({node_of[src]} and {node_of[dst]}): xccl "
+            f"writes {d.name} plans with memory channels only, which join the GPUs of one machine (port "
+            "channels across machines are not written)"
+        )
+    ]
 
 
 def empty_grid_problems(ir: IR) -> list[Problem]:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from codegen.dsl import ChunkProgram
     from codegen.ir import IR
     from codegen.pipeline import PassRecord, PipelineResult
+    from topologies import Topology
 
 __all__ = ["register"]
 
@@ -56,22 +57,25 @@ def _stderr(text: str) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from codegen.formats import save_ir, write_ir
+    from codegen.formats import write_ir
+    from common.files import check_writable, save_text
 
-    result = COMPILERS[input_kind(args.input)](args)
+    if args.output:
+        check_writable(args.output, args.force, CodegenError)
+    result, topology = COMPILERS[input_kind(args.input)](args)
     ir = _selected(_result_ir(result), args.min_bytes, args.max_bytes)
     _report_passes(result.records, args.time_passes)
-    text = write_ir(ir, args.dialect, args.op)
+    text = write_ir(ir, args.dialect, args.op, topology)
     if args.output:
-        save_ir(ir, args.output, args.dialect, force=args.force, reduction=args.op)
+        save_text(args.output, text, force=args.force, error=CodegenError)
         print(f"wrote {args.output}: {_summary(ir)}, checked for {_target(args.dialect)}{_plan_summary(args.dialect, text)}")
     else:
         sys.stdout.write(text)
     return 0
 
 
-def _compile_ir(args: argparse.Namespace) -> PipelineResult:
-    """An IR file: checked for what it computes, then normalized and checked again."""
+def _compile_ir(args: argparse.Namespace) -> Compiled:
+    """An IR file: checked for what it computes, then normalized and checked again (no topology)."""
     from codegen.formats import load_ir
     from codegen.pipeline import run_pipeline
 
@@ -86,20 +90,20 @@ def _compile_ir(args: argparse.Namespace) -> PipelineResult:
     _check_what_it_computes(ir, args.input)
     if args.protocol:
         ir = replace(ir, protocol=args.protocol)
-    return run_pipeline(ir, IR_PASSES, verify_each=args.verify_each, print_after=tuple(args.print_after))
+    return run_pipeline(ir, IR_PASSES, verify_each=args.verify_each, print_after=tuple(args.print_after)), None
 
 
-def _compile_program(args: argparse.Namespace) -> PipelineResult:
+def _compile_program(args: argparse.Namespace) -> Compiled:
     """A DSL program (a file, or a shipped example) with its ``-D`` parameters."""
     from codegen.loader import load_program, parse_params
 
     prog = load_program(args.input, parse_params(args.define))
     if args.inplace:
         raise DslError(f"{args.input}: --inplace applies to algorithms; a program declares inplace itself")
-    return _run_compiler(prog, args)
+    return _run_compiler(prog, args), prog.topology
 
 
-def _compile_algorithm(args: argparse.Namespace) -> PipelineResult:
+def _compile_algorithm(args: argparse.Namespace) -> Compiled:
     """An algorithm file, verified on its topology and lowered to a program first."""
     from codegen.lower import lower_algorithm
     from synth.algorithm import Algorithm
@@ -107,10 +111,13 @@ def _compile_algorithm(args: argparse.Namespace) -> PipelineResult:
     algo = Algorithm.load(args.input)
     topo = algorithm_topology(algo, args.topology, args.input)
     algo.verify(topo)
-    return _run_compiler(lower_algorithm(algo, topo, inplace=args.inplace), args)
+    return _run_compiler(lower_algorithm(algo, topo, inplace=args.inplace), args), topo
 
 
-COMPILERS: dict[str, Callable[[argparse.Namespace], PipelineResult]] = {
+Compiled = tuple["PipelineResult", "Topology | None"]
+"""What a compiler of ``xccl compile`` gives: the pipeline's result and the topology, where known."""
+
+COMPILERS: dict[str, Callable[[argparse.Namespace], Compiled]] = {
     "ir": _compile_ir,
     "program": _compile_program,
     "algorithm": _compile_algorithm,
