@@ -315,8 +315,8 @@ def read_xml_facts(text: str, where: str = "<xml>") -> tuple[IR, XmlFacts]:
     inplace = bool(a.int("inplace", 0))
     # absent: the research runtime's default (the executor requires the attribute)
     max_bytes = a.int("maxBytes", 0) if "maxBytes" in root.attrs else DIALECTS["msccl"].xml.default_max_bytes
-    if max_bytes == spelling.unlimited_max_bytes:
-        max_bytes = 0
+    if max_bytes == spelling.unlimited_max_bytes or 0 < spelling.unlimited_max_bytes < max_bytes:
+        max_bytes = 0  # "no limit" as written; the research runtime's strtoll saturates above it
     steps: dict[tuple[int, int], tuple[int, ...]] = {}
     gpus: dict[int, Gpu] = {}
     for node in root.children:

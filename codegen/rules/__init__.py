@@ -62,6 +62,7 @@ from codegen.rules.xml_file import (
     file_dialect,
     file_problems,
     strtol,
+    unlimited_window_problems,
     xml_problems,
 )
 
@@ -103,6 +104,7 @@ __all__ = [
     "strtol",
     "structure_problems",
     "threadblock_problems",
+    "unlimited_window_problems",
     "xml_problems",
 ]
 

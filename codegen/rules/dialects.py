@@ -69,8 +69,14 @@ class XmlSpelling:
     writes_outofplace: bool
     """Whether ``<algo>`` carries ``outofplace`` (the executor requires it; the old runtime ignores it)."""
     unlimited_max_bytes: int
-    """``maxBytes`` written for "no limit". The executor reads 0 so; the research runtime has no such
-    value and preallocates scratch for ``maxBytes``, so a finite large size is written."""
+    """``maxBytes`` written for "no limit" (read back as 0, as are larger values where it is not 0).
+    The executor reads 0 so. The research runtime has no such value: it reads ``maxBytes`` with
+    ``strtoll`` into an ``int64_t`` and selects a call of ``nBytes`` (a ``size_t``) when ``nBytes <
+    maxBytes``, so the largest value it can hold, INT64_MAX (``strtoll`` saturates larger ones to
+    it), is written: every call a machine can make is below it."""
+    preallocates_scratch: bool
+    """Whether the runtime allocates ``maxBytes x s_chunks / nchunksperloop`` bytes of scratch when the
+    communicator starts (the research runtime): then an IR with scratch has no unlimited window."""
     default_max_bytes: int | None
     """``maxBytes`` when absent (None: it is required), for the check that ``minBytes`` is not above it."""
     checks_byte_window: bool
@@ -182,7 +188,8 @@ DIALECTS: dict[str, Dialect] = {
         xml=XmlSpelling(
             required=("name", *_BOTH_REQUIRE),
             writes_outofplace=False,
-            unlimited_max_bytes=1 << 30,
+            unlimited_max_bytes=(1 << 63) - 1,
+            preallocates_scratch=True,
             default_max_bytes=1 << 27,
             checks_byte_window=True,
             nthreads_multiple=32,
@@ -204,6 +211,7 @@ DIALECTS: dict[str, Dialect] = {
             required=(*_BOTH_REQUIRE, "minBytes", "maxBytes", "outofplace"),
             writes_outofplace=True,
             unlimited_max_bytes=0,
+            preallocates_scratch=False,
             default_max_bytes=None,
             checks_byte_window=False,
             nthreads_multiple=None,
