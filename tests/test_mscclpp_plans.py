@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_line_error
 from executor_suite import EXAMPLE_PARAMS
-from mscclpp_validator import violations
 
 from codegen.compiler import compile_algorithm, compile_program
 from codegen.errors import CodegenError
 from codegen.formats import write_ir
+from codegen.formats.mscclpp_validator import violations
 from codegen.loader import example_names, load_program
 from codegen.rules import DIALECTS
 from synth.algorithm import Algorithm
@@ -260,15 +260,17 @@ def test_the_validator_accepts_a_plan_it_did_not_see_written():
     assert any("signal(s)" in f for f in violations(json.dumps(plan)))
 
 
-def test_the_validator_imports_nothing_of_xccl():
-    """Independent: it reads only the JSON and shares no code with the writer."""
+def test_the_validator_imports_nothing_else_of_xccl():
+    """Independent: it reads only the JSON and shares no code with the writer (its three modules
+    import each other, the standard library and NumPy only)."""
+    own = {f"codegen.formats.mscclpp_{m}" for m in ("validator", "hb", "interp")}
     ours = {"codegen", "synth", "runtime", "xccl", "common", "topologies", "sketches"}
-    for name in ("mscclpp_validator.py", "mscclpp_hb.py", "mscclpp_interp.py"):
-        tree = ast.parse((HERE / name).read_text())
+    for module in own:
+        tree = ast.parse((HERE.parent / (module.replace(".", "/") + ".py")).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                assert not {n.split(".")[0] for n in names} & ours, (name, names)
+                assert all(n in own or n.split(".")[0] not in ours for n in names), (module, names)
 
 
 # -- what the executor cannot do is refused in one line --------------------------------------------
@@ -335,3 +337,30 @@ def test_a_plan_given_back_to_compile_says_it_is_not_read(xccl, ring_files, tmp_
     assert xccl("compile", str(ring_files / "allgather.json"), "--format", "mscclpp", "-o", str(out)).returncode == 0
     proc = xccl("compile", str(out), "--format", "azure")
     assert_one_line_error(proc, "MSCCL++ execution plan", "does not read them back")
+
+
+def test_check_accepts_a_plan_it_wrote_and_reports_a_broken_one(xccl, ring_files, tmp_path):
+    plan = tmp_path / "ar.json"
+    assert xccl("compile", str(ring_files / "allreduce.json"), "--format", "mscclpp", "-o", str(plan)).returncode == 0
+    proc = xccl("check", str(plan))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "MSCCL++ plan" in proc.stdout and "ok:" in proc.stdout and "computes allreduce" in proc.stdout
+    doc = json.loads(plan.read_text())
+    _ops(doc).pop(_first(_ops(doc), "signal"))
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(doc))
+    proc = xccl("check", str(broken))
+    assert proc.returncode == 1 and "signal(s) reach it per launch" in proc.stdout, proc.stdout
+    assert_one_line_error(xccl("check", str(plan), "--dialect", "azure"), "--dialect mscclpp")
+
+
+def test_plans_of_two_windows_have_different_names_and_the_same_input_the_same_bytes(ring_allreduce):
+    """The executor caches a plan's resources by name: two different plans must not share one."""
+    from dataclasses import replace
+
+    algo, topo = _baseline("dgx1", "ring", "allreduce")
+    ir = compile_algorithm(algo, topo, dialect="mscclpp")
+    small = json.loads(write_ir(replace(ir, max_bytes=1 << 20), "mscclpp"))
+    assert small["name"] != ring_allreduce["name"]
+    assert small["name"].startswith(ir.name) and ring_allreduce["name"].startswith(ir.name)
+    assert write_ir(ir, "mscclpp") == write_ir(ir, "mscclpp")

@@ -4,14 +4,16 @@ v0.10.0 read unchanged (:data:`codegen.rules.DIALECTS` ``["mscclpp"]``).
 The IR is checked for the MSCCL++ executor first (:func:`codegen.check.check_ir`: its collectives,
 the Simple protocol, its threadblock count), then lowered (:mod:`codegen.formats.mscclpp_plan`) and
 printed: one op per line, keys in a fixed order, so the same IR always gives the same bytes. The
-plan's ``name`` is the IR's (``-inplace`` added for an in-place plan: the executor caches a plan's
-resources by name, and a plan is for one kind of call); an ``xccl`` key, which the executor does
+plan's ``name`` is the IR's, ``-inplace`` for an in-place plan, and 8 hex digits of the SHA-256 of
+the rest of the plan: the executor caches a plan's resources by name, so two different plans (two
+size windows of one schedule, say) must not share one. An ``xccl`` key, which the executor does
 not read, states the format version and the root of a rooted collective. Reductions are sums: the
 executor performs no other (:func:`codegen.rules.reduction_problems`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from codegen.check import check_ir
@@ -28,7 +30,10 @@ def write_mscclpp(ir: IR, dialect: str | Dialect = "mscclpp") -> str:
     d = get_dialect(dialect)
     check_ir(ir, d)
     mode = plan_mode(ir)
-    return _text(build_plan(ir, d, mode, f"{ir.name}-inplace" if mode.inplace else ir.name))
+    plan = build_plan(ir, d, mode, "")
+    digest = hashlib.sha256(_text(plan).encode()).hexdigest()[:8]
+    plan["name"] = f"{ir.name}{'-inplace' if mode.inplace else ''}-{digest}"
+    return _text(plan)
 
 
 def _text(plan: dict) -> str:

@@ -216,6 +216,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from codegen.semantics import find_wrong_result
 
     path = Path(args.file)
+    plan = _plan_text(path)
+    if plan is not None:
+        return _check_plan(path, plan, args)
     ir, facts = load_ir_facts(path)
     if args.dialect == "auto":
         dialect = None if facts is None else facts.dialect
@@ -236,6 +239,54 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"  passes the static checks of {target}, but computes a wrong result:\n  - {wrong}")
         return 1
     print(f"  {len(problems)} problem(s) for {target}:")
+    for p in problems[: args.limit]:
+        print(f"  - {p}")
+    if len(problems) > args.limit:
+        print(f"  ... and {len(problems) - args.limit} more")
+    return 1
+
+
+def _plan_text(path: Path) -> str | None:
+    """The text of ``path`` if it is an MSCCL++ execution plan (a JSON object of that shape)."""
+    from codegen.errors import XmlFormatError
+    from codegen.formats.mscclpp_json import is_plan
+    from common.files import parse_json, read_text
+
+    if path.suffix != ".json":
+        return None
+    text = read_text(path, XmlFormatError)
+    try:
+        doc = parse_json(text, str(path), XmlFormatError)
+    except XcclError:
+        return None  # not JSON: the IR reader says why
+    return text if is_plan(doc) else None
+
+
+def _check_plan(path: Path, text: str, args: argparse.Namespace) -> int:
+    """An MSCCL++ plan, by the independent validator (it reads only the JSON: structure, limits,
+    channel pairing, signal/wait balance, happens-before over two launches, a NumPy run)."""
+    import json
+
+    from codegen.formats.mscclpp_validator import violations
+
+    if args.dialect not in ("auto", "mscclpp"):
+        raise CodegenError(f"{path}: an MSCCL++ execution plan is checked for --dialect mscclpp, not {args.dialect}")
+    problems = violations(text)
+    plan = json.loads(text)
+    gpus = plan["gpus"] if isinstance(plan.get("gpus"), list) else []
+    tbs = [len(g["threadblocks"]) for g in gpus if isinstance(g, dict) and isinstance(g.get("threadblocks"), list)]
+    tbs = tbs or [0]
+    print(
+        f"{path}: MSCCL++ plan {plan.get('name')!r}: {plan.get('collective')} on {len(gpus)} ranks, "
+        f"{min(tbs)}-{max(tbs)} threadblocks per rank, protocol {plan.get('protocol')}"
+    )
+    if not problems:
+        print(
+            "  ok: structure, limits, channel pairing and signal/wait balance of the MSCCL++ executor; no race "
+            f"or deadlock over two launches; computes {plan['collective']} (NumPy run of the plan)"
+        )
+        return 0
+    print(f"  {len(problems)} problem(s) for the MSCCL++ executor:")
     for p in problems[: args.limit]:
         print(f"  - {p}")
     if len(problems) > args.limit:
@@ -300,7 +351,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--min-bytes", type=_size, help="smallest call size the XML is selected for (default 0)")
     p.add_argument(
-        "--max-bytes", type=_size, help="largest call size the XML is selected for (default: no limit)"
+        "--max-bytes",
+        type=_size,
+        help="largest call size the file is selected for (default: no limit; msccl needs one for a schedule "
+        "with scratch)",
     )
     p.add_argument(
         "--verify-each", action="store_true", help="check every stage's invariants after each pass"
@@ -316,13 +370,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-passes", action="store_true", help="print how long each pass took")
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("check", help="static checks of an MSCCL XML or JSON IR file, as a report")
+    p = sub.add_parser(
+        "check", help="static checks of an MSCCL XML or JSON IR file, or of an MSCCL++ plan, as a report"
+    )
     p.add_argument("file")
     p.add_argument(
         "--dialect",
         choices=["auto", *DIALECTS, "none"],
         default="auto",
-        help="runtime whose limits apply (auto: from the XML; none: universal rules only)",
+        help="runtime whose limits apply (auto: from the XML, mscclpp for a plan; none: universal rules only)",
     )
     p.add_argument("--limit", type=_count, default=20, help="problems to list (default 20)")
     p.set_defaults(func=cmd_check)

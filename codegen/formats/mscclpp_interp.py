@@ -1,4 +1,4 @@
-"""A NumPy interpreter of MSCCL++ plans, compared with the collective's result (for the tests).
+"""A NumPy interpreter of MSCCL++ plans, compared with the collective's result.
 
 Part of the independent validator (:mod:`mscclpp_validator`). Each rank's buffers are integer
 arrays (a chunk is :data:`mscclpp_hb.UNITS` units; integers make every sum exact in any order); an
@@ -18,8 +18,9 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from mscclpp_hb import UNITS, part
-from mscclpp_validator import Op, Plan, Ref
+
+from codegen.formats.mscclpp_hb import UNITS, part
+from codegen.formats.mscclpp_validator import Op, Plan, Ref
 
 __all__ = ["expected", "run"]
 

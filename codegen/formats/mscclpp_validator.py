@@ -1,9 +1,9 @@
-"""An independent validator of MSCCL++ execution plans (JSON), for the tests.
+"""An independent validator of MSCCL++ execution plans (JSON): ``xccl check PLAN.json`` and the tests.
 
 Written from the plan format as microsoft/mscclpp v0.8.0 to v0.10.0 parses and executes it
 (shared/reference/mscclpp-plan-and-torch.md, sections 1 and 4.5: ``execution_plan.cc``,
 ``executor.cc``, ``execution_kernel.hpp``), it reads only the JSON text and shares no code with the
-writer (``codegen.formats.mscclpp_*``) nor with the rest of xccl: its limits, collectives and
+writer (``codegen.formats.mscclpp_plan``, ``mscclpp_json``) nor with the rest of xccl: its limits, collectives and
 reference results are its own. ``violations(text)`` returns every problem as a string (empty: the
 plan is accepted):
 
@@ -511,8 +511,8 @@ def balance(plan: Plan, out: _Problems) -> None:
 
 def violations(text: str, seeds: tuple[int, ...] = (0, 1, 2)) -> list[str]:
     """Every problem of the plan ``text`` (empty: accepted)."""
-    from mscclpp_hb import races
-    from mscclpp_interp import run
+    from codegen.formats.mscclpp_hb import races
+    from codegen.formats.mscclpp_interp import run
 
     out = _Problems()
     try:

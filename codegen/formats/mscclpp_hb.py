@@ -1,4 +1,4 @@
-"""Races and deadlocks of an MSCCL++ plan by happens-before, over consecutive launches (for the tests).
+"""Races and deadlocks of an MSCCL++ plan by happens-before, over consecutive launches.
 
 Part of the independent validator (:mod:`mscclpp_validator`); it follows the executor's
 synchronization model (shared/reference/mscclpp-plan-and-torch.md, 1.10 and 4.5 item 10):
@@ -28,7 +28,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-from mscclpp_validator import DATA, SIGNALS, WAITS, Op, Plan
+
+from codegen.formats.mscclpp_validator import DATA, SIGNALS, WAITS, Op, Plan
 
 __all__ = ["UNITS", "accesses_of", "canonical", "races"]
 
