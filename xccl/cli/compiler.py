@@ -16,7 +16,7 @@ from codegen.passes import PASSES
 from codegen.protocols import PROTOCOLS
 from codegen.rules import DIALECTS
 from common.errors import XcclError
-from common.units import parse_size
+from common.units import format_size, parse_size
 from runtime.datatypes import REDUCTIONS
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
@@ -197,7 +197,8 @@ def _plan_summary(fmt: str, text: str) -> str:
     scratch = max(g["scratch_chunks"] for g in plan["gpus"])
     return (
         f"; plan ({plan['xccl']['format']}): {min(tbs)}-{max(tbs)} threadblocks per rank, at most {ops} ops "
-        f"per threadblock, up to {scratch} scratch chunks, messages up to {plan['max_message_size']} B"
+        f"per threadblock, up to {scratch} scratch chunks, messages of {plan['min_message_size']} to "
+        f"{plan['max_message_size']} B ({format_size(plan['max_message_size'])})"
     )
 
 
