@@ -239,11 +239,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     if wrong is not None:
         print(f"  passes the static checks of {target}, but computes a wrong result:\n  - {wrong}")
         return 1
+    return _listed(problems, target, args.limit)
+
+
+def _listed(problems: Sequence[object], target: str, limit: int) -> int:
+    """Print the first ``limit`` problems found for ``target``; the exit status of a failed check."""
     print(f"  {len(problems)} problem(s) for {target}:")
-    for p in problems[: args.limit]:
+    for p in problems[:limit]:
         print(f"  - {p}")
-    if len(problems) > args.limit:
-        print(f"  ... and {len(problems) - args.limit} more")
+    if len(problems) > limit:
+        print(f"  ... and {len(problems) - limit} more")
     return 1
 
 
@@ -287,12 +292,7 @@ def _check_plan(path: Path, text: str, args: argparse.Namespace) -> int:
             f"or deadlock over two launches; computes {plan['collective']} (NumPy run of the plan)"
         )
         return 0
-    print(f"  {len(problems)} problem(s) for the MSCCL++ executor:")
-    for p in problems[: args.limit]:
-        print(f"  - {p}")
-    if len(problems) > args.limit:
-        print(f"  ... and {len(problems) - args.limit} more")
-    return 1
+    return _listed(problems, "the MSCCL++ executor", args.limit)
 
 
 def _computes(ir: IR) -> str:
