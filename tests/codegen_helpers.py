@@ -11,10 +11,10 @@ from codegen.dsl import ChunkProgram
 from codegen.ir import IR
 from codegen.passes import DEFAULT_PIPELINE
 from codegen.pipeline import CompileOptions, run_pipeline
-from codegen.rules import DIALECTS, file_problems
+from codegen.rules import DIALECTS, file_problems, unlimited_window_problems
 from codegen.semantics import find_wrong_result
 
-__all__ = ["assert_loads_and_computes", "compile_and_run", "map_ops", "stage_after", "steps_of"]
+__all__ = ["assert_loads_and_computes", "compile_and_run", "map_ops", "stage_after", "steps_of", "writable"]
 
 
 def stage_after(program: ChunkProgram, last: str, **options) -> object:
@@ -30,6 +30,12 @@ def compile_and_run(program: ChunkProgram, seeds=(None, 1, 2), **options) -> IR:
     for seed in seeds:
         execute(ir, seed=seed)
     return ir
+
+
+def writable(ir: IR, dialect: str, max_bytes: int = 1 << 30) -> IR:
+    """``ir`` with a ``max_bytes`` window where ``dialect``'s runtime has no unlimited one for it (the
+    research runtime allocates scratch for ``maxBytes`` when the communicator starts)."""
+    return replace(ir, max_bytes=max_bytes) if unlimited_window_problems(ir, DIALECTS[dialect]) else ir
 
 
 def steps_of(ir: IR) -> list:

@@ -178,6 +178,24 @@ class Reader:
                 node.subs = self.load(node)
 
 
+SCRATCH_AT_INIT_LIMIT = 1 << 40
+"""Bytes of scratch no GPU has (1 TiB): init.cc allocates ``maxBytes * s_chunks / nchunksperloop``
+(as ``size_t``) for every algorithm when the communicator starts, and fails init if it cannot."""
+
+
+def _preallocated_scratch(algo, high: int | None) -> list[str]:
+    """The research runtime's scratch for ``maxBytes`` (``strtoll``: saturates at INT64_MAX)."""
+    ncpl = _int(algo.get("nchunksperloop"))
+    if high is None or not ncpl or ncpl < 1:
+        return []
+    high = min(high, (1 << 63) - 1)
+    for g in algo.subs:
+        s = _int(g.get("s_chunks")) if g.name == "gpu" else None
+        if s and s > 0 and (high * s % (1 << 64)) // ncpl > SCRATCH_AT_INIT_LIMIT:
+            return [f"gpu {g.get('id')}: maxBytes {high} x s_chunks {s} / {ncpl}: scratch no GPU can allocate at init"]
+    return []
+
+
 def _int(text: str | None) -> int | None:
     """strtol(text, NULL, 0) of a whole attribute, None if it is not an integer."""
     if text is None:
@@ -239,6 +257,7 @@ def violations(text: str, runtime: str) -> list[str]:
             out.append("minBytes cannot be greater than maxBytes")
         if algo.get("nthreads") is not None and (_int(algo.get("nthreads")) or 0) % 32:
             out.append("nthreads must be a multiple of 32")
+        out.extend(_preallocated_scratch(algo, high))
     if None in (ngpus, ncpl, nchannels) or not 0 < nchannels <= 32:
         return [*out, "ngpus, nchunksperloop, nchannels must be integers, 1 <= nchannels <= 32"]
     gpus = [g for g in algo.subs if g.name == "gpu"]

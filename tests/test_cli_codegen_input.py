@@ -232,16 +232,18 @@ def test_unreadable_files_give_one_line(tmp_path, xccl):
 
 
 def test_the_writer_never_writes_what_its_runtime_rejects(tmp_path, xccl):
-    """msccl has no "no limit" maxBytes: 1 GiB stands for it, and its parser rejects minBytes above."""
+    """msccl's parser rejects minBytes above maxBytes; "no limit" is INT64_MAX there, above any
+    minBytes (1 GiB stood for it before, so a 2 GiB minBytes was refused)."""
     out = tmp_path / "ring.xml"
     proc = xccl(
-        "compile", "example:ring_allreduce", "--dialect", "msccl", "--min-bytes", "2GiB", "-o", str(out)
-    )
-    assert_one_line_error(
-        proc, "minBytes 2147483648 > maxBytes 1073741824 (the msccl dialect's maxBytes for no limit)"
-    )
+        "compile", "example:ring_allreduce", "--dialect", "msccl", "--min-bytes", "2GiB", "--max-bytes", "1GiB",
+        "-o", str(out),
+    )  # fmt: skip
+    assert_one_line_error(proc, "minBytes 2147483648 > maxBytes 1073741824")
     assert not out.exists()
-    assert xccl("compile", "example:ring_allreduce", "--min-bytes", "2GiB", "-o", str(out)).returncode == 0
+    proc = xccl("compile", "example:ring_allreduce", "--dialect", "msccl", "--min-bytes", "2GiB", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert 'minBytes="2147483648" maxBytes="9223372036854775807"' in out.read_text()
     assert xccl("check", str(out)).returncode == 0
 
 

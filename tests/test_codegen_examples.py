@@ -4,7 +4,7 @@ round-trips through XML and JSON, and computes its collective (symbolic executio
 from __future__ import annotations
 
 import pytest
-from codegen_helpers import assert_loads_and_computes, compile_and_run
+from codegen_helpers import assert_loads_and_computes, compile_and_run, writable
 from executor_suite import EXAMPLE_PARAMS
 from ir_interpreter import execute
 from msccl_xml_rules import violations
@@ -28,9 +28,9 @@ def test_example_compiles_checks_round_trips_and_runs(name, instances):
     prog = load_program(f"example:{name}", {**SMALL[name], "instances": instances})
     assert prog.check() == ()
     for dialect in DIALECTS:
-        if DIALECTS[dialect].xml_collective(prog.collective.name) is None:
+        if DIALECTS[dialect].xml is None or DIALECTS[dialect].xml_collective(prog.collective.name) is None:
             continue
-        ir = compile_program(prog, dialect=dialect, verify_each=True)
+        ir = writable(compile_program(prog, dialect=dialect, verify_each=True), dialect)
         text = write_ir(ir, dialect)
         assert violations(text, dialect) == []
         assert_loads_and_computes(text, dialect, ir)

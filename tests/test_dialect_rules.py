@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
+from codegen_helpers import writable
 from conftest import assert_one_line_error
 from msccl_xml_rules import violations
 
@@ -19,8 +20,9 @@ from codegen.formats import write_ir
 
 @cache
 def _valid(dialect: str) -> str:
-    """A 4-rank all-pairs allreduce (three threadblocks per rank, dependencies, scratch)."""
-    return write_ir(compile_program(allpairs_allreduce.program(4), dialect=dialect), dialect)
+    """A 4-rank all-pairs allreduce (three threadblocks per rank, dependencies, scratch; so a 1 GiB
+    window where scratch is allocated for ``maxBytes``)."""
+    return write_ir(writable(compile_program(allpairs_allreduce.program(4), dialect=dialect), dialect), dialect)
 
 
 def _once(old: str, new: str):

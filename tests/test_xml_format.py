@@ -67,7 +67,7 @@ def test_dialects_differ_in_what_they_spell_and_require():
     )
     azure, msccl = write_xml(ir, "azure"), write_xml(ir, "msccl")
     assert 'coll="reducescatter"' in azure and 'outofplace="1"' in azure and 'maxBytes="0"' in azure
-    assert 'coll="reduce_scatter"' in msccl and "outofplace" not in msccl and 'maxBytes="1073741824"' in msccl
+    assert 'coll="reduce_scatter"' in msccl and "outofplace" not in msccl and 'maxBytes="9223372036854775807"' in msccl
     assert read_xml(azure) == read_xml(msccl) == ir
     assert xml_dialect(azure) == "azure" and xml_dialect(msccl) == "msccl"
     assert violations(azure, "azure") == [] and violations(msccl, "msccl") == []

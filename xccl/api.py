@@ -286,16 +286,21 @@ def compile(
     )
 
 
-def export(ir: IR, path: str | Path, dialect: str = "azure", force: bool = False) -> Path:
-    """Write ``ir`` as MSCCL XML (``azure``, ``msccl``) or our JSON IR (``json``); an existing file is
-    kept unless ``force``.
+def export(ir: IR, path: str | Path, dialect: str = "azure", force: bool = False, op: str = "sum") -> Path:
+    """Write ``ir`` as MSCCL XML (``azure``, ``msccl``), our JSON IR (``json``) or an MSCCL++
+    execution plan (``mscclpp``); an existing file is kept unless ``force``. ``op`` is the reduction
+    the schedule will be called with: a runtime that does not perform it is refused (MSCCL++ only sums).
 
     >>> import tempfile
     >>> path = export(compile(synthesize("ring:4", "allgather", "ring")), f"{tempfile.mkdtemp()}/ag.xml")
     >>> run(path, "64KiB", backend="numpy").checked            # the file runs as written
     True
+    >>> ir = compile(synthesize("ring:4", "allgather", "ring"), dialect="mscclpp")
+    >>> plan = export(ir, f"{tempfile.mkdtemp()}/ag.json", "mscclpp")  # an MSCCL++ execution plan
+    >>> plan.read_text().count('"name": "put"')                 # one per chunk a rank sends
+    12
     """
-    return save_ir(ir, path, dialect, force=force)
+    return save_ir(ir, path, dialect, force=force, reduction=op)
 
 
 def _gpu_ready() -> bool:

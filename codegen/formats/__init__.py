@@ -1,9 +1,12 @@
-"""The IR's file formats: MSCCL XML in two dialects and our JSON, behind one registry.
+"""The IR's file formats: MSCCL XML in two dialects, our JSON and MSCCL++ plans, behind one registry.
 
-``write_ir(ir, "azure" | "msccl" | "json")`` prints, ``read_ir(text)`` parses either kind (JSON
-starts with ``{``), ``load_ir(path)`` and ``save_ir(ir, path, fmt, force)`` do the file handling
-(an existing file is kept unless ``force``). ``read_ir_facts`` / ``load_ir_facts`` also return what
-an XML file says beyond its IR, for the rules of each runtime (``codegen.rules.file_problems``).
+``write_ir(ir, "azure" | "msccl" | "json" | "mscclpp")`` prints, ``read_ir(text)`` parses XML or
+our JSON IR (JSON starts with ``{``; an MSCCL++ plan is written, not read back), ``load_ir(path)``
+and ``save_ir(ir, path, fmt, force)`` do the file handling (an existing file is kept unless
+``force``). ``reduction`` is the reduction the schedule will be called with: a format for a runtime
+that does not perform it refuses (an MSCCL++ plan only sums). ``read_ir_facts`` /
+``load_ir_facts`` also return what an XML file says beyond its IR, for the rules of each runtime
+(``codegen.rules.file_problems``).
 """
 
 from __future__ import annotations
@@ -11,14 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from codegen.errors import CodegenError, XmlFormatError
+from codegen.errors import CodegenError, IRCheckError, XmlFormatError
 from codegen.formats.json_ir import read_ir_json, write_ir_json
+from codegen.formats.mscclpp_json import write_mscclpp
 from codegen.formats.xml_reader import XmlFacts, read_xml, read_xml_facts
 from codegen.formats.xml_writer import write_xml
 from codegen.ir import IR
-from codegen.rules import DIALECTS
+from codegen.rules import DIALECTS, machine_problems, reduction_problems
 from common.files import read_text, save_text
+
+if TYPE_CHECKING:
+    from topologies import Topology
 
 __all__ = ["FORMATS", "Format", "load_ir", "load_ir_facts", "read_ir", "read_ir_facts", "save_ir", "write_ir"]
 
@@ -29,19 +37,30 @@ class Format:
     suffix: str
     description: str
     write: Callable[[IR], str]
+    dialect: str | None = None
+    """The runtime whose rules the written file follows (None: our JSON IR, every runtime's rules)."""
 
 
 def _xml(dialect: str) -> Callable[[IR], str]:
     return lambda ir: write_xml(ir, dialect)
 
 
+def _plan(dialect: str) -> Callable[[IR], str]:
+    return lambda ir: write_mscclpp(ir, dialect)
+
+
 FORMATS: dict[str, Format] = {
     **{
-        name: Format(name, ".xml", f"MSCCL XML for the {d.description}", _xml(name))
+        name: Format(name, ".xml", f"MSCCL XML for the {d.description}", _xml(name), name)
         for name, d in DIALECTS.items()
         if d.xml is not None
     },
     "json": Format("json", ".json", "xccl's JSON IR (several dependencies per step allowed)", write_ir_json),
+    **{
+        name: Format(name, ".json", f"execution plan for the {d.description}", _plan(name), name)
+        for name, d in DIALECTS.items()
+        if d.plan is not None
+    },
 }
 
 
@@ -51,8 +70,17 @@ def _format(fmt: str) -> Format:
     return FORMATS[fmt]
 
 
-def write_ir(ir: IR, fmt: str = "azure") -> str:
-    return _format(fmt).write(ir)
+def write_ir(ir: IR, fmt: str = "azure", reduction: str = "sum", topology: Topology | None = None) -> str:
+    """The text of ``ir`` in format ``fmt``; ``topology``, where known, lets a format for a runtime
+    that joins the ranks of one machine only refuse a schedule that crosses machines."""
+    form = _format(fmt)
+    if form.dialect is not None:
+        d = DIALECTS[form.dialect]
+        found = reduction_problems(ir, d, reduction)
+        found += machine_problems(ir, d, topology.node_of) if topology is not None else []
+        if found:
+            raise IRCheckError(f"{ir.name}: {found[0]}")
+    return form.write(ir)
 
 
 def read_ir(text: str, where: str = "<ir>") -> IR:
@@ -81,6 +109,12 @@ def load_ir_facts(path: str | Path) -> tuple[IR, XmlFacts | None]:
     return read_ir_facts(read_text(path, XmlFormatError), str(path))
 
 
-def save_ir(ir: IR, path: str | Path, fmt: str = "azure", force: bool = False) -> Path:
-
-    return save_text(path, write_ir(ir, fmt), force=force, error=CodegenError)
+def save_ir(
+    ir: IR,
+    path: str | Path,
+    fmt: str = "azure",
+    force: bool = False,
+    reduction: str = "sum",
+    topology: Topology | None = None,
+) -> Path:
+    return save_text(path, write_ir(ir, fmt, reduction, topology), force=force, error=CodegenError)

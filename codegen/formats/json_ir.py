@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from codegen.errors import IRFormatError
+from codegen.formats.mscclpp_json import is_plan, not_read_back
 from codegen.ir import IR, Buffer, Dep, Gpu, Op, OpType, Ref, Threadblock
 from codegen.limits import CHUNKS, RANKS
 from common.fields import Fields
@@ -103,6 +104,8 @@ class _Reader(Fields):
 def read_ir_json(text: str, where: str = "<ir>") -> IR:
     """Parse our JSON IR; malformed input raises :class:`IRFormatError` naming the field."""
     doc = parse_json(text, where, IRFormatError)
+    if is_plan(doc):
+        raise IRFormatError(not_read_back(where))
     r = _Reader(where, IRFormatError)
     doc = r.record(doc, "(top level)", ("format", *_HEAD, "gpus"))
     if doc["format"] != FORMAT:

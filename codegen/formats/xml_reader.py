@@ -278,11 +278,12 @@ class _Attrs:
 
 def _collective(a: _Attrs) -> str:
     coll = a.str("coll")
-    for d in DIALECTS.values():
+    xml = [d for d in DIALECTS.values() if d.xml is not None]
+    for d in xml:
         ours = d.our_collective(coll)
         if ours is not None:
             return ours
-    known = sorted({xml for d in DIALECTS.values() for _, xml in d.collectives})
+    known = sorted({spelled for d in xml for _, spelled in d.collectives})
     raise a.fail(f"coll {coll!r}: expected one of {', '.join(known)}")
 
 
@@ -314,8 +315,8 @@ def read_xml_facts(text: str, where: str = "<xml>") -> tuple[IR, XmlFacts]:
     inplace = bool(a.int("inplace", 0))
     # absent: the research runtime's default (the executor requires the attribute)
     max_bytes = a.int("maxBytes", 0) if "maxBytes" in root.attrs else DIALECTS["msccl"].xml.default_max_bytes
-    if max_bytes == spelling.unlimited_max_bytes:
-        max_bytes = 0
+    if max_bytes == spelling.unlimited_max_bytes or 0 < spelling.unlimited_max_bytes < max_bytes:
+        max_bytes = 0  # "no limit" as written; the research runtime's strtoll saturates above it
     steps: dict[tuple[int, int], tuple[int, ...]] = {}
     gpus: dict[int, Gpu] = {}
     for node in root.children:

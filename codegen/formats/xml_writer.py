@@ -13,9 +13,9 @@ writes ``i``/-1 and ``o``/-1, as the reference compiler does); for ``rrc``, ``rr
 from __future__ import annotations
 
 from codegen.check import check_ir
-from codegen.errors import CodegenError
+from codegen.errors import CodegenError, IRCheckError
 from codegen.ir import IR, Op, OpType, Ref
-from codegen.rules import Dialect, get_dialect
+from codegen.rules import Dialect, get_dialect, unlimited_window_problems
 from synth.collectives import ROOTED
 
 __all__ = ["write_xml"]
@@ -62,6 +62,9 @@ def write_xml(ir: IR, dialect: str | Dialect = "azure") -> str:
     if d.xml is None:
         raise CodegenError(f"the {d.name} runtime reads no MSCCL XML")
     check_ir(ir, d)
+    found = unlimited_window_problems(ir, d)
+    if found:
+        raise IRCheckError(f"{ir.name}: {found[0]}")
     head: list[tuple[str, object]] = [
         ("name", ir.name),
         ("proto", ir.protocol),

@@ -28,11 +28,19 @@ from codegen.rules.dialects import (
     MAX_PEERS_PER_CHANNEL,
     MAX_REDUCE_FUSION,
     Dialect,
+    PlanSpelling,
     XmlSpelling,
     get_dialect,
 )
 from codegen.rules.problem import Problem
-from codegen.rules.runtime import Folded, dialect_problems, empty_grid_problems, fold_steps
+from codegen.rules.runtime import (
+    Folded,
+    dialect_problems,
+    empty_grid_problems,
+    fold_steps,
+    machine_problems,
+    reduction_problems,
+)
 from codegen.rules.structure import (
     Sizes,
     buffer_sizes,
@@ -54,6 +62,7 @@ from codegen.rules.xml_file import (
     file_dialect,
     file_problems,
     strtol,
+    unlimited_window_problems,
     xml_problems,
 )
 
@@ -72,6 +81,7 @@ __all__ = [
     "MAX_VALUE",
     "Dialect",
     "Folded",
+    "PlanSpelling",
     "Problem",
     "Sizes",
     "XmlSpelling",
@@ -88,10 +98,13 @@ __all__ = [
     "get_dialect",
     "header_problems",
     "load_problems",
+    "machine_problems",
     "ranks_in_order",
+    "reduction_problems",
     "strtol",
     "structure_problems",
     "threadblock_problems",
+    "unlimited_window_problems",
     "xml_problems",
 ]
 

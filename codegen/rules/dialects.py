@@ -4,6 +4,9 @@
 msccl-executor-nccl, the production executor (an NCCL 2.23 fork). See reference/msccl-xml.md,
 sections 3 and 8, and the parsers themselves (``src/graph/topo.cc`` and ``xml.cc`` of the first,
 ``src/misc/msccl/msccl_parser.cc`` of the second). Limits are the defaults of each build.
+``mscclpp``: the MSCCL++ executor, which runs JSON execution plans (reference/mscclpp-plan-and-torch.md,
+sections 1 and 4; ``src/core/executor/execution_plan.cc``, ``execution_common.hpp`` and
+``execution_kernel.hpp`` of microsoft/mscclpp v0.8.0 to v0.10.0).
 
 An entry holds numbers and choices only; the rules that read them live beside it
 (:mod:`codegen.rules.runtime`, :mod:`codegen.rules.xml_file`), and every consumer looks the entry
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 
 from codegen.errors import CodegenError
 from codegen.ir import OpType
+from codegen.protocols import PROTOCOLS
 
 __all__ = [
     "DIALECTS",
@@ -27,6 +31,7 @@ __all__ = [
     "MAX_PEERS_PER_CHANNEL",
     "MAX_REDUCE_FUSION",
     "Dialect",
+    "PlanSpelling",
     "XmlSpelling",
     "get_dialect",
 ]
@@ -47,6 +52,10 @@ MAX_BUFFER_CHUNKS = 1 << 15
 """Chunks a buffer can have: step offsets are stored as 16-bit integers."""
 _BOTH_RUN = tuple((name, name) for name in ("allreduce", "allgather", "reduce", "broadcast", "alltoall"))
 """Collectives both runtimes run, under our names."""
+_SMS = 132
+"""Threadblocks an MSCCL++ plan may launch per GPU: every one spins on the others, so all must be
+resident at once, one per SM (an H100 SXM has 132). An IR channel or a connection becomes
+threadblocks of its own, so this bounds them too."""
 _BOTH_REQUIRE = ("ngpus", "nchunksperloop", "nchannels", "proto", "coll", "inplace")
 """``<algo>`` attributes both parsers require."""
 
@@ -60,14 +69,55 @@ class XmlSpelling:
     writes_outofplace: bool
     """Whether ``<algo>`` carries ``outofplace`` (the executor requires it; the old runtime ignores it)."""
     unlimited_max_bytes: int
-    """``maxBytes`` written for "no limit". The executor reads 0 so; the research runtime has no such
-    value and preallocates scratch for ``maxBytes``, so a finite large size is written."""
+    """``maxBytes`` written for "no limit" (read back as 0, as are larger values where it is not 0).
+    The executor reads 0 so. The research runtime has no such value: it reads ``maxBytes`` with
+    ``strtoll`` into an ``int64_t`` and selects a call of ``nBytes`` (a ``size_t``) when ``nBytes <
+    maxBytes``, so the largest value it can hold, INT64_MAX (``strtoll`` saturates larger ones to
+    it), is written: every call a machine can make is below it."""
+    preallocates_scratch: bool
+    """Whether the runtime allocates ``maxBytes x s_chunks / nchunksperloop`` bytes of scratch when the
+    communicator starts (the research runtime): then an IR with scratch has no unlimited window."""
     default_max_bytes: int | None
     """``maxBytes`` when absent (None: it is required), for the check that ``minBytes`` is not above it."""
     checks_byte_window: bool
     """Whether the parser rejects ``minBytes > maxBytes``."""
     nthreads_multiple: int | None
     """The research runtime reads an optional ``nthreads`` and rejects it unless a multiple of this."""
+
+
+@dataclass(frozen=True)
+class PlanSpelling:
+    """How a runtime that reads MSCCL++ execution plans (JSON) reads one, and what one may hold.
+
+    The format is that of mscclpp PR #579 (v0.8.0); v0.9.0 and v0.10.0 parse it unchanged, and a plan
+    that uses only the ops below loads on all three. Numbers are ``execution_common.hpp``'s; only the
+    ops per threadblock are checked by the executor, the rest corrupt its device structures."""
+
+    version: str
+    """The mscclpp release whose plan format is written (the plan and the docs state it)."""
+    loads_on: tuple[str, ...]
+    """Releases whose parser reads that format unchanged."""
+    max_ops: int
+    """Ops per threadblock (``MAX_OPERATION``; the executor throws above it)."""
+    max_channels: int
+    """Channels of one type a threadblock lists (``MAX_CHANNEL``); also remote buffers per access type."""
+    max_channels_per_op: int
+    """Channel ids one op names (``MAX_CHANNEL_PER_OPERATION``)."""
+    max_refs_per_op: int
+    """Buffer references on each side of one op (2 local + ``MAX_CHANNEL_PER_OPERATION`` remote)."""
+    max_semaphores_per_op: int
+    """Semaphore ids one ``sem_acquire``/``sem_release`` names (``MAX_DEVICE_SEMAPHORES``)."""
+    threads_per_block: int
+    """``num_threads_per_block`` (the kernel's launch bounds)."""
+    buffer_alignment: int
+    """Bytes a chunk is a multiple of (``buffer_alignment``'s default)."""
+    max_offset_bytes: int
+    """Byte offsets and sizes are stored as 32-bit integers: every one must stay below this."""
+    unlimited_max_bytes: int
+    """``max_message_size`` for "no limit" (the parser's default)."""
+    one_machine: bool = True
+    """Ranks are joined by memory channels only (CUDA IPC over NVLink or PCIe), which need both GPUs
+    in one machine: a schedule that moves data between machines needs port channels, not written."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +130,9 @@ class Dialect:
     """How messages name the runtime (``the Azure executor``)."""
     collectives: tuple[tuple[str, str], ...]
     """(our collective name, the runtime's name for it) for each collective the runtime runs."""
-    max_steps: int
-    """Steps per threadblock, nops included (MSCCL_MAX_NUM_STEPS); a step's number must be below it."""
+    max_steps: int | None
+    """Steps per threadblock, nops included (MSCCL_MAX_NUM_STEPS); a step's number must be below it.
+    None: no limit on the IR's steps (a plan writer splits a long threadblock)."""
     max_threadblocks: int
     """Threadblocks per GPU (MSCCL_MAX_NUM_THREAD_BLOCKS)."""
     checks_buffer_sizes: bool
@@ -93,6 +144,13 @@ class Dialect:
     """Whether a call of exactly ``maxBytes`` is selected (the window is ``[min, max]``, not ``[min, max)``)."""
     xml: XmlSpelling | None
     """How its XML parser reads a file; None for a runtime that reads no MSCCL XML."""
+    plan: PlanSpelling | None = None
+    """How it reads an MSCCL++ execution plan; None for a runtime that reads none."""
+    protocols: tuple[str, ...] = PROTOCOLS
+    """The protocols an IR for it may use. MSCCL++ plans: Simple (the executor has no LL128, and
+    xccl does not write its LL packet ops)."""
+    reductions: frozenset[str] | None = None
+    """The reductions it performs (None: every one NCCL offers: sum, prod, min, max)."""
     op_types: frozenset[OpType] = frozenset(OpType)
     """The step types the runtime executes (both MSCCL runtimes: all of the IR's)."""
     max_channels: int = MAX_CHANNELS
@@ -104,6 +162,10 @@ class Dialect:
     """Dependencies a step carries (None: any number); the rest go into ``nop`` steps before it."""
     reduce_fusion: int = MAX_REDUCE_FUSION
     """``re`` steps chained into one transmission (see :func:`codegen.rules.fold_steps`)."""
+
+    def performs(self, reduction: str) -> bool:
+        """Whether the runtime reduces with ``reduction`` (``sum``, ``prod``, ``min``, ``max``)."""
+        return self.reductions is None or reduction in self.reductions
 
     def xml_collective(self, collective: str) -> str | None:
         return dict(self.collectives).get(collective)
@@ -126,7 +188,8 @@ DIALECTS: dict[str, Dialect] = {
         xml=XmlSpelling(
             required=("name", *_BOTH_REQUIRE),
             writes_outofplace=False,
-            unlimited_max_bytes=1 << 30,
+            unlimited_max_bytes=(1 << 63) - 1,
+            preallocates_scratch=True,
             default_max_bytes=1 << 27,
             checks_byte_window=True,
             nthreads_multiple=32,
@@ -148,10 +211,49 @@ DIALECTS: dict[str, Dialect] = {
             required=(*_BOTH_REQUIRE, "minBytes", "maxBytes", "outofplace"),
             writes_outofplace=True,
             unlimited_max_bytes=0,
+            preallocates_scratch=False,
             default_max_bytes=None,
             checks_byte_window=False,
             nthreads_multiple=None,
         ),
+    ),
+    "mscclpp": Dialect(
+        name="mscclpp",
+        description="MSCCL++ executor (execution plan JSON, format of v0.8.0; loads on v0.8.0 to v0.10.0)",
+        runtime="the MSCCL++ executor",
+        collectives=tuple(
+            (name, name)
+            for name in ("allgather", "allreduce", "reducescatter", "alltoall", "broadcast", "reduce", "gather", "scatter")
+        ),
+        max_steps=None,
+        max_threadblocks=_SMS,
+        checks_buffer_sizes=False,
+        # it compares the input's bytes, the output's for allgather: a rank's share only for gather
+        window_whole_buffer=frozenset(
+            {"allgather", "allreduce", "reducescatter", "alltoall", "broadcast", "reduce", "scatter"}
+        ),
+        max_bytes_inclusive=True,
+        xml=None,
+        plan=PlanSpelling(
+            version="v0.8.0",
+            loads_on=("v0.8.0", "v0.9.0", "v0.10.0"),
+            max_ops=64,
+            max_channels=16,
+            max_channels_per_op=8,
+            max_refs_per_op=10,
+            max_semaphores_per_op=16,
+            threads_per_block=1024,
+            buffer_alignment=16,
+            max_offset_bytes=1 << 32,
+            unlimited_max_bytes=(1 << 64) - 1,
+        ),
+        protocols=("Simple",),
+        reductions=frozenset({"sum"}),
+        max_channels=_SMS,
+        max_count=MAX_BUFFER_CHUNKS,
+        max_dep_threadblock=_SMS,
+        max_tbs_per_channel=_SMS,
+        deps_per_step=None,
     ),
 }
 

@@ -18,10 +18,18 @@ from dataclasses import dataclass
 from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock
 from codegen.rules.dialects import Dialect
 from codegen.rules.problem import Problem
-from codegen.rules.structure import buffer_sizes
+from codegen.rules.structure import buffer_sizes, connections
 from codegen.rules.xml_file import xml_problems
+from synth.collectives import COMBINING
 
-__all__ = ["Folded", "dialect_problems", "empty_grid_problems", "fold_steps"]
+__all__ = [
+    "Folded",
+    "dialect_problems",
+    "empty_grid_problems",
+    "fold_steps",
+    "machine_problems",
+    "reduction_problems",
+]
 
 
 def dialect_problems(ir: IR, d: Dialect) -> list[Problem]:
@@ -39,6 +47,37 @@ def dialect_problems(ir: IR, d: Dialect) -> list[Problem]:
     return out
 
 
+def reduction_problems(ir: IR, d: Dialect, reduction: str) -> list[Problem]:
+    """A combining collective to be called with a reduction the runtime ``d`` does not perform (the
+    MSCCL++ executor only sums, whatever a plan says)."""
+    if ir.collective not in COMBINING or d.performs(reduction):
+        return []
+    does = ", ".join(sorted(d.reductions or ()))
+    return [Problem(f"{ir.collective} with {reduction}: the {d.name} runtime only reduces with {does}")]
+
+
+def machine_problems(ir: IR, d: Dialect, node_of: Sequence[int]) -> list[Problem]:
+    """Data moving between machines (``node_of[rank]``) where the runtime ``d`` joins ranks of one
+    machine only (an MSCCL++ plan's memory channels)."""
+    if d.plan is None or not d.plan.one_machine:
+        return []
+    crossing = sorted(
+        (src, dst)
+        for src, dst, _ in connections(ir)
+        if src < len(node_of) and dst < len(node_of) and node_of[src] != node_of[dst]
+    )
+    if not crossing:
+        return []
+    src, dst = crossing[0]
+    return [
+        Problem(
+            f"ranks {src} and {dst} exchange data across machines ({node_of[src]} and {node_of[dst]}): xccl "
+            f"writes {d.name} plans with memory channels only, which join the GPUs of one machine (port "
+            "channels across machines are not written)"
+        )
+    ]
+
+
 def empty_grid_problems(ir: IR) -> list[Problem]:
     """A rank without threadblocks: the runtime would launch an empty grid (the loader refuses it too)."""
     return [
@@ -53,9 +92,11 @@ def _algo_problems(ir: IR, d: Dialect) -> list[Problem]:
     if d.xml_collective(ir.collective) is None:
         known = ", ".join(ours for ours, _ in d.collectives)
         out.append(Problem(f"the {d.name} runtime does not run {ir.collective} (it runs {known})"))
+    if ir.protocol not in d.protocols:
+        out.append(Problem(f"protocol {ir.protocol}: {d.runtime} is given {', '.join(d.protocols)} schedules only"))
     if ir.nchannels > d.max_channels:
         out.append(Problem(f"{ir.nchannels} channels: the {d.name} runtime allows at most {d.max_channels}"))
-    unlimited = d.xml.unlimited_max_bytes if d.xml is not None else 0
+    unlimited = d.xml.unlimited_max_bytes if d.xml is not None else (d.plan.unlimited_max_bytes if d.plan else 0)
     high = ir.max_bytes or unlimited  # what the file will say
     if high and ir.min_bytes > high:
         written = "" if ir.max_bytes else f" (the {d.name} dialect's maxBytes for no limit)"
@@ -110,7 +151,7 @@ def _buffer_problems(ir: IR, gpu: Gpu, d: Dialect) -> list[Problem]:
 
 def _threadblock_problems(r: int, tb: Threadblock, d: Dialect, awaited: set) -> list[Problem]:
     out = []
-    if len(tb.ops) > d.max_steps:
+    if d.max_steps is not None and len(tb.ops) > d.max_steps:
         out.append(
             Problem(
                 f"{len(tb.ops)} steps: the {d.name} runtime allows {d.max_steps} per threadblock", r, tb.id

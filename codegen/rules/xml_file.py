@@ -28,6 +28,7 @@ __all__ = [
     "file_dialect",
     "file_problems",
     "strtol",
+    "unlimited_window_problems",
     "xml_problems",
 ]
 
@@ -49,6 +50,26 @@ def file_dialect(algo: dict[str, str]) -> str:
     """The dialect a file is written in, from its ``<algo>`` attributes: ``azure`` if it carries
     ``outofplace`` (only the executor's dialect writes it)."""
     return "azure" if "outofplace" in algo else "msccl"
+
+
+def unlimited_window_problems(ir: IR, d: Dialect) -> list[Problem]:
+    """An IR with no size limit that uses scratch, for a runtime that allocates scratch for
+    ``maxBytes`` when the communicator starts: no finite ``maxBytes`` covers every call, and
+    INT64_MAX would make that allocation (and communicator init) fail."""
+    if d.xml is None or not d.xml.preallocates_scratch or ir.max_bytes:
+        return []
+    used = [g for g in ir.gpus if g.scratch_chunks]
+    if not used:
+        return []
+    g = max(used, key=lambda g: g.scratch_chunks)
+    return [
+        Problem(
+            f"no maxBytes given and rank {g.rank} uses {g.scratch_chunks} scratch chunk(s) of "
+            f"{ir.nchunksperloop} per loop: the {d.name} runtime allocates maxBytes x s_chunks / nchunksperloop "
+            "bytes of scratch when the communicator starts, so it has no unlimited window (give --max-bytes; "
+            "calls of that size and more run NCCL's own algorithms)"
+        )
+    ]
 
 
 def xml_problems(ir: IR) -> list[Problem]:

@@ -110,10 +110,15 @@ def input_kind(source: str) -> str:
     if source.endswith(".xml"):
         return "ir"
     if source.endswith(".json"):  # an IR says so in its format field; a missing file is reported later
+        from codegen.formats.mscclpp_json import is_plan, not_read_back
+
         try:
-            fmt = read_json_file(path).get("format")
-        except (XcclError, AttributeError):
-            fmt = None
+            doc = read_json_file(path)
+        except XcclError:
+            doc = None
+        if is_plan(doc):
+            raise DslError(not_read_back(source))
+        fmt = doc.get("format") if isinstance(doc, dict) else None
         return "ir" if fmt == "xccl-ir/1" else "algorithm"
     raise DslError(
         f"{source}: expected an algorithm (.json), a DSL program (.py or example:NAME) or an IR (.xml, IR .json)"

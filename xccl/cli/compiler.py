@@ -1,4 +1,4 @@
-"""``xccl compile`` (algorithm, DSL program or IR -> MSCCL XML / JSON IR) and ``xccl check``."""
+"""``xccl compile`` (algorithm, DSL program or IR -> MSCCL XML / JSON IR / MSCCL++ plan) and ``xccl check``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from codegen.passes import PASSES
 from codegen.protocols import PROTOCOLS
 from codegen.rules import DIALECTS
 from common.errors import XcclError
-from common.units import parse_size
+from common.units import format_size, parse_size
+from runtime.datatypes import REDUCTIONS
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
 from xccl.cli.output import format_table
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from codegen.dsl import ChunkProgram
     from codegen.ir import IR
     from codegen.pipeline import PassRecord, PipelineResult
+    from topologies import Topology
 
 __all__ = ["register"]
 
@@ -55,21 +57,25 @@ def _stderr(text: str) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from codegen.formats import save_ir, write_ir
+    from codegen.formats import write_ir
+    from common.files import check_writable, save_text
 
-    result = COMPILERS[input_kind(args.input)](args)
+    if args.output:
+        check_writable(args.output, args.force, CodegenError)
+    result, topology = COMPILERS[input_kind(args.input)](args)
     ir = _selected(_result_ir(result), args.min_bytes, args.max_bytes)
     _report_passes(result.records, args.time_passes)
+    text = write_ir(ir, args.dialect, args.op, topology)
     if args.output:
-        save_ir(ir, args.output, args.dialect, force=args.force)
-        print(f"wrote {args.output}: {_summary(ir)}, checked for {_target(args.dialect)}")
+        save_text(args.output, text, force=args.force, error=CodegenError)
+        print(f"wrote {args.output}: {_summary(ir)}, checked for {_target(args.dialect)}{_plan_summary(args.dialect, text)}")
     else:
-        sys.stdout.write(write_ir(ir, args.dialect))
+        sys.stdout.write(text)
     return 0
 
 
-def _compile_ir(args: argparse.Namespace) -> PipelineResult:
-    """An IR file: checked for what it computes, then normalized and checked again."""
+def _compile_ir(args: argparse.Namespace) -> Compiled:
+    """An IR file: checked for what it computes, then normalized and checked again (no topology)."""
     from codegen.formats import load_ir
     from codegen.pipeline import run_pipeline
 
@@ -84,20 +90,20 @@ def _compile_ir(args: argparse.Namespace) -> PipelineResult:
     _check_what_it_computes(ir, args.input)
     if args.protocol:
         ir = replace(ir, protocol=args.protocol)
-    return run_pipeline(ir, IR_PASSES, verify_each=args.verify_each, print_after=tuple(args.print_after))
+    return run_pipeline(ir, IR_PASSES, verify_each=args.verify_each, print_after=tuple(args.print_after)), None
 
 
-def _compile_program(args: argparse.Namespace) -> PipelineResult:
+def _compile_program(args: argparse.Namespace) -> Compiled:
     """A DSL program (a file, or a shipped example) with its ``-D`` parameters."""
     from codegen.loader import load_program, parse_params
 
     prog = load_program(args.input, parse_params(args.define))
     if args.inplace:
         raise DslError(f"{args.input}: --inplace applies to algorithms; a program declares inplace itself")
-    return _run_compiler(prog, args)
+    return _run_compiler(prog, args), prog.topology
 
 
-def _compile_algorithm(args: argparse.Namespace) -> PipelineResult:
+def _compile_algorithm(args: argparse.Namespace) -> Compiled:
     """An algorithm file, verified on its topology and lowered to a program first."""
     from codegen.lower import lower_algorithm
     from synth.algorithm import Algorithm
@@ -105,10 +111,13 @@ def _compile_algorithm(args: argparse.Namespace) -> PipelineResult:
     algo = Algorithm.load(args.input)
     topo = algorithm_topology(algo, args.topology, args.input)
     algo.verify(topo)
-    return _run_compiler(lower_algorithm(algo, topo, inplace=args.inplace), args)
+    return _run_compiler(lower_algorithm(algo, topo, inplace=args.inplace), args), topo
 
 
-COMPILERS: dict[str, Callable[[argparse.Namespace], PipelineResult]] = {
+Compiled = tuple["PipelineResult", "Topology | None"]
+"""What a compiler of ``xccl compile`` gives: the pipeline's result and the topology, where known."""
+
+COMPILERS: dict[str, Callable[[argparse.Namespace], Compiled]] = {
     "ir": _compile_ir,
     "program": _compile_program,
     "algorithm": _compile_algorithm,
@@ -176,6 +185,23 @@ def _target(fmt: str) -> str:
     return f"the {fmt} runtime" if fmt in DIALECTS else "every runtime's universal rules"
 
 
+def _plan_summary(fmt: str, text: str) -> str:
+    """For an MSCCL++ plan, what the plan itself holds (it splits long threadblocks, adds scratch)."""
+    import json
+
+    if fmt not in DIALECTS or DIALECTS[fmt].plan is None:
+        return ""
+    plan = json.loads(text)
+    tbs = [len(g["threadblocks"]) for g in plan["gpus"]]
+    ops = max(len(tb["ops"]) for g in plan["gpus"] for tb in g["threadblocks"])
+    scratch = max(g["scratch_chunks"] for g in plan["gpus"])
+    return (
+        f"; plan ({plan['xccl']['format']}): {min(tbs)}-{max(tbs)} threadblocks per rank, at most {ops} ops "
+        f"per threadblock, up to {scratch} scratch chunks, messages of {plan['min_message_size']} to "
+        f"{plan['max_message_size']} B ({format_size(plan['max_message_size'])})"
+    )
+
+
 def _summary(ir: IR) -> str:
     tbs = [len(g.threadblocks) for g in ir.gpus]
     steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
@@ -191,6 +217,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from codegen.semantics import find_wrong_result
 
     path = Path(args.file)
+    plan = _plan_text(path)
+    if plan is not None:
+        return _check_plan(path, plan, args)
     ir, facts = load_ir_facts(path)
     if args.dialect == "auto":
         dialect = None if facts is None else facts.dialect
@@ -210,12 +239,60 @@ def cmd_check(args: argparse.Namespace) -> int:
     if wrong is not None:
         print(f"  passes the static checks of {target}, but computes a wrong result:\n  - {wrong}")
         return 1
+    return _listed(problems, target, args.limit)
+
+
+def _listed(problems: Sequence[object], target: str, limit: int) -> int:
+    """Print the first ``limit`` problems found for ``target``; the exit status of a failed check."""
     print(f"  {len(problems)} problem(s) for {target}:")
-    for p in problems[: args.limit]:
+    for p in problems[:limit]:
         print(f"  - {p}")
-    if len(problems) > args.limit:
-        print(f"  ... and {len(problems) - args.limit} more")
+    if len(problems) > limit:
+        print(f"  ... and {len(problems) - limit} more")
     return 1
+
+
+def _plan_text(path: Path) -> str | None:
+    """The text of ``path`` if it is an MSCCL++ execution plan (a JSON object of that shape)."""
+    from codegen.errors import XmlFormatError
+    from codegen.formats.mscclpp_json import is_plan
+    from common.files import parse_json, read_text
+
+    if path.suffix != ".json":
+        return None
+    text = read_text(path, XmlFormatError)
+    try:
+        doc = parse_json(text, str(path), XmlFormatError)
+    except XcclError:
+        return None  # not JSON: the IR reader says why
+    return text if is_plan(doc) else None
+
+
+def _check_plan(path: Path, text: str, args: argparse.Namespace) -> int:
+    """An MSCCL++ plan, by the independent validator (it reads only the JSON: structure, limits,
+    channel pairing, signal/wait balance, happens-before over two launches, a NumPy run)."""
+    import json
+
+    from codegen.formats.mscclpp_validator import violations
+
+    if args.dialect not in ("auto", "mscclpp"):
+        raise CodegenError(f"{path}: an MSCCL++ execution plan is checked for --dialect mscclpp, not {args.dialect}")
+    problems = violations(text)
+    plan = json.loads(text)
+    gpus = plan["gpus"] if isinstance(plan.get("gpus"), list) else []
+    tbs = [len(g["threadblocks"]) for g in gpus if isinstance(g, dict) and isinstance(g.get("threadblocks"), list)]
+    tbs = tbs or [0]
+    print(
+        f"{path}: MSCCL++ plan {plan.get('name')!r}: {plan.get('collective')} on {len(gpus)} ranks, "
+        f"{min(tbs)}-{max(tbs)} threadblocks per rank, protocol {plan.get('protocol')}"
+    )
+    if not problems:
+        print(
+            "  ok: structure, limits, channel pairing and signal/wait balance of the MSCCL++ executor; no race "
+            f"or deadlock over two launches; computes {plan['collective']} (NumPy run of the plan)"
+        )
+        return 0
+    return _listed(problems, "the MSCCL++ executor", args.limit)
 
 
 def _computes(ir: IR) -> str:
@@ -242,7 +319,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("input", help="algorithm .json, program .py / example:NAME, or IR .xml/.json")
     p.add_argument("-o", "--output", help="file to write (default: standard output)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
-    p.add_argument("--dialect", choices=list(FORMATS), default="azure", help="output format (default azure)")
+    p.add_argument(
+        "--format",
+        "--dialect",
+        dest="dialect",
+        choices=list(FORMATS),
+        default="azure",
+        help="output format: MSCCL XML for a runtime, our JSON IR, or an MSCCL++ plan (default azure)",
+    )
+    p.add_argument(
+        "--op",
+        choices=list(REDUCTIONS),
+        default="sum",
+        help="reduction the schedule will be called with, checked against the runtime (default sum; "
+        "an MSCCL++ plan only sums)",
+    )
     p.add_argument("--protocol", choices=PROTOCOLS, help="NCCL protocol (default: the program's, Simple)")
     p.add_argument(
         "--instances",
@@ -261,7 +352,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--min-bytes", type=_size, help="smallest call size the XML is selected for (default 0)")
     p.add_argument(
-        "--max-bytes", type=_size, help="largest call size the XML is selected for (default: no limit)"
+        "--max-bytes",
+        type=_size,
+        help="largest call size the file is selected for (default: no limit; msccl needs one for a schedule "
+        "with scratch)",
     )
     p.add_argument(
         "--verify-each", action="store_true", help="check every stage's invariants after each pass"
@@ -277,13 +371,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-passes", action="store_true", help="print how long each pass took")
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("check", help="static checks of an MSCCL XML or JSON IR file, as a report")
+    p = sub.add_parser(
+        "check", help="static checks of an MSCCL XML or JSON IR file, or of an MSCCL++ plan, as a report"
+    )
     p.add_argument("file")
     p.add_argument(
         "--dialect",
         choices=["auto", *DIALECTS, "none"],
         default="auto",
-        help="runtime whose limits apply (auto: from the XML; none: universal rules only)",
+        help="runtime whose limits apply (auto: from the XML, mscclpp for a plan; none: universal rules only)",
     )
     p.add_argument("--limit", type=_count, default=20, help="problems to list (default 20)")
     p.set_defaults(func=cmd_check)
