@@ -291,7 +291,7 @@ def test_nccl_runs_our_schedule_beside_torchs_own_on_one_gpu():
     report = bench(
         one_rank_allgather(), [4096, 1 << 20], backend="torch", options={"dist": "nccl"}, repeats=3
     )
-    assert "nccl, 1 processes" in report.device
+    assert "nccl, 1 process on 1 GPU(s)" in report.device
     for row in report.rows:
         assert row.check == "ok" and row.peer.check == "ok", (row.error, row.peer.error)
 

@@ -125,12 +125,14 @@ class TorchBackend(Backend):
     def device(self, topology: Topology | None) -> str:
         version = importlib.metadata.version("torch")
         dist = getattr(self._group, "dist", self.dist)
-        where = (
-            "a launched job (torchrun)"
-            if self._launched()
-            else f"{os.cpu_count()} CPU cores ({platform.machine()})"
-        )
-        return f"torch {version}, {dist}, {self._world or self.ranks or '?'} processes on {where}"
+        if self._launched():
+            where = "a launched job (torchrun)"
+        elif dist == "nccl":
+            where = _gpu_names()
+        else:
+            where = f"{os.cpu_count()} CPU cores ({platform.machine()})"
+        ranks = self._world or self.ranks or "?"
+        return f"torch {version}, {dist}, {ranks} process{'' if ranks == 1 else 'es'} on {where}"
 
     def peer_description(self) -> str | None:
         if self._peer is None:
@@ -239,3 +241,11 @@ class TorchBackend(Backend):
         check_memory(
             f"{ir.name}: {n} torch ranks at {case.size_bytes} B", total, memory_limit(self.max_memory)
         )
+
+
+def _gpu_names() -> str:
+    """What NCCL runs on here: the GPUs' names and count (a process has one each)."""
+    import torch
+
+    names = sorted({torch.cuda.get_device_name(d) for d in range(torch.cuda.device_count())})
+    return f"{torch.cuda.device_count()} GPU(s): {', '.join(names)}"
