@@ -449,16 +449,26 @@ def lower_bound(
 
 
 def simulate(
-    algorithm: Algorithm, topology: str | Path | Topology | None = None, size: str | int = "1MiB"
+    algorithm: Algorithm,
+    topology: str | Path | Topology | None = None,
+    size: str | int = "1MiB",
+    model: str = "calibrated",
+    protocol: str | None = None,
 ) -> SimResult:
     """The modeled time (and algbw, busbw) of ``algorithm`` at nccl-tests' ``size`` on ``topology``
-    (default: the one it was made for, if shipped), by the event simulator of :mod:`synth.cost`.
+    (default: the one it was made for, if shipped), by the event simulator of :mod:`synth.cost`
+    under the timing ``model`` (``calibrated`` or ``ideal``, docs/nccl.md) and ``protocol``
+    (``Simple``, ``LL128``, ``LL``; default Simple).
 
     >>> ring = synthesize("ring:4", "allgather", "ring")
-    >>> round(simulate(ring, size="1MiB").time_us, 2)  # 3 steps of 1/4 MiB over 25 GB/s, plus latency
+    >>> round(simulate(ring, size="1MiB", model="ideal").time_us, 2)  # 3 x (1/4 MiB over 25 GB/s + 0.7 us)
     33.56
+    >>> r = simulate(ring, size="1MiB")  # 4.64 us launch + 3 x (2.8 + 0.7 + 1/4 MiB over 80% of 25 GB/s)
+    >>> round(r.time_us, 2), r.model
+    (54.46, 'calibrated, Simple')
     """
     from synth.cost import simulate as simulate_algorithm
+    from synth.timing import model_params
 
     if topology is None:
         try:
@@ -467,4 +477,25 @@ def simulate(
             raise TopologyError(
                 f"{algorithm.name}: topology {algorithm.topology!r} is not shipped; pass topology=(its file)"
             ) from None
-    return simulate_algorithm(algorithm, _load(topology), _size_bytes(size))
+    return simulate_algorithm(algorithm, _load(topology), _size_bytes(size), model_params(model, protocol))
+
+
+def nccl_time(
+    topology: str | Path | Topology,
+    collective: str,
+    size: str | int = "1GiB",
+    version: str = "2.30.7",
+    arch: str | None = None,
+) -> Any:
+    """NCCL's own modeled time of ``collective`` at nccl-tests' ``size`` on ``topology``: the
+    algorithm, protocol and channels NCCL's tuning model picks with the constants of NCCL
+    ``version`` (``2.30.7``, ``2.12.12``, or ``2.30``/``2.12``), for the GPU generation read from
+    the topology (or ``arch``: ``sm70``, ``sm80``, ``sm90``, ``sm100``). See docs/nccl.md, "Model".
+
+    >>> est = nccl_time("dgx-h100", "allreduce", "1GiB")
+    >>> est.algorithm, est.protocol, round(est.busbw_GBps)
+    ('NVLS', 'Simple', 473)
+    """
+    from synth.nccl import nccl_time as model_time
+
+    return model_time(_load(topology), collective, _size_bytes(size), version, arch)

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 
 from common.units import format_size, parse_size
 from xccl.cli.choices import BASELINE_NAMES
-from xccl.cli.common import add_collective_args, add_output_args, collective_from_args, topology_from_args
+from xccl.cli.common import (
+    BEST,
+    add_collective_args,
+    add_model_args,
+    add_output_args,
+    collective_from_args,
+    params_from_args,
+    topology_from_args,
+)
 from xccl.cli.output import print_json, print_table
 
 if TYPE_CHECKING:
@@ -88,14 +96,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def cost_rows(algo: Algorithm, topo: Topology, sizes: list[int]) -> list[dict]:
+def cost_rows(algo: Algorithm, topo: Topology, sizes: list[int], args: argparse.Namespace) -> list[dict]:
+    """One row per size: SCCL's closed form, the modeled time (the model ``args`` names; with
+    ``--protocol best`` the fastest protocol per size) and the line-rate bound."""
     from synth.bounds import lower_bound_us
-    from synth.cost import sccl_cost, simulate
+    from synth.cost import sccl_cost, simulate, simulate_best
 
     rows = []
     for size in sizes:
         sccl = sccl_cost(algo, topo, size)
-        sim = simulate(algo, topo, size)
+        if args.protocol == BEST and args.send_us is None:
+            sim = simulate_best(algo, topo, size, args.model)
+        else:
+            sim = simulate(algo, topo, size, params_from_args(args))
         bound = lower_bound_us(topo, algo.collective, size)
         rows.append(
             {
@@ -103,6 +116,7 @@ def cost_rows(algo: Algorithm, topo: Topology, sizes: list[int]) -> list[dict]:
                 "sccl_latency_us": sccl.latency_us,
                 "sccl_bandwidth_us": sccl.bandwidth_us,
                 "time_us": sim.time_us,
+                "model": sim.model,
                 "algbw_GBps": sim.algbw_GBps,
                 "busbw_GBps": sim.busbw_GBps,
                 "bound_us": bound,
@@ -119,16 +133,18 @@ def cmd_cost(args: argparse.Namespace) -> int:
     topo = algorithm_topology(algo, args.topology, args.file)
     algo.verify(topo)
     sizes = [parse_size(s) for s in (args.size or DEFAULT_SIZES)]
-    rows = cost_rows(algo, topo, sizes)
+    rows = cost_rows(algo, topo, sizes, args)
     if args.json:
         print_json(_with_note({"algorithm": algo.name, "topology": topo.name}, rows))
         return 0
+    models = sorted({r["model"] for r in rows})
     print_table(
         [
             "size",
             "S*alpha us",
             "R/C*L*beta us",
-            "simulated us",
+            "modeled us",
+            *(["model"] if len(models) > 1 else []),
             "algbw GB/s",
             "busbw GB/s",
             "bound us",
@@ -140,6 +156,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
                 f"{r['sccl_latency_us']:.2f}",
                 f"{r['sccl_bandwidth_us']:.2f}",
                 f"{r['time_us']:.2f}",
+                *([r["model"]] if len(models) > 1 else []),
                 f"{r['algbw_GBps']:.2f}",
                 f"{r['busbw_GBps']:.2f}",
                 f"{r['bound_us']:.2f}",
@@ -147,7 +164,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
             ]
             for r in rows
         ],
-        title=f"{algo.name} on {topo.name} (S={algo.num_steps}, R={algo.rounds}, C={algo.chunks})",
+        title=f"{algo.name} on {topo.name} (S={algo.num_steps}, R={algo.rounds}, C={algo.chunks}); "
+        f"modeled: {models[0] if len(models) == 1 else args.model + ', fastest protocol'}; bound at line rate",
     )
     return 0
 
@@ -184,6 +202,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     unit = topo.chunk_capacity().unit_GBps
     print(f"  rounds per chunk lower bound: {rpc}  (SCCL's integer model, {unit:g} GB/s per chunk per round)")
     print(f"  latency lower bound:          {latency:.2f} us")
+    print("  (at line rate, no per-call or per-send cost: no timing model's schedule beats it)")
     print()
     print_table(
         ["size", "latency us", "bandwidth us", "bound us", "max algbw GB/s"],
@@ -219,6 +238,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--size", "-s", action="append", help="buffer size (repeatable), e.g. 1MiB; default 1KiB 1MiB 1GiB"
     )
     p.add_argument("--topology", "-t", help="topology file, when the algorithm's is not shipped")
+    add_model_args(p, best=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cost)
 
