@@ -101,6 +101,7 @@ def synthesize(
     chunkup: int | None = None,
     time_limit_s: float | None = None,
     solver: str | None = None,
+    algo: str | None = None,
 ) -> Algorithm:
     """A verified algorithm for ``collective`` on ``topology``.
 
@@ -109,8 +110,10 @@ def synthesize(
     name like ``"ndv2x2-relay"``, a file, or a :class:`sketches.Sketch`) for buffers of ``size``,
     splitting each chunk into ``chunkup`` pieces (default: the sketch's); a baseline name
     (``"ring"``, ``"bidir-ring"``, ``"direct"``, ``"recursive-doubling"``, ``"binomial-tree"``,
-    ``"hierarchical"``) builds that baseline. ``time_limit_s`` bounds the whole search in wall time
-    (default 600 s for SMT and MILP; MILP then returns the best verified result found). Raises
+    ``"hierarchical"``, ``"nccl"``) builds that baseline; ``algo`` chooses NCCL's algorithm for
+    ``"nccl"`` (``"auto"``, ``"ring"``, ``"tree"``, ``"nvls"``, ``"p2p"``; docs/nccl.md).
+    ``time_limit_s`` bounds the whole search in wall time (default 600 s for SMT and MILP; MILP then
+    returns the best verified result found). Raises
     ``InfeasibleError`` when no algorithm exists within the limits and ``SolverTimeout`` when the
     time limit stopped the search.
 
@@ -120,11 +123,15 @@ def synthesize(
     synth.errors.InfeasibleError: allgather on ring:4: no algorithm with 1 step(s) and 1 round(s) (unsat)
     >>> synthesize("ring:4", "allgather", "ring").provenance.method
     'baseline:ring'
+    >>> synthesize("dgx1", "allgather", "nccl").chunks  # NCCL's six rings, a chunk on each
+    6
     """
     topo = _load(topology)
     if method not in SYNTHESIZERS:
         raise CollectiveError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
-    request = _Request(chunks, root, steps, rounds, sketch, size, chunkup, time_limit_s, solver)
+    if algo is not None and method != "nccl":
+        raise CollectiveError(f"algo chooses NCCL's algorithm: it applies to method 'nccl', not {method!r}")
+    request = _Request(chunks, root, steps, rounds, sketch, size, chunkup, time_limit_s, solver, algo)
     return SYNTHESIZERS[method](topo, collective, request)
 
 
@@ -141,6 +148,7 @@ class _Request:
     chunkup: int | None
     time_limit_s: float | None
     solver: str | None
+    algo: str | None = None
 
 
 def _collective_for(coll: str | Collective, topo: Topology, chunks: int, root: int | None) -> Collective:
@@ -206,8 +214,8 @@ def _milp(topo: Topology, coll: str | Collective, request: _Request) -> Algorith
 def _baseline(kind: str, topo: Topology, coll: str | Collective, request: _Request) -> Algorithm:
     """The ``kind`` baseline, with its default chunks unless told otherwise."""
     name = coll.name if isinstance(coll, Collective) else coll
-    chunks = request.chunks or default_chunks(kind, name, topo.num_ranks)
-    return make_baseline(kind, topo, _collective_for(coll, topo, chunks, request.root))
+    chunks = request.chunks or default_chunks(kind, name, topo.num_ranks, topo, request.algo)
+    return make_baseline(kind, topo, _collective_for(coll, topo, chunks, request.root), request.algo)
 
 
 SYNTHESIZERS: dict[str, Callable[[Topology, str | Collective, _Request], Algorithm]] = {

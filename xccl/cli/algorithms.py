@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 from common.units import format_size, parse_size
-from xccl.cli.choices import BASELINE_NAMES
+from xccl.cli.choices import BASELINE_NAMES, NCCL_ALGO_NAMES
 from xccl.cli.common import (
     BEST,
     add_collective_args,
@@ -73,8 +73,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     chunks = args.chunks
     if chunks is None:
-        chunks = default_chunks(args.kind, args.collective, topo.num_ranks)
-    algo = make_baseline(args.kind, topo, collective_from_args(args, topo, chunks))
+        chunks = default_chunks(args.kind, args.collective, topo.num_ranks, topo, args.algo)
+    algo = make_baseline(args.kind, topo, collective_from_args(args, topo, chunks), args.algo)
     if args.output:
         algo.save(args.output, force=args.force)
         print(f"wrote {args.output}: {algo.name} (verified)")
@@ -221,9 +221,15 @@ def cmd_bound(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("baseline", help="build a baseline algorithm (ring, direct, ...) and verify it")
+    p = sub.add_parser("baseline", help="build a baseline algorithm (ring, direct, nccl, ...) and verify it")
     p.add_argument("kind", choices=BASELINE_NAMES, metavar="KIND", help="one of %(choices)s")
     add_collective_args(p, chunks_default=None)
+    p.add_argument(
+        "--algo",
+        choices=NCCL_ALGO_NAMES,
+        metavar="ALGO",
+        help="for nccl: NCCL's algorithm, one of %(choices)s (default auto: what NCCL runs at large sizes)",
+    )
     add_output_args(p)
     p.set_defaults(func=cmd_baseline)
 
