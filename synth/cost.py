@@ -5,13 +5,14 @@
 model) at a buffer size: every send is one transfer of one chunk over its logical link, ready once
 its chunk is final at the source (every earlier step's write there has arrived), with the send's
 place in the schedule (step order) as its priority; the call's launch cost comes first. Where sends
-cost time (``Params.send_us``), the sends of a step that a timed schedule (a MILP's) starts together
-on one connection are one send of their chunks, as the compiler merges them into one call.
+cost time (``Params.send_us``), the sends of a step on one connection (that a timed schedule, a
+MILP's, starts together) are one send of their chunks, as the compiler merges them into one call.
 Sizes follow nccl-tests: ``size_bytes`` is the buffer nccl-tests reports (allgather: the output).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -106,7 +107,7 @@ def _list_schedule(
     network = Network(topology, params)
     nbytes = chunk_bytes(algo.collective, size_bytes)
     sends = [(k, send) for k, step in enumerate(algo.steps) for send in step.sends]
-    groups, group_of = _groups(sends, params.send_us > 0)
+    groups, group_of = _groups(sends, network.connection_servers if params.send_us > 0 else None)
     waiting, dependents = _dependencies(sends, groups, group_of)
     transfers = [network.transfer(sends[g[0]][1].src, sends[g[0]][1].dst, nbytes * len(g)) for g in groups]
     ready = [0.0] * len(groups)
@@ -133,20 +134,29 @@ def _list_schedule(
     return tuple(started), finish
 
 
-def _groups(sends: list[tuple[int, Send]], merge: bool) -> tuple[list[list[int]], list[int]]:
-    """Sends that travel as one: where ``merge``, those of a step with one connection and one
-    recorded start; otherwise each send alone. Groups are in the order of their first send."""
+def _groups(
+    sends: list[tuple[int, Send]], servers: Callable[[int, int], int] | None
+) -> tuple[list[list[int]], list[int]]:
+    """Sends that travel as one call: where sends cost time (``servers`` given), those of a step
+    with one connection and the same recorded start (or none), spread round robin over the
+    connection's ``servers(src, dst)`` parallel links, as the compiler's ``aggregate_chunks``
+    merges ops that can run at the same time; otherwise each send alone. Groups are in the order
+    of their first send."""
     groups: list[list[int]] = []
     group_of = [0] * len(sends)
-    open_: dict[tuple, int] = {}
+    open_: dict[tuple, list[int]] = {}
     for i, (k, send) in enumerate(sends):
-        key = (k, send.src, send.dst, send.start_us) if merge and send.start_us is not None else None
-        g = open_.get(key) if key is not None else None
+        g = None
+        if servers is not None:
+            key = (k, send.src, send.dst, send.start_us)
+            lanes = open_.setdefault(key, [])
+            if len(lanes) >= servers(send.src, send.dst):
+                g = lanes[sum(len(groups[x]) for x in lanes) % len(lanes)]
         if g is None:
             g = len(groups)
             groups.append([])
-            if key is not None:
-                open_[key] = g
+            if servers is not None:
+                lanes.append(g)
         groups[g].append(i)
         group_of[i] = g
     return groups, group_of

@@ -1,6 +1,7 @@
 """The ``nccl`` baseline: NCCL's algorithms on the channels NCCL's search finds on the topology.
 
-NCCL moves data on *channels* (:mod:`synth.baselines.nccl_search` finds them the way NCCL does);
+NCCL moves data on *channels* (:mod:`synth.nccl.search` finds them the way NCCL does, the same
+search NCCL's time model :mod:`synth.nccl.model` reads);
 a buffer is split evenly over them. Here chunk ``i`` of a rank's buffer goes on channel
 ``i mod channels`` (with fewer chunks than channels, only the first channels carry data), and each
 algorithm is NCCL's, store and forward, one hop per step:
@@ -31,11 +32,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from synth.algorithm import Algorithm, Send
-from synth.baselines.common import BaselineError, make_algorithm, schedule_paths
-from synth.baselines.nccl_search import RingGraph, nvls_graph, p2p_channels_per_peer, ring_graph
+from synth.baselines.common import BaselineError, hamiltonian_cycle, make_algorithm, schedule_paths
 from synth.collectives import Collective
+from synth.nccl import search
+from synth.nccl.search import RingGraph, nvls_graph
 from topologies.model import Topology
 
 __all__ = [
@@ -92,6 +95,27 @@ def resolve_algo(topology: Topology, collective_name: str, algo: str = "auto") -
         )
         raise BaselineError(f"baseline nccl: no {algo} {collective_name} on {topology.name}: {why}")
     return algo
+
+
+def ring_graph(topology: Topology) -> RingGraph:
+    """NCCL's rings on ``topology`` (default release); where its search finds none, NCCL's fallback
+    ring, here a ring the topology has (:func:`~synth.baselines.common.hamiltonian_cycle`)."""
+    try:
+        graph = search.ring_graph(topology)
+    except search.NcclSearchError as exc:
+        raise BaselineError(f"baseline nccl: {exc}") from None
+    if not graph.fallback:
+        return graph
+    ring = tuple(hamiltonian_cycle(topology, "nccl"))
+    return replace(graph, rings=(ring,), chains=(ring[: len(graph.chains[0])],))
+
+
+def p2p_channels_per_peer(topology: Topology) -> int:
+    """NCCL's p2p channels per peer (:func:`synth.nccl.search.p2p_channels_per_peer`)."""
+    try:
+        return search.p2p_channels_per_peer(topology)
+    except search.NcclSearchError as exc:
+        raise BaselineError(f"baseline nccl: {exc}") from None
 
 
 def _tree_channels(topology: Topology, graph: RingGraph) -> int:

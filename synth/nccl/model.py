@@ -24,8 +24,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from common.errors import XcclError, quoted
-from synth.nccl.search import Graph, search
-from synth.nccl.system import NcclSystem, nccl_system
+from synth.nccl.search import Layout, NvlsGraph, RingGraph, layout
 from synth.nccl.versions import ARCHS, DEFAULT_VERSION, PROTOCOLS, VERSIONS, Version, resolve_version
 
 if TYPE_CHECKING:
@@ -62,7 +61,7 @@ class Candidate:
     bandwidth_GBps: float
     channels: int
 
-    def time_us(self, nbytes: float, version: Version, system: NcclSystem, coll: str) -> float:
+    def time_us(self, nbytes: float, version: Version, system: Layout, coll: str) -> float:
         """``ncclTopoGetAlgoTime``: with the tree correction and the ring allreduce plateau."""
         bw, lat = self.bandwidth_GBps, self.latency_us
         nodes, ranks, arch_index = system.nodes, system.ranks, ARCHS.index(system.arch)
@@ -101,8 +100,12 @@ class NcclModel:
     def __init__(self, topology: Topology, version: Version, arch: str | None = None) -> None:
         self.topology = topology
         self.version = version
-        self.system: NcclSystem = nccl_system(topology, version, arch)
-        self.graphs: dict[str, Graph] = search(self.system, version)
+        self.system: Layout = layout(topology, version.name, arch)
+        ring = self.system.ring
+        self.graphs: dict[str, RingGraph | NvlsGraph] = {"Tree": ring, "Ring": ring, "PAT": ring}
+        """The graph each algorithm reads (NCCL forces the tree's channels equal to the ring's)."""
+        if self.system.nvls is not None:
+            self.graphs["NVLS"] = self.system.nvls
         self.tables = (
             {coll: self._table(coll) for coll in COLLECTIVES.values()} if topology.num_ranks > 1 else {}
         )
@@ -126,14 +129,14 @@ class NcclModel:
                     )
         return tuple(out)
 
-    def _enabled(self, graph: Graph, proto: str) -> bool:
+    def _enabled(self, graph: RingGraph | NvlsGraph, proto: str) -> bool:
         """LL128 only where NCCL turns it on by default: NVLink inside, a NIC not behind the CPU."""
         if proto != "LL128":
             return True
         s = self.system
         return s.arch in self.version.ll128_archs and graph.nvlink and not (s.nodes > 1 and s.nic_behind_cpu)
 
-    def _bandwidth(self, coll: str, algo: str, p: int, graph: Graph) -> float:
+    def _bandwidth(self, coll: str, algo: str, p: int, graph: RingGraph | NvlsGraph) -> float:
         """``comm->bandwidths[coll][algo][p]`` (GB/s)."""
         v, s = self.version, self.system
         col = min(s.nodes, 3) - 1
@@ -181,7 +184,7 @@ class NcclModel:
             return bus * 0.75
         return bus
 
-    def _latency(self, coll: str, algo: str, p: int, graph: Graph) -> float:
+    def _latency(self, coll: str, algo: str, p: int, graph: RingGraph | NvlsGraph) -> float:
         """``comm->latencies[coll][algo][p]`` (us)."""
         v, s = self.version, self.system
         hw_intra = "NVLINK" if graph.nvlink else "PCI"
@@ -244,7 +247,7 @@ class NcclModel:
         )
 
 
-def _allowed(coll: str, algo: str, version: Version, system: NcclSystem) -> bool:
+def _allowed(coll: str, algo: str, version: Version, system: Layout) -> bool:
     """Which algorithms NCCL's model considers for each collective (reference, section 1.5)."""
     if coll in ("BC", "RD"):
         return algo == "Ring"

@@ -95,16 +95,19 @@ class Network:
         self._ids = {e: i for i, e in enumerate(self.edges)}
         self._cache = {}
 
+    def connection_servers(self, src: int, dst: int) -> int:
+        """How many sends the connection ``src -> dst`` carries at once: its path's fewest parallel links."""
+        logical = self.topology.logical()
+        return min(logical.resources[e].count for e in logical.links[(src, dst)].edges)
+
     def resource(self, key: object) -> int:
         """The engine id of a resource key (an edge or a connection), made on first use."""
         rid = self._ids.get(key)
         if rid is None:
             _, src, dst = key  # only connections are made late
-            resources = self.topology.logical().resources
-            links = self.topology.logical().links[(src, dst)].edges
             rid = len(self.edges)
             self.edges.append(key)
-            self.servers.append(min(resources[e].count for e in links))
+            self.servers.append(self.connection_servers(src, dst))
             self._ids[key] = rid
         return rid
 
