@@ -16,8 +16,8 @@ A timed algorithm (every send has ``start_us``, as the MILP's have) passes its s
 operation gets ``time=(start, arrival)``, the arrival ``alpha + bytes / bandwidth`` after the start
 over the logical link at the size the schedule was made for (``params["size_bytes"]``), so the
 compiler orders every threadblock as the schedule runs and keeps its pipelining. An untimed
-algorithm on a known topology (SMT results; not baselines, whose dataflow order is already the
-model's) is timed first: its sends start when the
+algorithm on a known topology (SMT results, NCCL's layout; not the other baselines, whose dataflow
+order is already the model's) is timed first: its sends start when the
 Algorithm model's list schedule (:func:`synth.cost.start_times`) starts them at
 :data:`SCHEDULE_SIZE`. Without that, the compiler ordered it by dataflow depth, merged transfers of
 different steps that had equal critical-path height, and sent what the model runs in parallel over
@@ -65,7 +65,7 @@ def lower_algorithm(
     prog = ChunkProgram(name or algo.name, topology, algo.collective, instances, protocol, inplace)
     topology = prog.topology
     untimed = any(s.start_us is None for step in algo.steps for s in step.sends)
-    if topology is not None and untimed and not algo.provenance.method.startswith("baseline"):
+    if topology is not None and untimed and _model_orders(algo):
         algo = _timed(algo, topology, SCHEDULE_SIZE)
         prog.model_timed = True
     times = _schedule_times(algo, topology)
@@ -75,6 +75,13 @@ def lower_algorithm(
         _lower_copies(prog, algo, times)
     prog.verify()
     return prog
+
+
+def _model_orders(algo: Algorithm) -> bool:
+    """Whether the Algorithm model's schedule orders the program: not for the textbook baselines,
+    whose dataflow order is the model's, but for NCCL's layout, whose channels share connections."""
+    method = algo.provenance.method
+    return not method.startswith("baseline") or method == "baseline:nccl"
 
 
 def _timed(algo: Algorithm, topology: Topology, size: int) -> Algorithm:

@@ -67,7 +67,11 @@ def test_the_search_finds_nccls_channels(name, channels, bw):
 
 def test_nvls_channels_on_dgx_h100():
     nvls = layout(T.load("dgx-h100")).nvls
-    assert (nvls.channels, nvls.bw_intra_GBps, nvls.bw_inter_GBps) == (8, 40.0, 60.0)  # "nChannels 8, bw 40/60"
+    assert (nvls.channels, nvls.bw_intra_GBps, nvls.bw_inter_GBps) == (
+        8,
+        40.0,
+        60.0,
+    )  # "nChannels 8, bw 40/60"
 
 
 def test_dgx1_rings_use_every_nvlink_once():

@@ -96,20 +96,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _timed(algo: Algorithm, topo: Topology, size: int, args: argparse.Namespace):
+    """``algo`` timed in the model ``args`` name (``--protocol best``: the fastest protocol)."""
+    from synth.cost import simulate, simulate_best
+
+    if args.protocol == BEST and args.send_us is None:
+        return simulate_best(algo, topo, size, args.model)
+    return simulate(algo, topo, size, params_from_args(args))
+
+
 def cost_rows(algo: Algorithm, topo: Topology, sizes: list[int], args: argparse.Namespace) -> list[dict]:
     """One row per size: SCCL's closed form, the modeled time (the model ``args`` names; with
-    ``--protocol best`` the fastest protocol per size) and the line-rate bound."""
+    ``--protocol best`` the fastest protocol per size), the line-rate bound, and NCCL's two
+    estimates (its layout in the same model, its own model) with the gain over each."""
     from synth.bounds import lower_bound_us
-    from synth.cost import sccl_cost, simulate, simulate_best
+    from synth.cost import sccl_cost
+    from synth.nccl.compare import nccl_reference
 
     rows = []
     for size in sizes:
         sccl = sccl_cost(algo, topo, size)
-        if args.protocol == BEST and args.send_us is None:
-            sim = simulate_best(algo, topo, size, args.model)
-        else:
-            sim = simulate(algo, topo, size, params_from_args(args))
+        sim = _timed(algo, topo, size, args)
         bound = lower_bound_us(topo, algo.collective, size)
+        nccl = nccl_reference(
+            topo, algo.collective, size, time_us=lambda a, size=size: _timed(a, topo, size, args).time_us
+        )
+        gain_layout, gain_model = nccl.gains(sim.time_us)
         rows.append(
             {
                 "size_bytes": size,
@@ -121,9 +133,28 @@ def cost_rows(algo: Algorithm, topo: Topology, sizes: list[int], args: argparse.
                 "busbw_GBps": sim.busbw_GBps,
                 "bound_us": bound,
                 "of_bound": bound / sim.time_us if sim.time_us else 1.0,
+                "nccl_layout_us": nccl.layout_us,
+                "nccl_model_us": nccl.model_us,
+                "nccl_model_pick": nccl.model_pick or None,
+                "gain_vs_nccl_layout": gain_layout,
+                "gain_vs_nccl_model": gain_model,
             }
         )
     return rows
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _cost_title(algo: Algorithm, topo: Topology, models: list[str], args: argparse.Namespace) -> str:
+    what = "textbook ring (1 channel)" if algo.provenance.method == "baseline:ring" else algo.name
+    model = models[0] if len(models) == 1 else args.model + ", fastest protocol"
+    return (
+        f"{what} on {topo.name} (S={algo.num_steps}, R={algo.rounds}, C={algo.chunks}); modeled: {model}; "
+        "NCCL layout: NCCL's channels in the same model; NCCL model: NCCL's own (modeled); "
+        "gain = NCCL / ours; bound at line rate"
+    )
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
@@ -149,6 +180,10 @@ def cmd_cost(args: argparse.Namespace) -> int:
             "busbw GB/s",
             "bound us",
             "of bound",
+            "NCCL layout us",
+            "NCCL model us",
+            "gain vs layout",
+            "gain vs model",
         ],
         [
             [
@@ -161,11 +196,14 @@ def cmd_cost(args: argparse.Namespace) -> int:
                 f"{r['busbw_GBps']:.2f}",
                 f"{r['bound_us']:.2f}",
                 f"{100 * r['of_bound']:.0f}%",
+                _cell(r["nccl_layout_us"], ".2f"),
+                _cell(r["nccl_model_us"], ".2f"),
+                _cell(r["gain_vs_nccl_layout"], ".2f") + ("x" if r["gain_vs_nccl_layout"] else ""),
+                _cell(r["gain_vs_nccl_model"], ".2f") + ("x" if r["gain_vs_nccl_model"] else ""),
             ]
             for r in rows
         ],
-        title=f"{algo.name} on {topo.name} (S={algo.num_steps}, R={algo.rounds}, C={algo.chunks}); "
-        f"modeled: {models[0] if len(models) == 1 else args.model + ', fastest protocol'}; bound at line rate",
+        title=_cost_title(algo, topo, models, args),
     )
     return 0
 
