@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from sketches.restrict import Restriction
 from synth.collectives import ROOTED, Collective
 from synth.errors import InfeasibleError
-from synth.timing import CONNECTION, DEFAULT, Params
+from synth.timing import CONNECTION, IDEAL, Params
 
 if TYPE_CHECKING:
     from topologies.model import Topology
@@ -59,7 +59,7 @@ class Instance:
     """Representative -> its candidate links, in DAG order of their heads."""
     position: dict[int, dict[int, int]]
     """Representative -> rank -> place in its DAG order (the source is 0)."""
-    params: Params = DEFAULT
+    params: Params = IDEAL
     """The timing model the instance is solved under."""
 
     @property
@@ -202,7 +202,7 @@ def _candidates(restriction: Restriction, demand: Demand) -> tuple[tuple[Pair, .
 
 
 def build_instance(
-    restriction: Restriction, collective: Collective, size_bytes: float, params: Params = DEFAULT
+    restriction: Restriction, collective: Collective, size_bytes: float, params: Params = IDEAL
 ) -> Instance:
     """Demands, orbits (no symmetry for rooted collectives: their root is fixed) and candidate DAGs,
     timed under ``params``."""

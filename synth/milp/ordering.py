@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.deadline import NO_DEADLINE, Deadline
-from synth.timing import DEFAULT, Engine, Network, Params, Transfer
+from synth.timing import IDEAL, Engine, Network, Params, Transfer
 from topologies.model import Topology
 
 __all__ = ["PRIORITIES", "Schedule", "TimedSend", "list_schedule", "offsets"]
@@ -91,7 +91,7 @@ def list_schedule(
     levels: tuple[int, ...],
     priority: str = "critical",
     deadline: Deadline = NO_DEADLINE,
-    params: Params = DEFAULT,
+    params: Params = IDEAL,
 ) -> Schedule:
     """Schedule every tree arc (module docstring): ``sources[chunk]`` and ``piece_index[chunk]`` say
     where each piece starts and which of its chunk's pieces it is; ``levels`` are the rotation group

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from synth.milp.ordering import Schedule
 from synth.milp.solvers import Backend, Model, ModelBuilder, Status
-from synth.timing import CONNECTION, DEFAULT, Params
+from synth.timing import CONNECTION, IDEAL, Params
 from topologies.model import Topology
 
 __all__ = ["MERGE_WINDOW", "Timing", "build_model", "schedule_times"]
@@ -77,7 +77,7 @@ def _hold(topology: Topology, key: tuple, params: Params, piece_bytes: float) ->
 
 
 def build_model(
-    topology: Topology, schedule: Schedule, piece_bytes: float, params: Params = DEFAULT
+    topology: Topology, schedule: Schedule, piece_bytes: float, params: Params = IDEAL
 ) -> tuple[Model, Layout]:
     """The stage-3 model (module docstring); merge binaries only where sends cost time."""
     sends = schedule.sends
@@ -127,7 +127,7 @@ def schedule_times(
     backend: Backend,
     time_limit_s: float,
     threads: int = 1,
-    params: Params = DEFAULT,
+    params: Params = IDEAL,
 ) -> Timing:
     """Solve stage 3 under ``params``; without a solution the list schedule's own times are kept."""
     began = time.perf_counter()

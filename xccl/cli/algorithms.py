@@ -148,10 +148,11 @@ def _cell(value: float | None, fmt: str) -> str:
 
 
 def _cost_title(algo: Algorithm, topo: Topology, models: list[str], args: argparse.Namespace) -> str:
-    what = "textbook ring (1 channel)" if algo.provenance.method == "baseline:ring" else algo.name
+    what = " (textbook ring: one channel)" if algo.provenance.method == "baseline:ring" else ""
     model = models[0] if len(models) == 1 else args.model + ", fastest protocol"
     return (
-        f"{what} on {topo.name} (S={algo.num_steps}, R={algo.rounds}, C={algo.chunks}); modeled: {model}; "
+        f"{algo.name} on {topo.name} (S={algo.num_steps}, R={algo.rounds}, C={algo.chunks}){what}; "
+        f"modeled: {model}; "
         "NCCL layout: NCCL's channels in the same model; NCCL model: NCCL's own (modeled); "
         "gain = NCCL / ours; bound at line rate"
     )

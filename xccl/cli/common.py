@@ -88,16 +88,17 @@ BEST = "best"
 """``--protocol best``: the fastest protocol at each size, as a runtime choosing per size does."""
 
 
-def add_model_args(parser: argparse.ArgumentParser, best: bool = False) -> None:
-    """``--model``, ``--protocol`` (``best`` where offered) and ``--send-us`` (alias ``--overhead-us``):
-    the timing model every modeled time of the command uses (docs/nccl.md, "Calibration")."""
+def add_model_args(parser: argparse.ArgumentParser, best: bool = False, default: str = DEFAULT_MODEL) -> None:
+    """``--model`` (default ``default``), ``--protocol`` (``best`` where offered) and ``--send-us``
+    (alias ``--overhead-us``): the timing model every modeled time of the command uses
+    (docs/nccl.md, "Calibration")."""
     sends = ", ".join(f"{p} {CALIBRATION.send_us[p]:g}" for p in PROTOCOLS)
     parser.add_argument(
         "--model",
         choices=MODELS,
-        default=DEFAULT_MODEL,
+        default=default,
         help=f"timing model: calibrated (80%% of line rate, launch and per-send costs) or ideal "
-        f"(line rate, no costs: SCCL's and TACCL's); default {DEFAULT_MODEL}",
+        f"(line rate, no costs: SCCL's and TACCL's); default {default}",
     )
     parser.add_argument(
         "--protocol",

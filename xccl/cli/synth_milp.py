@@ -43,8 +43,7 @@ def cmd_milp(args: argparse.Namespace) -> int:
         progress("milp: interrupted before an algorithm was verified; nothing written")
         return EXIT_INTERRUPTED
     algo = result.algorithm
-    params = dict(algo.provenance.params)
-    size = params.get("size_bytes", size)
+    size = dict(algo.provenance.params).get("size_bytes", size)
     note = " (interrupted: best verified result kept)" if result.interrupted else ""
     if result.timed_out and not result.interrupted:
         note = " (stopped at the time limit: best verified result kept)"
@@ -115,7 +114,7 @@ def _add_solver_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="pieces per chunk (default: the sketch's, or automatic)",
     )
-    add_model_args(p)
+    add_model_args(p, default="ideal")  # TACCL's model, which the shipped sketches were tuned in
 
 
 def register(methods: argparse._SubParsersAction) -> None:
