@@ -71,8 +71,8 @@ def test_the_model_refuses_what_it_does_not_cover():
         nccl_time(T.load("dgx1"), "allgather", KiB, version="1.0")
 
 
-def test_cli_labels_every_time_modeled(xccl):
-    proc = xccl("nccl", "-t", "dgx-h100", "-C", "allgather", "-s", "1KiB,1MiB,1GiB")
+def test_cli_labels_every_time_modeled(cli):
+    proc = cli("nccl", "-t", "dgx-h100", "-C", "allgather", "-s", "1KiB,1MiB,1GiB")
     assert proc.returncode == 0, proc.stderr
     assert "modeled" in proc.stdout and "NCCL 2.30.7" in proc.stdout
     rows = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith(("1KiB", "1MiB", "1GiB"))]

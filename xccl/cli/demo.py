@@ -33,6 +33,7 @@ from common.errors import XcclError
 from common.files import read_json_file, save, save_text
 from common.units import format_size, parse_size
 from synth.collectives import make_collective
+from synth.timing.calibration import DEFAULT_MODEL, MODELS
 from xccl.cli.output import print_table, progress
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from synth.algorithm import Algorithm
     from synth.nccl.compare import NcclReference
     from synth.smt.pareto import Front
+    from synth.timing import Params
     from topologies.model import Topology
 
 __all__ = ["register"]
@@ -151,6 +153,7 @@ def _done(start: float, text: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from synth.timing import model_params
     from topologies import load
     from xccl.api import best_backend
 
@@ -163,8 +166,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     rows = _with_baselines(dgx1, ndv2x2, front.algorithms, milp)
     rows = _compile(rows, folder)
     rows = _execute(rows, backend)
-    table = _compare(rows, front, (dgx1, ndv2x2), folder)
-    _print_report(table, (dgx1, ndv2x2), folder)
+    params = model_params(args.model)
+    table = _compare(rows, front, (dgx1, ndv2x2), folder, params)
+    _print_report(table, (dgx1, ndv2x2), folder, params)
     return 0
 
 
@@ -248,12 +252,14 @@ def _execute(rows: list[Row], backend: str) -> list[Row]:
     return checked
 
 
-def _compare(rows: list[Row], front: Front, machines: Sequence[Topology], folder: DemoFolder) -> list[list]:
+def _compare(
+    rows: list[Row], front: Front, machines: Sequence[Topology], folder: DemoFolder, params: Params
+) -> list[list]:
     """Stage 6: the table of modeled times against NCCL and the lower bound, the compiled XML's time
     in the IR simulator, and the two plots."""
     t = _stage(6, "modeled times against NCCL and the lower bound, the XML in the IR simulator; plots")
-    nccl = {m.name: _nccl(m) for m in machines}
-    table = [_table_row(row, nccl[row.machine.name]) for row in rows]
+    nccl = {m.name: _nccl(m, params) for m in machines}
+    table = [_table_row(row, nccl[row.machine.name], params) for row in rows]
     folder.save(FRONT_PNG, _front_png(machines[0], front))
     folder.save(TIMES_PNG, _times_png(rows, machines))
     folder.finish()
@@ -261,25 +267,26 @@ def _compare(rows: list[Row], front: Front, machines: Sequence[Topology], folder
     return table
 
 
-def _nccl(machine: Topology) -> list[NcclReference]:
+def _nccl(machine: Topology, params: Params) -> list[NcclReference]:
     """NCCL's two estimates of an allgather on ``machine`` at each size (synth.nccl.compare)."""
     from synth.nccl.compare import nccl_reference
 
     coll = make_collective("allgather", machine.num_ranks)
-    return [nccl_reference(machine, coll, parse_size(s)) for s in SIZES]
+    return [nccl_reference(machine, coll, parse_size(s), params) for s in SIZES]
 
 
 def _gain(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _table_row(row: Row, nccl: list[NcclReference]) -> list:
+def _table_row(row: Row, nccl: list[NcclReference], params: Params) -> list:
     from runtime.sim import simulate as simulate_ir
-    from xccl.api import lower_bound, simulate
+    from synth.cost import simulate
+    from xccl.api import lower_bound
 
     sizes = [parse_size(s) for s in SIZES]
-    times = [simulate(row.algorithm, row.machine, s).time_us for s in sizes]
-    compiled = simulate_ir(row.ir, row.machine, sizes[-1]).time_us
+    times = [simulate(row.algorithm, row.machine, s, params).time_us for s in sizes]
+    compiled = simulate_ir(row.ir, row.machine, sizes[-1], params=params).time_us
     bounds = [lower_bound(row.machine, "allgather", s) for s in sizes]
     algo = row.algorithm
     return [
@@ -324,8 +331,7 @@ def _times_png(rows: list[Row], machines: Sequence[Topology]) -> bytes:
     )
 
 
-def _print_report(table: list[list], machines: Sequence[Topology], folder: DemoFolder) -> None:
-    from synth.timing import DEFAULT
+def _print_report(table: list[list], machines: Sequence[Topology], folder: DemoFolder, params: Params) -> None:
     from xccl.api import lower_bound
 
     sizes = [parse_size(s) for s in SIZES]
@@ -344,7 +350,7 @@ def _print_report(table: list[list], machines: Sequence[Topology], folder: DemoF
             f"XML us @{format_size(sizes[-1])}",
         ],
         table,
-        title=f"allgather: synthesized vs NCCL, modeled ({DEFAULT.label}); vs NCCL = NCCL's layout "
+        title=f"allgather: synthesized vs NCCL, modeled ({params.label}); vs NCCL = NCCL's layout "
         f"in the same model / this (above 1x: faster than NCCL); {RING_LABEL} = one channel",
     )
     print()
@@ -352,7 +358,7 @@ def _print_report(table: list[list], machines: Sequence[Topology], folder: DemoF
         bound = [lower_bound(machine, "allgather", s) for s in sizes]
         parts = (f"{x:.2f} us @{format_size(s)}" for x, s in zip(bound, sizes, strict=True))
         print(f"lower bound on {machine.name} (line rate): " + ", ".join(parts))
-        print(_model_line(machine, rows, sizes))
+        print(_model_line(machine, rows, sizes, params))
     print(f"files: {', '.join(sorted(folder.written))} in {folder.path}/")
 
 
@@ -360,9 +366,9 @@ def _by_machine(table: list[list], machines: Sequence[Topology]) -> list[list[li
     return [[row for row in table if row[0] == m.name] for m in machines]
 
 
-def _model_line(machine: Topology, rows: list[list], sizes: list[int]) -> str:
+def _model_line(machine: Topology, rows: list[list], sizes: list[int], params: Params) -> str:
     """NCCL's own model on ``machine`` at each size, and the best synthesized row's gain over it."""
-    refs = _nccl(machine)
+    refs = _nccl(machine, params)
     synthesized = [r for r in rows if not r[1].startswith((RING_LABEL, NCCL_LABEL))]
     parts = []
     for k, (ref, size) in enumerate(zip(refs, sizes, strict=True)):
@@ -383,5 +389,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "-f", "--force", action="store_true", help="replace files in --out that the demo did not write"
+    )
+    p.add_argument(
+        "--model",
+        choices=MODELS,
+        default=DEFAULT_MODEL,
+        help=f"timing model of the table (default {DEFAULT_MODEL}; ideal: SCCL's and TACCL's; docs/nccl.md)",
     )
     p.set_defaults(func=cmd_demo)
