@@ -48,6 +48,17 @@ class NcclReference:
 
         return ratio(self.layout_us), ratio(self.model_us)
 
+    def fields(self, time_us: float) -> dict[str, float | str | None]:
+        """Both estimates and the gain over each, as the ``--json`` outputs name them."""
+        layout, model = self.gains(time_us)
+        return {
+            "nccl_layout_us": self.layout_us,
+            "nccl_model_us": self.model_us,
+            "nccl_model_pick": self.model_pick or None,
+            "gain_vs_nccl_layout": layout,
+            "gain_vs_nccl_model": model,
+        }
+
 
 @lru_cache(maxsize=32)
 def _layout(topology: Topology, name: str, num_ranks: int, root: int | None) -> Algorithm | None:

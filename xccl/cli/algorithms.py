@@ -121,7 +121,6 @@ def cost_rows(algo: Algorithm, topo: Topology, sizes: list[int], args: argparse.
         nccl = nccl_reference(
             topo, algo.collective, size, time_us=lambda a, size=size: _timed(a, topo, size, args).time_us
         )
-        gain_layout, gain_model = nccl.gains(sim.time_us)
         rows.append(
             {
                 "size_bytes": size,
@@ -133,11 +132,7 @@ def cost_rows(algo: Algorithm, topo: Topology, sizes: list[int], args: argparse.
                 "busbw_GBps": sim.busbw_GBps,
                 "bound_us": bound,
                 "of_bound": bound / sim.time_us if sim.time_us else 1.0,
-                "nccl_layout_us": nccl.layout_us,
-                "nccl_model_us": nccl.model_us,
-                "nccl_model_pick": nccl.model_pick or None,
-                "gain_vs_nccl_layout": gain_layout,
-                "gain_vs_nccl_model": gain_model,
+                **nccl.fields(sim.time_us),
             }
         )
     return rows

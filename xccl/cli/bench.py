@@ -164,18 +164,7 @@ def _vs_nccl(ir: IR, topology: Topology | None, report: BenchReport, model: str)
         if row.time_us is None:
             continue
         ref = nccl_reference(topology, coll, row.size_bytes, params)
-        layout, model = ref.gains(row.time_us)
-        out.append(
-            {
-                "size_bytes": row.size_bytes,
-                "time_us": row.time_us,
-                "nccl_layout_us": ref.layout_us,
-                "nccl_model_us": ref.model_us,
-                "nccl_model_pick": ref.model_pick or None,
-                "gain_vs_nccl_layout": layout,
-                "gain_vs_nccl_model": model,
-            }
-        )
+        out.append({"size_bytes": row.size_bytes, "time_us": row.time_us, **ref.fields(row.time_us)})
     return out
 
 
