@@ -544,8 +544,8 @@ class Layout:
     ranks: int
     ppn: int
     nic_behind_cpu: bool
-    """Whether a NIC serves more than :data:`~synth.nccl.system.NIC_BEHIND_CPU` GPUs (NCCL then turns LL128 off across
-    machines)."""
+    """Whether a NIC serves more than :data:`~synth.nccl.system.NIC_BEHIND_CPU` GPUs (NCCL then
+    turns LL128 off across machines)."""
     ring: RingGraph
     nvls: NvlsGraph | None
 
