@@ -33,7 +33,7 @@ from dataclasses import replace
 from codegen.dsl import ChunkProgram
 from synth.algorithm import Algorithm, Provenance, Send
 from synth.cost import chunk_bytes, start_times
-from synth.timing import DEFAULT
+from synth.timing import IDEAL, Params, model_params
 from topologies import Topology, TopologyError, load
 
 Times = Callable[[Send], tuple[float, float]] | None
@@ -84,9 +84,22 @@ def _model_orders(algo: Algorithm) -> bool:
     return not method.startswith("baseline") or method == "baseline:nccl"
 
 
+def _made_in(algo: Algorithm) -> Params:
+    """The timing model a timed schedule was made in: the one its provenance names (a MILP made
+    under the calibrated model records it), else the ideal model (SMT and MILP by default)."""
+    made = dict(algo.provenance.params) if algo.provenance else {}
+    model, protocol, send = made.get("timing_model"), made.get("protocol"), made.get("send_us")
+    if not isinstance(model, str):
+        return IDEAL
+    return model_params(
+        model, protocol if isinstance(protocol, str) else None, send if isinstance(send, int | float) else None
+    )
+
+
 def _timed(algo: Algorithm, topology: Topology, size: int) -> Algorithm:
-    """``algo`` with every send's start in the Algorithm model's list schedule at ``size`` bytes."""
-    starts = iter(start_times(algo, topology, size))
+    """``algo`` with every send's start in the Algorithm model's list schedule at ``size`` bytes
+    (the ideal model's: the order of transfers at a large size, which its costs do not change)."""
+    starts = iter(start_times(algo, topology, size, IDEAL))
     steps = tuple(
         replace(step, sends=tuple(replace(x, start_us=next(starts)) for x in step.sends))
         for step in algo.steps
@@ -105,11 +118,13 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
     logical = topology.logical() if topology is not None else None
     nbytes = chunk_bytes(algo.collective, float(size)) if isinstance(size, int | float) and size > 0 else 0.0
 
+    params = _made_in(algo)
+
     def times(s: Send) -> tuple[float, float]:
         link = logical.links.get((s.src, s.dst)) if logical is not None else None
         if link is None:
             return (s.start_us, s.start_us)
-        return (s.start_us, s.start_us + DEFAULT.delay_us(link, nbytes))
+        return (s.start_us, s.start_us + params.delay_us(link, nbytes))
 
     return times
 

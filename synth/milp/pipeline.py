@@ -354,6 +354,9 @@ def _emit(
     ]
     if routing.gap:
         params.append(("routing_gap", round(routing.gap, 6)))
+    model = best.inst.params
+    if model != IDEAL:  # the compiler times the schedule's arrivals in the model it was made in
+        params += [("timing_model", model.model), ("protocol", model.protocol), ("send_us", model.send_us)]
     if timing is not None and timing.merged:
         params.append(("merged_sends", sum(len(r) for r in timing.merged)))
     if search.interrupted:
