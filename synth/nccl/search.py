@@ -29,12 +29,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 from common.errors import XcclError
 from synth.nccl.system import HOPPER_ON, NIC_BEHIND_CPU, believed_GBps, edge_class, infer_arch
 from synth.nccl.versions import ARCHS, DEFAULT_VERSION, VERSIONS, Version
-from topologies.logical import Edge
-from topologies.model import Topology, Vertex
+
+if TYPE_CHECKING:
+    from topologies.logical import Edge
+    from topologies.model import Topology, Vertex
 
 __all__ = [
     "NVLS_KIND",

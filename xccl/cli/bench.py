@@ -24,7 +24,7 @@ from runtime.datatypes import DTYPE_NAMES, REDUCTIONS
 from synth.timing.calibration import DEFAULT_MODEL, MODELS
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
-from xccl.cli.output import print_json, print_table, progress
+from xccl.cli.output import format_table, print_json, print_table, progress
 from xccl.cli.solving import long_command
 
 if TYPE_CHECKING:
@@ -169,11 +169,13 @@ def _vs_nccl(ir: IR, topology: Topology | None, report: BenchReport, model: str)
 
 
 def _print_vs_nccl(rows: list[dict], params_label: str) -> None:
+    """The comparison with NCCL, as comment lines (``#``) under nccl-tests' table, which stays
+    the only table a parser of nccl-tests output reads."""
+
     def cell(v: float | None, unit: str = "") -> str:
         return "-" if v is None else f"{v:.2f}{unit}"
 
-    print()
-    print_table(
+    table = format_table(
         ["size(B)", "time(us)", "NCCL layout(us)", "NCCL model(us)", "NCCL picks", "vs layout", "vs model"],
         [
             [
@@ -187,9 +189,13 @@ def _print_vs_nccl(rows: list[dict], params_label: str) -> None:
             ]
             for r in rows
         ],
-        title=f"# against NCCL, modeled ({params_label}): NCCL layout = NCCL's channels as an algorithm in "
-        "the same model; NCCL model = NCCL's own; vs = NCCL / this (above 1x: faster than NCCL)",
     )
+    print(
+        f"# against NCCL, modeled ({params_label}): NCCL layout = NCCL's channels as an algorithm in "
+        "the same model; NCCL model = NCCL's own; vs = NCCL / this (above 1x: faster than NCCL)"
+    )
+    for line in table.splitlines():
+        print(f"# {line}")
 
 
 def _backend_options(args: argparse.Namespace) -> dict:
