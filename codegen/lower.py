@@ -16,8 +16,8 @@ A timed algorithm (every send has ``start_us``, as the MILP's have) passes its s
 operation gets ``time=(start, arrival)``, the arrival ``alpha + bytes / bandwidth`` after the start
 over the logical link at the size the schedule was made for (``params["size_bytes"]``), so the
 compiler orders every threadblock as the schedule runs and keeps its pipelining. An untimed
-algorithm on a known topology (SMT results; not baselines, whose dataflow order is already the
-model's) is timed first: its sends start when the
+algorithm on a known topology (SMT results, NCCL's layout; not the other baselines, whose dataflow
+order is already the model's) is timed first: its sends start when the
 Algorithm model's list schedule (:func:`synth.cost.start_times`) starts them at
 :data:`SCHEDULE_SIZE`. Without that, the compiler ordered it by dataflow depth, merged transfers of
 different steps that had equal critical-path height, and sent what the model runs in parallel over
@@ -33,7 +33,7 @@ from dataclasses import replace
 from codegen.dsl import ChunkProgram
 from synth.algorithm import Algorithm, Provenance, Send
 from synth.cost import chunk_bytes, start_times
-from synth.timing import DEFAULT
+from synth.timing import IDEAL, Params, model_params
 from topologies import Topology, TopologyError, load
 
 Times = Callable[[Send], tuple[float, float]] | None
@@ -65,7 +65,7 @@ def lower_algorithm(
     prog = ChunkProgram(name or algo.name, topology, algo.collective, instances, protocol, inplace)
     topology = prog.topology
     untimed = any(s.start_us is None for step in algo.steps for s in step.sends)
-    if topology is not None and untimed and not algo.provenance.method.startswith("baseline"):
+    if topology is not None and untimed and _model_orders(algo):
         algo = _timed(algo, topology, SCHEDULE_SIZE)
         prog.model_timed = True
     times = _schedule_times(algo, topology)
@@ -77,9 +77,29 @@ def lower_algorithm(
     return prog
 
 
+def _model_orders(algo: Algorithm) -> bool:
+    """Whether the Algorithm model's schedule orders the program: not for the textbook baselines,
+    whose dataflow order is the model's, but for NCCL's layout, whose channels share connections."""
+    method = algo.provenance.method
+    return not method.startswith("baseline") or method == "baseline:nccl"
+
+
+def _made_in(algo: Algorithm) -> Params:
+    """The timing model a timed schedule was made in: the one its provenance names (a MILP made
+    under the calibrated model records it), else the ideal model (SMT and MILP by default)."""
+    made = dict(algo.provenance.params) if algo.provenance else {}
+    model, protocol, send = made.get("timing_model"), made.get("protocol"), made.get("send_us")
+    if not isinstance(model, str):
+        return IDEAL
+    return model_params(
+        model, protocol if isinstance(protocol, str) else None, send if isinstance(send, int | float) else None
+    )
+
+
 def _timed(algo: Algorithm, topology: Topology, size: int) -> Algorithm:
-    """``algo`` with every send's start in the Algorithm model's list schedule at ``size`` bytes."""
-    starts = iter(start_times(algo, topology, size))
+    """``algo`` with every send's start in the Algorithm model's list schedule at ``size`` bytes
+    (the ideal model's: the order of transfers at a large size, which its costs do not change)."""
+    starts = iter(start_times(algo, topology, size, IDEAL))
     steps = tuple(
         replace(step, sends=tuple(replace(x, start_us=next(starts)) for x in step.sends))
         for step in algo.steps
@@ -98,11 +118,13 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
     logical = topology.logical() if topology is not None else None
     nbytes = chunk_bytes(algo.collective, float(size)) if isinstance(size, int | float) and size > 0 else 0.0
 
+    params = _made_in(algo)
+
     def times(s: Send) -> tuple[float, float]:
         link = logical.links.get((s.src, s.dst)) if logical is not None else None
         if link is None:
             return (s.start_us, s.start_us)
-        return (s.start_us, s.start_us + DEFAULT.delay_us(link, nbytes))
+        return (s.start_us, s.start_us + params.delay_us(link, nbytes))
 
     return times
 

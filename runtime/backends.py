@@ -280,9 +280,11 @@ class NumpyBackend(ExecutorBackend):
 
 
 class _SimTrial(Trial):
-    def __init__(self, ir: IR, topology: Topology, size: int, tile_bytes: int | None, depth: int | None):
+    def __init__(
+        self, ir: IR, topology: Topology, size: int, tile_bytes: int | None, depth: int | None, params: Any
+    ):
         self.args = (ir, topology, size)
-        self.kwargs = {"tile_bytes": tile_bytes, "fifo_depth": depth}
+        self.kwargs = {"tile_bytes": tile_bytes, "fifo_depth": depth, "params": params}
 
     def reset(self) -> None:
         """The model keeps no state between runs."""
@@ -305,12 +307,19 @@ class SimBackend(Backend):
     checks = False
     needs_topology = True
 
-    def __init__(self, tile_bytes: int | None = None, fifo_depth: int | None = None) -> None:
+    def __init__(
+        self, tile_bytes: int | None = None, fifo_depth: int | None = None, model: str | None = None
+    ) -> None:
         self.tile_bytes, self.fifo_depth = tile_bytes, fifo_depth
+        self.model = model
+        """The timing model (``synth.timing.MODELS``; default the engine's, with the IR's protocol)."""
 
     def device(self, topology: Topology | None) -> str:
         name = topology.name if topology is not None else "no topology"
         return f"alpha-beta model of {name}"
 
     def prepare(self, ir: IR, case: BenchCase, topology: Topology | None) -> Trial:
-        return _SimTrial(ir, topology, case.size_bytes, self.tile_bytes, self.fifo_depth)
+        from synth.timing import model_params
+
+        params = None if self.model is None else model_params(self.model, ir.protocol)
+        return _SimTrial(ir, topology, case.size_bytes, self.tile_bytes, self.fifo_depth, params)

@@ -14,7 +14,9 @@ threadblock id.
 
 By default each step moves all its chunks in one call (``tile_bytes=None``), the granularity of the
 Algorithm-level simulator it must agree with. Give ``tile_bytes`` (e.g.
-``runtime.protocol.tile_bytes(ir.protocol)``) to replay every step tile by tile, as the kernel does.
+``runtime.protocol.tile_bytes(ir.protocol)``) to replay every step tile by tile, as the kernel does;
+then a step pays the per-send cost on its first tile only (the protocol's steady per-tile work is
+in the model's achievable rate).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
 from runtime.program import Program, TbProgram, build_program
 from synth.cost import SimResult, algbw_GBps
-from synth.timing import Engine, Network, Transfer
+from synth.timing import DEFAULT_MODEL, Engine, Network, Params, Transfer, model_params
 from topologies.model import Topology
 
 __all__ = ["simulate"]
@@ -120,7 +122,8 @@ class _Sim:
         count = min(self.max_count, tx.count - tb.part)
         if not tx.type.sends:
             return count, None
-        return count, self.network.transfer(tb.prog.rank, tb.prog.send, count * self.tile_bytes(tb.tile))
+        nbytes = count * self.tile_bytes(tb.tile)
+        return count, self.network.transfer(tb.prog.rank, tb.prog.send, nbytes, send=tb.tile == 0)
 
     # -- running the calls -------------------------------------------------------------------------
     def run(self) -> None:
@@ -218,6 +221,7 @@ def simulate(
     *,
     tile_bytes: int | None = None,
     fifo_depth: int | None = None,
+    params: Params | None = None,
 ) -> SimResult:
     """Time ``ir`` on ``topology`` at ``size_bytes`` (nccl-tests' size; see the module docstring).
 
@@ -227,8 +231,11 @@ def simulate(
     >>> from topologies.builders import ring
     >>> ring4 = ring(4, 25.0, 0.7)
     >>> ir = compile_algorithm(make_baseline("ring", ring4, make_collective("allgather", 4)), ring4)
-    >>> round(simulate(ir, ring4, 1e6).time_us, 3)  # 3 * (0.7 + 10)
+    >>> from synth.timing import IDEAL
+    >>> round(simulate(ir, ring4, 1e6, params=IDEAL).time_us, 3)  # 3 * (0.7 + 10)
     32.1
+    >>> round(simulate(ir, ring4, 1e6).time_us, 3)  # 4.64 + 3 * (2.8 + 0.7 + 10 / 0.8)
+    52.64
     """
     program = build_program(ir)
     if size_bytes <= 0 or (tile_bytes is not None and tile_bytes < 1):
@@ -245,11 +252,14 @@ def simulate(
                 f"topology {topology.name} has no link {src}->{dst}"
             )
     depth = protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth
-    sim = _Sim(program, Network(topology), size_bytes / ir.nchunksperloop, tile_bytes, max(1, depth))
+    if params is None:
+        params = model_params(DEFAULT_MODEL, ir.protocol)
+    sim = _Sim(program, Network(topology, params), size_bytes / ir.nchunksperloop, tile_bytes, max(1, depth))
     sim.run()
     stuck = [tb for tb in sim.tbs if not tb.done]
     if stuck:
         raise DeadlockError(ir.name, tuple(_blocked(sim, tb, sim.ready(tb)[1]) for tb in stuck))
     coll = program.collective
-    algbw = algbw_GBps(size_bytes, sim.finish)
-    return SimResult(size_bytes, sim.finish, algbw, algbw * (coll.busbw_factor if coll else 1.0))
+    finish = sim.finish + params.launch_us if sim.finish > 0 else 0.0
+    algbw = algbw_GBps(size_bytes, finish)
+    return SimResult(size_bytes, finish, algbw, algbw * (coll.busbw_factor if coll else 1.0), params.label)

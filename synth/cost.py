@@ -4,24 +4,36 @@
 ``simulate``: the Algorithm timed by the one timing engine (:mod:`synth.timing`, which states the
 model) at a buffer size: every send is one transfer of one chunk over its logical link, ready once
 its chunk is final at the source (every earlier step's write there has arrived), with the send's
-place in the schedule (step order) as its priority.
+place in the schedule (step order) as its priority; the call's launch cost comes first. Where sends
+cost time (``Params.send_us``), the sends of a step on one connection (that a timed schedule, a
+MILP's, starts together) are one send of their chunks, as the compiler merges them into one call.
 Sizes follow nccl-tests: ``size_bytes`` is the buffer nccl-tests reports (allgather: the output).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from common.units import BYTES_PER_US_PER_GBPS
-from synth.timing import Engine, Network
+from synth.timing import DEFAULT, PROTOCOLS, Engine, Network, Params, model_params
 
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm, Send
     from synth.collectives import Collective
     from topologies.model import Topology
 
-__all__ = ["SCCLCost", "SimResult", "algbw_GBps", "chunk_bytes", "sccl_cost", "simulate", "start_times"]
+__all__ = [
+    "SCCLCost",
+    "SimResult",
+    "algbw_GBps",
+    "chunk_bytes",
+    "sccl_cost",
+    "simulate",
+    "simulate_best",
+    "start_times",
+]
 
 
 def chunk_bytes(collective: Collective, size_bytes: float) -> float:
@@ -55,39 +67,58 @@ class SimResult:
     time_us: float
     algbw_GBps: float
     busbw_GBps: float
+    model: str = ""
+    """The timing model's label (``calibrated, Simple``, ``ideal``): every printed time says it."""
 
 
-def simulate(algo: Algorithm, topology: Topology, size_bytes: float) -> SimResult:
+def simulate(algo: Algorithm, topology: Topology, size_bytes: float, params: Params = DEFAULT) -> SimResult:
     """Time ``algo`` on ``topology`` at ``size_bytes`` (see module docstring). There is no barrier
     between steps, as in the runtime, where only data dependencies order transfers."""
-    finish = _list_schedule(algo, topology, size_bytes)[1]
+    finish = _list_schedule(algo, topology, size_bytes, params)[1]
+    if finish > 0:
+        finish += params.launch_us
     algbw = algbw_GBps(size_bytes, finish)
-    return SimResult(size_bytes, finish, algbw, algbw * algo.collective.busbw_factor)
+    return SimResult(size_bytes, finish, algbw, algbw * algo.collective.busbw_factor, params.label)
 
 
-def start_times(algo: Algorithm, topology: Topology, size_bytes: float) -> tuple[float, ...]:
-    """When each send starts in :func:`simulate`'s schedule at ``size_bytes`` (sends in step order),
-    so a compiler can follow the schedule the model times."""
-    return _list_schedule(algo, topology, size_bytes)[0]
+def simulate_best(algo: Algorithm, topology: Topology, size_bytes: float, model: str = "calibrated") -> SimResult:
+    """:func:`simulate` with the fastest protocol of ``model`` at this size, as a runtime that picks
+    the protocol per size does (NCCL; an XML per size window)."""
+    return min(
+        (simulate(algo, topology, size_bytes, model_params(model, p)) for p in PROTOCOLS),
+        key=lambda r: r.time_us,
+    )
 
 
-def _list_schedule(algo: Algorithm, topology: Topology, size_bytes: float) -> tuple[tuple[float, ...], float]:
+def start_times(
+    algo: Algorithm, topology: Topology, size_bytes: float, params: Params = DEFAULT
+) -> tuple[float, ...]:
+    """When each send starts in :func:`simulate`'s schedule at ``size_bytes`` (sends in step order,
+    the launch not counted), so a compiler can follow the schedule the model times."""
+    return _list_schedule(algo, topology, size_bytes, params)[0]
+
+
+def _list_schedule(
+    algo: Algorithm, topology: Topology, size_bytes: float, params: Params
+) -> tuple[tuple[float, ...], float]:
     """(start of each send in step order, finish) of :func:`simulate`'s list schedule: the engine
-    fed every send, ready when the earlier-step writes to the slot it reads have arrived, with its
-    index (the schedule's order) as its priority."""
-    network = Network(topology)
+    fed every send (or group of sends, module docstring), ready when the earlier-step writes to the
+    slots it reads have arrived, with its place in the schedule's order as its priority."""
+    network = Network(topology, params)
     nbytes = chunk_bytes(algo.collective, size_bytes)
     sends = [(k, send) for k, step in enumerate(algo.steps) for send in step.sends]
-    waiting, dependents = _dependencies(sends)
-    transfers = [network.transfer(send.src, send.dst, nbytes) for _, send in sends]
-    ready = [0.0] * len(sends)
+    groups, group_of = _groups(sends, network.connection_servers if params.send_us > 0 else None)
+    waiting, dependents = _dependencies(sends, groups, group_of)
+    transfers = [network.transfer(sends[g[0]][1].src, sends[g[0]][1].dst, nbytes * len(g)) for g in groups]
+    ready = [0.0] * len(groups)
     started = [0.0] * len(sends)
     finish = 0.0
     engine = Engine(network)
 
     def on_start(i: int, start: float) -> None:
         nonlocal finish
-        started[i] = start
+        for j in groups[i]:
+            started[j] = start
         arrive = start + transfers[i].delay_us
         finish = max(finish, arrive)
         for d in dependents[i]:
@@ -103,18 +134,50 @@ def _list_schedule(algo: Algorithm, topology: Topology, size_bytes: float) -> tu
     return tuple(started), finish
 
 
-def _dependencies(sends: list[tuple[int, Send]]) -> tuple[list[int], list[list[int]]]:
-    """Per send (step, send), how many sends it waits for and which sends wait for it: a send
-    reads its chunk at its source once every earlier step's write there has arrived."""
+def _groups(
+    sends: list[tuple[int, Send]], servers: Callable[[int, int], int] | None
+) -> tuple[list[list[int]], list[int]]:
+    """Sends that travel as one call: where sends cost time (``servers`` given), those of a step
+    with one connection and the same recorded start (or none), spread round robin over the
+    connection's ``servers(src, dst)`` parallel links, as the compiler's ``aggregate_chunks``
+    merges ops that can run at the same time; otherwise each send alone. Groups are in the order
+    of their first send."""
+    groups: list[list[int]] = []
+    group_of = [0] * len(sends)
+    open_: dict[tuple, list[int]] = {}
+    for i, (k, send) in enumerate(sends):
+        g = None
+        if servers is not None:
+            key = (k, send.src, send.dst, send.start_us)
+            lanes = open_.setdefault(key, [])
+            if len(lanes) >= servers(send.src, send.dst):
+                g = lanes[sum(len(groups[x]) for x in lanes) % len(lanes)]
+        if g is None:
+            g = len(groups)
+            groups.append([])
+            if servers is not None:
+                lanes.append(g)
+        groups[g].append(i)
+        group_of[i] = g
+    return groups, group_of
+
+
+def _dependencies(
+    sends: list[tuple[int, Send]], groups: list[list[int]], group_of: list[int]
+) -> tuple[list[int], list[list[int]]]:
+    """Per group, how many groups it waits for and which groups wait for it: a send reads its
+    chunk at its source once every earlier step's write there has arrived."""
     writes: dict[tuple[int, int], list[int]] = {}
     for i, (_, send) in enumerate(sends):
         writes.setdefault((send.dst, send.chunk), []).append(i)
-    waiting = [0] * len(sends)
-    dependents: list[list[int]] = [[] for _ in sends]
+    waits: list[set[int]] = [set() for _ in groups]
     for i, (k, send) in enumerate(sends):
         for j in writes.get((send.src, send.chunk), ()):
             if sends[j][0] >= k:
                 break  # writers are in step order: the rest are this step's or later
-            waiting[i] += 1
-            dependents[j].append(i)
-    return waiting, dependents
+            waits[group_of[i]].add(group_of[j])
+    dependents: list[list[int]] = [[] for _ in groups]
+    for g, before in enumerate(waits):
+        for b in sorted(before):
+            dependents[b].append(g)
+    return [len(w) for w in waits], dependents

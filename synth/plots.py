@@ -91,7 +91,7 @@ def plot_front(
         ring = _ring(topology, name, root)
         if ring is not None:
             right.loglog(
-                xs_mib, [simulate(ring, topology, s).time_us for s in sizes], "k--", label="ring baseline"
+                xs_mib, [simulate(ring, topology, s).time_us for s in sizes], "k--", label="textbook ring (1 channel)"
             )
         coll = make_collective(name, topology.num_ranks, 1, root)
         right.loglog(xs_mib, [lower_bound_us(topology, coll, s) for s in sizes], "r:", label="lower bound")

@@ -91,7 +91,7 @@ def _compile(case: Case) -> IR:
         return compile_program(load_program(case.kind, params))
     topo = load(case.topology)
     coll = make_collective(
-        case.collective, topo.num_ranks, default_chunks(case.kind, case.collective, topo.num_ranks)
+        case.collective, topo.num_ranks, default_chunks(case.kind, case.collective, topo.num_ranks, topo)
     )
     algo = make_baseline(case.kind, topo, coll)
     return compile_algorithm(algo, topo, inplace=case.inplace, instances=case.instances)
@@ -123,7 +123,7 @@ def baseline_cases(topologies: tuple[str, ...] = TOPOLOGIES) -> list[Case]:
                     make_baseline(
                         kind,
                         topo,
-                        make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks)),
+                        make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks, topo)),
                     )
                 except BaselineError:
                     continue

@@ -52,7 +52,7 @@ def eight_rank_irs() -> tuple[tuple[str, IR], ...]:
         for coll in COLLECTIVES:
             if not applies(kind, coll):
                 continue
-            chunks = default_chunks(kind, coll, 8)
+            chunks = default_chunks(kind, coll, 8, topo)
             algo = make_baseline(kind, topo, make_collective(coll, 8, chunks, 1 if coll in ROOTED else None))
             cases.append((f"{kind}:{coll}", compile_algorithm(algo, topo)))
     dgx1 = load("dgx1")

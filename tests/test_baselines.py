@@ -59,6 +59,19 @@ SUPPORTED = {
         "dgx-a100x2",
     },
     "hierarchical": {"ndv2x2", "dgx2x2", "dgx-a100x2"},
+    "nccl": {
+        "ring:5",
+        "switch:8",
+        "dgx1",
+        "torus:3x3",
+        "fully-connected:4",
+        "amd-mi50",
+        "dgx2",
+        "dgx-h100",
+        "ndv2x2",
+        "dgx2x2",
+        "dgx-a100x2",
+    },
 }
 
 
@@ -81,7 +94,7 @@ def test_baseline_verifies(kind, name, coll):
         make_collective(
             coll,
             n,
-            default_chunks(kind, coll, n),
+            default_chunks(kind, coll, n, topo),
             root=1 if coll in ("broadcast", "reduce", "gather", "scatter") else None,
         ),
     )
@@ -105,6 +118,7 @@ UNSUPPORTED = [
     ("recursive-doubling", "torus:3x3", "power-of-two"),
     ("binomial-tree", "ring:5", "no link"),
     ("hierarchical", "dgx1", "one machine"),
+    ("nccl", "line:4", "no ring"),
 ]
 
 
@@ -114,7 +128,7 @@ def test_unsupported_topologies_are_clear_errors(kind, name, why):
     coll = "broadcast" if kind == "binomial-tree" else "allgather"
     with pytest.raises(BaselineError, match=f"baseline {kind}.*{why}"):
         make_baseline(
-            kind, topo, make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks))
+            kind, topo, make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks, topo))
         )
 
 

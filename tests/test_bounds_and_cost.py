@@ -11,6 +11,7 @@ from synth.baselines import make_baseline
 from synth.bounds import bandwidth_time_us, lower_bound_us, rounds_per_chunk_bound, steps_lower_bound
 from synth.collectives import make_collective
 from synth.cost import sccl_cost, simulate
+from synth.timing import IDEAL
 
 
 def test_dgx1_allgather_bounds():
@@ -62,7 +63,7 @@ def test_simulated_ring_allgather_matches_closed_form(n):
     algo = make_baseline("ring", topo, make_collective("allgather", n))
     for size in (1024, 1 << 20, 1 << 30):
         expected = (n - 1) * (alpha + size / (n * bw * 1e3))
-        result = simulate(algo, topo, size)
+        result = simulate(algo, topo, size, IDEAL)
         assert result.time_us == pytest.approx(expected, rel=1e-9)
         assert result.algbw_GBps == pytest.approx(size / expected / 1e3)
         assert result.busbw_GBps == pytest.approx(result.algbw_GBps * (n - 1) / n)

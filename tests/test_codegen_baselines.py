@@ -30,7 +30,7 @@ def _cases() -> tuple[tuple[str, str, str], ...]:
 def _algo(name: str, kind: str, coll: str):
     topo = load(name)
     return make_baseline(
-        kind, topo, make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks))
+        kind, topo, make_collective(coll, topo.num_ranks, default_chunks(kind, coll, topo.num_ranks, topo))
     ), topo
 
 

@@ -15,6 +15,7 @@ from runtime.sim import simulate as simulate_ir
 from synth.collectives import make_collective
 from synth.cost import simulate
 from synth.smt import least_steps, solve_instance
+from synth.timing import IDEAL
 from topologies import load
 
 
@@ -34,8 +35,8 @@ def schedules(dgx1):
 @pytest.mark.parametrize("size", [1 << 20, 1 << 30])
 def test_compiled_smt_schedules_keep_the_models_time(dgx1, schedules, size):
     for algo, ir in schedules:
-        model = simulate(algo, dgx1, size).time_us
-        compiled = simulate_ir(ir, dgx1, size).time_us
+        model = simulate(algo, dgx1, size, IDEAL).time_us
+        compiled = simulate_ir(ir, dgx1, size, params=IDEAL).time_us
         assert compiled <= 1.10 * model, f"{algo.name}: compiled {compiled:.1f} us vs model {model:.1f} us"
 
 

@@ -27,8 +27,9 @@ CASES: dict[tuple[str, ...], list[list[str]]] = {
     ("cost",): [[ALGORITHM, "--size", "1KiB"]],
     ("bound",): [["-t", "dgx1", "-C", "allgather"], ["-t", ONE_RANK, "-C", "allreduce", "--size", "1KiB"]],
     ("sketch", "show"): [["ndv2x2-relay"]],
-    ("bench",): [[ALGORITHM, "--sizes", "1KiB", "--backend", "numpy"]],
+    ("bench",): [[ALGORITHM, "--sizes", "1KiB", "--backend", "numpy"], [ALGORITHM, "--sizes", "1KiB", "--backend", "sim"]],
     ("run",): [[ALGORITHM, "--size", "1KiB"]],
+    ("nccl",): [["-t", "dgx1", "-C", "allgather", "-s", "1KiB,1GiB"], ["-t", ONE_RANK, "-C", "allreduce"]],
 }
 """Small valid arguments for every command with ``--json``."""
 

@@ -18,6 +18,7 @@ from synth.milp.instance import build_instance
 from synth.milp.pipeline import run_stages
 from synth.milp.routing import build_model, heuristic_counts, relaxed_makespan, route
 from synth.milp.solvers import BACKENDS, Status, get_backend
+from synth.timing import IDEAL, model_params
 from topologies import load
 
 SLOW = {"dgx-a100x8-direct"}
@@ -78,7 +79,7 @@ def test_every_shipped_sketch_yields_verified_algorithms(name, solver):
 
 
 def _ratio(topo, algo, size) -> float:
-    return lower_bound_us(topo, algo.collective, size) / simulate(algo, topo, size).time_us
+    return lower_bound_us(topo, algo.collective, size) / simulate(algo, topo, size, IDEAL).time_us
 
 
 @pytest.mark.parametrize("collective", ["allgather", "alltoall"])
@@ -112,14 +113,14 @@ def test_small_sizes_never_slower_than_the_ring(topology, sketch, collective, si
     topo = load(topology)
     algo = synthesize(topo, collective, sketch, size).algorithm
     ring = make_baseline("ring", topo, make_collective(collective, topo.num_ranks, 1))
-    assert simulate(algo, topo, size).time_us <= simulate(ring, topo, size).time_us
+    assert simulate(algo, topo, size, IDEAL).time_us <= simulate(ring, topo, size, IDEAL).time_us
 
 
 def test_model_time_is_the_simulators_and_bounded_by_the_relaxation():
     topo = load("ndv2x2")
     size = 1 << 24
     result = synthesize(topo, "allgather", "ndv2x2-relay", size)
-    assert simulate(result.algorithm, topo, size).time_us == pytest.approx(result.makespan_us, rel=1e-9)
+    assert simulate(result.algorithm, topo, size, IDEAL).time_us == pytest.approx(result.makespan_us, rel=1e-9)
     routing = next(r for r in result.reports if r.stage == "routing" and r.chunkup == result.chunkup)
     assert routing.value_us <= result.makespan_us + 1e-6
 
@@ -166,7 +167,7 @@ def test_merging_pays_only_with_a_per_send_overhead():
     topo = load("ndv2x2")
     plain = synthesize(topo, "allgather", "ndv2x2-relay", 1 << 16, options=Options(chunkup=4))
     merged = synthesize(
-        topo, "allgather", "ndv2x2-relay", 1 << 16, options=Options(chunkup=4, overhead_us=2.0)
+        topo, "allgather", "ndv2x2-relay", 1 << 16, options=Options(chunkup=4, params=model_params("ideal", send_us=2.0))
     )
     assert "merged_sends" not in dict(plain.algorithm.provenance.params)
     assert dict(merged.algorithm.provenance.params)["merged_sends"] > 0

@@ -63,8 +63,12 @@ def test_every_backend_benchmarks_a_ring_allgather(backend):
 
 def test_sim_backend_times_the_model():
     ir = samples.ring_allgather(4)
-    report = bench(ir, [1 << 20], backend="sim", topology=ring(4, 25.0, 0.7), repeats=1, warmup=0)
+    topo = ring(4, 25.0, 0.7)
+    ideal = {"model": "ideal"}
+    report = bench(ir, [1 << 20], backend="sim", topology=topo, repeats=1, warmup=0, options=ideal)
     assert report.rows[0].time_us == pytest.approx(3 * (0.7 + (1 << 18) / 25e3))
+    calibrated = bench(ir, [1 << 20], backend="sim", topology=topo, repeats=1, warmup=0)
+    assert calibrated.rows[0].time_us == pytest.approx(4.64 + 3 * (2.8 + 0.7 + (1 << 18) / 20e3))
     with pytest.raises(BenchError, match="needs a topology"):
         bench(ir, [1 << 20], backend="sim")
 

@@ -11,6 +11,7 @@ from runtime.sim import simulate
 from synth.baselines import default_chunks, make_baseline
 from synth.collectives import make_collective
 from synth.cost import simulate as simulate_algorithm
+from synth.timing import IDEAL
 from topologies import load
 from topologies.builders import fully_connected, line, ring, switch
 
@@ -22,7 +23,7 @@ MB = 1e3  # bytes per microsecond at 1 GB/s
 @pytest.mark.parametrize("size", [1e3, 1e6, 256 * 2**20])
 def test_ring_allgather_closed_form(n, size):
     """(n - 1) hops of one chunk each: (n - 1) * (alpha + M / (n B))."""
-    result = simulate(samples.ring_allgather(n), ring(n, GBPS, ALPHA), size)
+    result = simulate(samples.ring_allgather(n), ring(n, GBPS, ALPHA), size, params=IDEAL)
     assert result.time_us == pytest.approx((n - 1) * (ALPHA + size / n / (GBPS * MB)), rel=1e-9)
     assert result.algbw_GBps == pytest.approx(size / result.time_us / MB)
     assert result.busbw_GBps == pytest.approx(result.algbw_GBps * (n - 1) / n)
@@ -36,17 +37,17 @@ def test_agrees_with_the_algorithm_simulator_on_ring_baselines(n, size):
         (samples.ring_allgather(n), make_collective("allgather", n, 1)),
         (samples.ring_allreduce(n), make_collective("allreduce", n, n)),
     ):
-        ours = simulate(ir, topo, size).time_us
-        theirs = simulate_algorithm(make_baseline("ring", topo, coll), topo, size).time_us
+        ours = simulate(ir, topo, size, params=IDEAL).time_us
+        theirs = simulate_algorithm(make_baseline("ring", topo, coll), topo, size, IDEAL).time_us
         assert ours == pytest.approx(theirs, rel=0.05)
 
 
 @pytest.mark.parametrize("topo", [fully_connected(6), switch(6)], ids=lambda t: t.name)
 def test_agrees_on_direct_allgather_with_shared_switch_ports(topo):
     """All-pairs: one transfer per peer in parallel; through a switch the port serializes them."""
-    ours = simulate(samples.allpairs_allgather(6), topo, 6e6).time_us
+    ours = simulate(samples.allpairs_allgather(6), topo, 6e6, params=IDEAL).time_us
     algo = make_baseline("direct", topo, make_collective("allgather", 6, 1))
-    assert ours == pytest.approx(simulate_algorithm(algo, topo, 6e6).time_us, rel=0.05)
+    assert ours == pytest.approx(simulate_algorithm(algo, topo, 6e6, IDEAL).time_us, rel=0.05)
     per_peer = 1e6 / (25.0 * MB)
     if topo.name.startswith("fully"):
         assert ours == pytest.approx(ALPHA + per_peer, rel=1e-9)
@@ -59,8 +60,8 @@ def test_a_threadblock_runs_its_steps_in_order():
     only share the link, which saves one alpha per hop."""
     n, size = 4, 8e6
     topo = ring(n, GBPS, ALPHA)
-    serial = simulate(samples.ring_allgather(n, chunks=2), topo, size).time_us
-    parallel = simulate(samples.ring_allgather(n, chunks=2, channels=2), topo, size).time_us
+    serial = simulate(samples.ring_allgather(n, chunks=2), topo, size, params=IDEAL).time_us
+    parallel = simulate(samples.ring_allgather(n, chunks=2, channels=2), topo, size, params=IDEAL).time_us
     assert serial == pytest.approx((n - 1) * (2 * ALPHA + size / n / (GBPS * MB)))
     assert parallel < serial - (n - 2) * ALPHA
 
@@ -69,8 +70,8 @@ def test_tiles_pipeline_a_broadcast():
     """Replaying tile by tile lets a broadcast chain overlap its hops; whole chunks cannot."""
     n, size, tile = 4, 64e6, 2 << 20
     ir = samples.ring_broadcast(n)
-    whole = simulate(ir, ring(n), size).time_us
-    tiled = simulate(ir, ring(n), size, tile_bytes=tile).time_us
+    whole = simulate(ir, ring(n), size, params=IDEAL).time_us
+    tiled = simulate(ir, ring(n), size, tile_bytes=tile, params=IDEAL).time_us
     assert whole == pytest.approx((n - 1) * (ALPHA + size / (GBPS * MB)))
     tiles = -(-int(size) // tile)
     assert tiled == pytest.approx((tiles + n - 2) * (ALPHA + tile / (GBPS * MB)), rel=0.05)
@@ -112,5 +113,5 @@ def test_agrees_with_the_algorithm_simulator_on_compiled_baselines(kind, coll, t
     for inplace in (False, True):
         ir = compile_algorithm(algo, topo, inplace=inplace)
         for size in (1e3, 1e6, 1e9):
-            ours = simulate(ir, topo, size).time_us
-            assert ours == pytest.approx(simulate_algorithm(algo, topo, size).time_us, rel=0.05)
+            ours = simulate(ir, topo, size, params=IDEAL).time_us
+            assert ours == pytest.approx(simulate_algorithm(algo, topo, size, IDEAL).time_us, rel=0.05)

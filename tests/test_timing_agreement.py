@@ -20,6 +20,7 @@ from synth.algorithm import Algorithm
 from synth.baselines import default_chunks, make_baseline
 from synth.collectives import make_collective
 from synth.cost import simulate
+from synth.timing import IDEAL
 from topologies import load
 
 GIB, MIB = 1 << 30, 1 << 20
@@ -29,8 +30,8 @@ FRONTS = sorted((Path(__file__).parent / "data" / "dgx1-fronts").glob("*.json"))
 def _agree(algo: Algorithm, topology, sizes: tuple[int, ...], tolerance: float) -> None:
     ir = compile_algorithm(algo, topology)
     for size in sizes:
-        model = simulate(algo, topology, size).time_us
-        compiled = simulate_ir(ir, topology, size).time_us
+        model = simulate(algo, topology, size, IDEAL).time_us  # agreement is the ideal model's (docs/nccl.md)
+        compiled = simulate_ir(ir, topology, size, params=IDEAL).time_us
         assert compiled == pytest.approx(model, rel=tolerance), (
             f"{algo.name} at {size} B: compiled {compiled:.2f} us vs model {model:.2f} us"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from synth.timing import DEFAULT, Engine, Network
+from synth.timing import IDEAL, Engine, Network
 from topologies.builders import line, switch
 from topologies.model import Link, Topology
 
@@ -24,26 +24,26 @@ def _run(network: Network, jobs: list[tuple[int, float, tuple[int, int], int]], 
 
 def test_a_transfer_holds_each_edge_of_its_path_and_arrives_alpha_plus_bytes_over_bandwidth():
     topo = switch(3, 25.0, 0.7)  # rank -> switch -> rank: two edges of 25 GB/s, 0.35 us each
-    network = Network(topo)
+    network = Network(topo, IDEAL)
     t = network.transfer(0, 1, 1e6)
     assert [network.edges[e] for e, _ in t.path] == [(0, "switch"), ("switch", 1)]
     assert [hold for _, hold in t.path] == pytest.approx([1e6 / (25.0 * MB)] * 2)
     assert t.busy_us == pytest.approx(1e6 / (25.0 * MB))
     assert t.delay_us == pytest.approx(0.7 + 1e6 / (25.0 * MB))
-    assert t.delay_us == DEFAULT.delay_us(topo.logical().links[(0, 1)], 1e6)
+    assert t.delay_us == IDEAL.delay_us(topo.logical().links[(0, 1)], 1e6)
 
 
 def test_a_switch_port_is_shared_and_alpha_occupies_nothing():
     """Two senders into rank 2's port: the second starts when the first's bytes have passed, not
     when they arrive."""
-    network = Network(switch(3, 25.0, 0.7))
+    network = Network(switch(3, 25.0, 0.7), IDEAL)
     starts = _run(network, [(0, 0.0, (0, 2), 0), (1, 0.0, (1, 2), 0)], 1e6)
     assert starts == {0: 0.0, 1: pytest.approx(40.0)}
 
 
 def test_an_edge_with_count_servers_carries_count_transfers_at_once():
     doubled = Topology.build("pair", 2, {(0, 1): Link(25.0, 0.7, count=2), (1, 0): Link(25.0, 0.7, count=2)})
-    network = Network(doubled)
+    network = Network(doubled, IDEAL)
     starts = _run(network, [(j, 0.0, (0, 1), j) for j in range(3)], 1e6)
     assert starts == {0: 0.0, 1: 0.0, 2: pytest.approx(40.0)}
 
@@ -52,7 +52,7 @@ def test_priority_first_then_the_longest_wait_then_the_job_id():
     """Rank 0's link is busy until 40 us; three jobs wait for it: job 1 since 0 us, job 2 since 10 us,
     job 3 since 10 us with a better priority. At 40 us job 3 goes (priority), then job 1 (it has
     waited longest), then job 2."""
-    network = Network(line(2, 25.0, 0.7))
+    network = Network(line(2, 25.0, 0.7), IDEAL)
     jobs = [(0, 0.0, (0, 1), 0), (1, 0.0, (0, 1), 5), (2, 10.0, (0, 1), 5), (3, 10.0, (0, 1), 4)]
     starts = _run(network, jobs, 1e6)
     assert sorted(starts, key=starts.__getitem__) == [0, 3, 1, 2]
@@ -64,7 +64,7 @@ def test_priority_first_then_the_longest_wait_then_the_job_id():
 def test_a_job_ready_at_the_instant_being_decided_competes_in_it():
     """Job 0 starts at 0 and enables job 2 at once (a zero-time step, as a receive is); job 2 has a
     better priority than job 1, which was ready at 0 too, so it takes the link first."""
-    network = Network(line(3, 25.0, 0.7))
+    network = Network(line(3, 25.0, 0.7), IDEAL)
     engine = Engine(network)
     starts: dict[int, float] = {}
 
@@ -80,7 +80,7 @@ def test_a_job_ready_at_the_instant_being_decided_competes_in_it():
 
 
 def test_the_server_that_carried_each_job_is_recorded():
-    network = Network(switch(3, 25.0, 0.7))
+    network = Network(switch(3, 25.0, 0.7), IDEAL)
     engine = Engine(network, record=True)
     for job, src in ((0, 0), (1, 1)):
         engine.submit(job, 0.0, network.transfer(src, 2, 1e6), job)

@@ -25,8 +25,10 @@ __all__ = ["SWITCH_KINDS", "Link", "Nic", "Topology", "Vertex"]
 Vertex = int | str
 """A rank is an ``int`` in ``0..num_ranks-1``; a switch is named by a ``str``."""
 
-SWITCH_KINDS = ("nvswitch", "pcie", "nic", "network")
-"""``nic`` switches forward only between their machine's ranks and a network switch."""
+SWITCH_KINDS = ("nvswitch", "nvls", "pcie", "nic", "network")
+"""``nic`` switches forward only between their machine's ranks and a network switch; ``nvls`` is an
+NVSwitch that can also reduce and multicast (NVLink SHARP, NVSwitch gen3 and later: H100 and on),
+which NCCL's NVLS algorithms use."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ The public API (each a thin call into its package; see :mod:`xccl.api` for examp
     xccl.export(ir, path, dialect)                 # MSCCL XML (azure, msccl) or JSON IR
     xccl.run(ir, size, backend="auto")             # execute once, checked against NumPy
     xccl.bench(ir, sizes, backend)                 # nccl-tests-style table
-    xccl.simulate(algorithm, topology, size)       # modeled time (event simulator)
+    xccl.simulate(algorithm, topology, size)       # modeled time (event simulator; calibrated or ideal)
+    xccl.nccl_time(topology, collective, size)     # NCCL's own modeled time (its tuning model)
     xccl.lower_bound(topology, collective, size)   # the time no algorithm can beat
 
 The names live in :mod:`xccl.api` and are imported on first use: ``import xccl`` (and the command
@@ -28,6 +29,7 @@ __all__ = [
     "compile",
     "export",
     "lower_bound",
+    "nccl_time",
     "pareto",
     "run",
     "simulate",

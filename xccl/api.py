@@ -101,6 +101,7 @@ def synthesize(
     chunkup: int | None = None,
     time_limit_s: float | None = None,
     solver: str | None = None,
+    algo: str | None = None,
 ) -> Algorithm:
     """A verified algorithm for ``collective`` on ``topology``.
 
@@ -109,8 +110,10 @@ def synthesize(
     name like ``"ndv2x2-relay"``, a file, or a :class:`sketches.Sketch`) for buffers of ``size``,
     splitting each chunk into ``chunkup`` pieces (default: the sketch's); a baseline name
     (``"ring"``, ``"bidir-ring"``, ``"direct"``, ``"recursive-doubling"``, ``"binomial-tree"``,
-    ``"hierarchical"``) builds that baseline. ``time_limit_s`` bounds the whole search in wall time
-    (default 600 s for SMT and MILP; MILP then returns the best verified result found). Raises
+    ``"hierarchical"``, ``"nccl"``) builds that baseline; ``algo`` chooses NCCL's algorithm for
+    ``"nccl"`` (``"auto"``, ``"ring"``, ``"tree"``, ``"nvls"``, ``"p2p"``; docs/nccl.md).
+    ``time_limit_s`` bounds the whole search in wall time (default 600 s for SMT and MILP; MILP then
+    returns the best verified result found). Raises
     ``InfeasibleError`` when no algorithm exists within the limits and ``SolverTimeout`` when the
     time limit stopped the search.
 
@@ -120,11 +123,15 @@ def synthesize(
     synth.errors.InfeasibleError: allgather on ring:4: no algorithm with 1 step(s) and 1 round(s) (unsat)
     >>> synthesize("ring:4", "allgather", "ring").provenance.method
     'baseline:ring'
+    >>> synthesize("dgx1", "allgather", "nccl").chunks  # NCCL's six rings, a chunk on each
+    6
     """
     topo = _load(topology)
     if method not in SYNTHESIZERS:
         raise CollectiveError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
-    request = _Request(chunks, root, steps, rounds, sketch, size, chunkup, time_limit_s, solver)
+    if algo is not None and method != "nccl":
+        raise CollectiveError(f"algo chooses NCCL's algorithm: it applies to method 'nccl', not {method!r}")
+    request = _Request(chunks, root, steps, rounds, sketch, size, chunkup, time_limit_s, solver, algo)
     return SYNTHESIZERS[method](topo, collective, request)
 
 
@@ -141,6 +148,7 @@ class _Request:
     chunkup: int | None
     time_limit_s: float | None
     solver: str | None
+    algo: str | None = None
 
 
 def _collective_for(coll: str | Collective, topo: Topology, chunks: int, root: int | None) -> Collective:
@@ -206,8 +214,8 @@ def _milp(topo: Topology, coll: str | Collective, request: _Request) -> Algorith
 def _baseline(kind: str, topo: Topology, coll: str | Collective, request: _Request) -> Algorithm:
     """The ``kind`` baseline, with its default chunks unless told otherwise."""
     name = coll.name if isinstance(coll, Collective) else coll
-    chunks = request.chunks or default_chunks(kind, name, topo.num_ranks)
-    return make_baseline(kind, topo, _collective_for(coll, topo, chunks, request.root))
+    chunks = request.chunks or default_chunks(kind, name, topo.num_ranks, topo, request.algo)
+    return make_baseline(kind, topo, _collective_for(coll, topo, chunks, request.root), request.algo)
 
 
 SYNTHESIZERS: dict[str, Callable[[Topology, str | Collective, _Request], Algorithm]] = {
@@ -454,16 +462,26 @@ def lower_bound(
 
 
 def simulate(
-    algorithm: Algorithm, topology: str | Path | Topology | None = None, size: str | int = "1MiB"
+    algorithm: Algorithm,
+    topology: str | Path | Topology | None = None,
+    size: str | int = "1MiB",
+    model: str = "calibrated",
+    protocol: str | None = None,
 ) -> SimResult:
     """The modeled time (and algbw, busbw) of ``algorithm`` at nccl-tests' ``size`` on ``topology``
-    (default: the one it was made for, if shipped), by the event simulator of :mod:`synth.cost`.
+    (default: the one it was made for, if shipped), by the event simulator of :mod:`synth.cost`
+    under the timing ``model`` (``calibrated`` or ``ideal``, docs/nccl.md) and ``protocol``
+    (``Simple``, ``LL128``, ``LL``; default Simple).
 
     >>> ring = synthesize("ring:4", "allgather", "ring")
-    >>> round(simulate(ring, size="1MiB").time_us, 2)  # 3 steps of 1/4 MiB over 25 GB/s, plus latency
+    >>> round(simulate(ring, size="1MiB", model="ideal").time_us, 2)  # 3 x (1/4 MiB over 25 GB/s + 0.7 us)
     33.56
+    >>> r = simulate(ring, size="1MiB")  # 4.64 us launch + 3 x (2.8 + 0.7 + 1/4 MiB over 80% of 25 GB/s)
+    >>> round(r.time_us, 2), r.model
+    (54.46, 'calibrated, Simple')
     """
     from synth.cost import simulate as simulate_algorithm
+    from synth.timing import model_params
 
     if topology is None:
         try:
@@ -472,4 +490,25 @@ def simulate(
             raise TopologyError(
                 f"{algorithm.name}: topology {algorithm.topology!r} is not shipped; pass topology=(its file)"
             ) from None
-    return simulate_algorithm(algorithm, _load(topology), _size_bytes(size))
+    return simulate_algorithm(algorithm, _load(topology), _size_bytes(size), model_params(model, protocol))
+
+
+def nccl_time(
+    topology: str | Path | Topology,
+    collective: str,
+    size: str | int = "1GiB",
+    version: str = "2.30.7",
+    arch: str | None = None,
+) -> Any:
+    """NCCL's own modeled time of ``collective`` at nccl-tests' ``size`` on ``topology``: the
+    algorithm, protocol and channels NCCL's tuning model picks with the constants of NCCL
+    ``version`` (``2.30.7``, ``2.12.12``, or ``2.30``/``2.12``), for the GPU generation read from
+    the topology (or ``arch``: ``sm70``, ``sm80``, ``sm90``, ``sm100``). See docs/nccl.md, "Model".
+
+    >>> est = nccl_time("dgx-h100", "allreduce", "1GiB")
+    >>> est.algorithm, est.protocol, round(est.busbw_GBps)
+    ('NVLS', 'Simple', 473)
+    """
+    from synth.nccl import nccl_time as model_time
+
+    return model_time(_load(topology), collective, _size_bytes(size), version, arch)

@@ -6,9 +6,10 @@ symmetry group partitions demands into orbits: only one representative per orbit
 and every other demand uses the image of its representative's routes (TACCL's symmetry, applied by
 fixing orbits). A representative's candidate links form a DAG (ranks ordered by hop distance from
 the source, then by offset), so any choice of one incoming link per rank is a tree, and no big-M
-is needed against cycles. Times are those of :func:`synth.cost.simulate`: a transfer over a
-logical link arrives ``alpha + bytes / bandwidth`` after it starts and holds one server of every
-physical edge on its path for ``bytes / edge bandwidth``.
+is needed against cycles. Times are those of :func:`synth.cost.simulate` under the instance's
+timing parameters (:class:`synth.timing.Params`): a transfer over a logical link arrives
+``send cost + alpha + bytes / rate`` after it starts, holds one server of every physical edge on its
+path for ``bytes / edge rate`` and, where sends cost time, its connection for ``send cost + bytes / rate``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 from sketches.restrict import Restriction
 from synth.collectives import ROOTED, Collective
 from synth.errors import InfeasibleError
-from synth.timing import DEFAULT
+from synth.timing import CONNECTION, IDEAL, Params
 
 if TYPE_CHECKING:
     from topologies.model import Topology
@@ -58,6 +59,8 @@ class Instance:
     """Representative -> its candidate links, in DAG order of their heads."""
     position: dict[int, dict[int, int]]
     """Representative -> rank -> place in its DAG order (the source is 0)."""
+    params: Params = IDEAL
+    """The timing model the instance is solved under."""
 
     @property
     def topology(self) -> Topology:
@@ -81,31 +84,38 @@ class Instance:
         """Arrival delay of one piece over every allowed logical link."""
         logical = self.topology.logical()
         nbytes = self.piece_bytes
-        return {pair: DEFAULT.delay_us(logical.links[pair], nbytes) for pair in self.restriction.links}
+        return {pair: self.params.delay_us(logical.links[pair], nbytes) for pair in self.restriction.links}
 
     @cached_property
     def hold_us(self) -> dict[Edge, float]:
         """How long one piece holds one server of each physical edge."""
         nbytes = self.piece_bytes
         return {
-            edge: DEFAULT.hold_us(res.bandwidth_GBps, nbytes)
+            edge: self.params.hold_us(res.bandwidth_GBps, nbytes)
             for edge, res in self.topology.logical().resources.items()
         }
 
     @cached_property
     def load_terms(self) -> dict[Edge, dict[tuple[int, Pair], float]]:
-        """Edge -> ``{(rep, candidate link): us of that edge's time per piece}``, summed over the orbit
-        (an edge with ``count`` servers counts each piece as ``1/count`` of its time)."""
+        """Resource -> ``{(rep, candidate link): us of its time per piece}``, summed over the orbit
+        (a resource with ``count`` servers counts each piece as ``1/count`` of its time). Where sends
+        cost time, each connection is a resource too."""
         logical = self.topology.logical()
         resources = logical.resources
         out: dict[Edge, dict[tuple[int, Pair], float]] = {}
+        nbytes = self.piece_bytes
         for rep in self.reps:
             for g, _ in self.images[rep]:
                 for u, v in self.candidates[rep]:
-                    for edge in logical.links[(g[u], g[v])].edges:
+                    link = logical.links[(g[u], g[v])]
+                    loads = [(edge, self.hold_us[edge] / resources[edge].count) for edge in link.edges]
+                    if self.params.send_us > 0:
+                        lanes = min(resources[e].count for e in link.edges)
+                        loads.append(((CONNECTION, g[u], g[v]), self.params.occupy_us(link, nbytes) / lanes))
+                    for edge, load in loads:
                         terms = out.setdefault(edge, {})
                         key = (rep, (u, v))
-                        terms[key] = terms.get(key, 0.0) + self.hold_us[edge] / resources[edge].count
+                        terms[key] = terms.get(key, 0.0) + load
         return out
 
 
@@ -191,8 +201,11 @@ def _candidates(restriction: Restriction, demand: Demand) -> tuple[tuple[Pair, .
     return tuple(chosen), position
 
 
-def build_instance(restriction: Restriction, collective: Collective, size_bytes: float) -> Instance:
-    """Demands, orbits (no symmetry for rooted collectives: their root is fixed) and candidate DAGs."""
+def build_instance(
+    restriction: Restriction, collective: Collective, size_bytes: float, params: Params = IDEAL
+) -> Instance:
+    """Demands, orbits (no symmetry for rooted collectives: their root is fixed) and candidate DAGs,
+    timed under ``params``."""
     if collective.combining:
         raise InfeasibleError(f"{collective.name} combines; synthesize it through its dual")
     demands = _demands(collective)
@@ -202,4 +215,6 @@ def build_instance(restriction: Restriction, collective: Collective, size_bytes:
     position: dict[int, dict[int, int]] = {}
     for rep in reps:
         candidates[rep], position[rep] = _candidates(restriction, demands[rep])
-    return Instance(restriction, collective, float(size_bytes), demands, reps, images, candidates, position)
+    return Instance(
+        restriction, collective, float(size_bytes), demands, reps, images, candidates, position, params
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.deadline import NO_DEADLINE, Deadline
-from synth.timing import Engine, Network, Transfer
+from synth.timing import IDEAL, Engine, Network, Params, Transfer
 from topologies.model import Topology
 
 __all__ = ["PRIORITIES", "Schedule", "TimedSend", "list_schedule", "offsets"]
@@ -60,7 +60,8 @@ class TimedSend:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Sends in start order, and on every server of every physical edge the sends it carried."""
+    """Sends in start order, and on every server of every resource (physical edge, or connection
+    where sends cost time) the sends it carried."""
 
     sends: tuple[TimedSend, ...]
     servers: dict[tuple, tuple[int, ...]]
@@ -90,14 +91,15 @@ def list_schedule(
     levels: tuple[int, ...],
     priority: str = "critical",
     deadline: Deadline = NO_DEADLINE,
+    params: Params = IDEAL,
 ) -> Schedule:
     """Schedule every tree arc (module docstring): ``sources[chunk]`` and ``piece_index[chunk]`` say
     where each piece starts and which of its chunk's pieces it is; ``levels`` are the rotation group
     sizes the offsets are taken in (see :data:`PRIORITIES`). Past the ``deadline`` it raises
-    :class:`synth.deadline.OutOfTime`."""
+    :class:`synth.deadline.OutOfTime`. Times are under ``params``."""
     if priority not in PRIORITIES:
         raise ValueError(f"unknown ordering rule {priority!r}: expected one of {', '.join(PRIORITIES)}")
-    network = Network(topology)
+    network = Network(topology, params)
     arcs, parents = _sends(trees)
     transfers = [network.transfer(u, v, piece_bytes) for _, u, v in arcs]
     ranks = _ranks(arcs, parents, [t.delay_us for t in transfers], sources, piece_index, levels, priority)

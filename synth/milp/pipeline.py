@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from common.limits import Limit
 from sketches.restrict import Restriction
 from synth.algorithm import Algorithm, Provenance
-from synth.bounds import lower_bound_us
+from synth.bounds import bandwidth_time_us, latency_time_us
 from synth.collectives import make_collective
 from synth.deadline import NO_DEADLINE, Deadline, OutOfTime
 from synth.defaults import MILP_STAGE_TIME_LIMIT_S, MILP_TIME_LIMIT_S
@@ -30,6 +30,7 @@ from synth.milp.routing import Routing, route
 from synth.milp.scheduling import Timing, schedule_times
 from synth.milp.solvers import Backend
 from synth.outcome import Outcome, Question, Status
+from synth.timing import IDEAL, Params
 
 __all__ = [
     "DEFAULT_STAGE_TIME_LIMIT_S",
@@ -79,8 +80,8 @@ class Options:
     threads: int = 1
     chunkup: int | None = None
     """Overrides the sketch's chunkup; ``None`` keeps the sketch's (which may be automatic)."""
-    overhead_us: float = 0.0
-    """Per-send link occupancy a runtime adds; only then can merging sends pay (stage 3)."""
+    params: Params = IDEAL
+    """The timing model every stage optimizes under (its per-send cost is what merging saves)."""
     max_sends: int = MAX_SENDS
 
 
@@ -176,7 +177,8 @@ def check_chunkup(
 ) -> None:
     """Refuse, before any solving, a chunkup the user chose that makes too large a schedule."""
     n = restriction.topology.num_ranks
-    chunkup_candidates(build_instance(restriction, make_collective(name, n, 1, root), size_bytes), options)
+    base = build_instance(restriction, make_collective(name, n, 1, root), size_bytes, options.params)
+    chunkup_candidates(base, options)
 
 
 def _order(inst: Instance, routing: Routing, deadline: Deadline) -> tuple[Schedule, str]:
@@ -190,7 +192,7 @@ def _order(inst: Instance, routing: Routing, deadline: Deadline) -> tuple[Schedu
     for rule in PRIORITIES:
         try:
             sched = list_schedule(
-                inst.topology, routing.trees, inst.piece_bytes, sources, index, levels, rule, deadline
+                inst.topology, routing.trees, inst.piece_bytes, sources, index, levels, rule, deadline, inst.params
             )
         except OutOfTime:
             if best is None:
@@ -242,6 +244,13 @@ def _enough(tried: list[_Tried], bound: float) -> bool:
     return len(tried) == 2 and last.schedule.makespan_us > tried[0].schedule.makespan_us * (1 - PIPELINE_GAIN)
 
 
+def _model_bound(base: Instance, size_bytes: float, params: Params) -> float:
+    """The lower bound under ``params`` (line rate scaled to the model's rate; sends cost at least
+    nothing more): what no chunkup can beat, so a schedule this close ends the search."""
+    topo, coll = base.topology, base.collective
+    return max(latency_time_us(topo, coll), bandwidth_time_us(topo, coll, size_bytes) / params.rate_fraction)
+
+
 def _search_chunkups(
     search: _Search,
     base: Instance,
@@ -251,7 +260,7 @@ def _search_chunkups(
     deadline: Deadline,
 ) -> None:
     """Route and order each candidate chunkup until one of the stopping rules holds."""
-    bound = lower_bound_us(base.topology, base.collective, size_bytes)
+    bound = _model_bound(base, size_bytes, options.params)
     name, n, root = base.collective.name, base.collective.num_ranks, base.collective.root
     for k in chunkup_candidates(base, options):
         if search.tried and deadline.expired():
@@ -262,7 +271,7 @@ def _search_chunkups(
         inst = (
             base
             if k == 1
-            else build_instance(base.restriction, make_collective(name, n, k, root), size_bytes)
+            else build_instance(base.restriction, make_collective(name, n, k, root), size_bytes, options.params)
         )
         tried = _route_and_order(search, inst, backend, options, deadline)
         if tried is None:
@@ -301,7 +310,7 @@ def _time(
             backend,
             _solve_limit(deadline, options.stage_time_limit_s),
             options.threads,
-            options.overhead_us,
+            options.params,
         )
     except KeyboardInterrupt:
         search.interrupted = True
@@ -345,6 +354,9 @@ def _emit(
     ]
     if routing.gap:
         params.append(("routing_gap", round(routing.gap, 6)))
+    model = best.inst.params
+    if model != IDEAL:  # the compiler times the schedule's arrivals in the model it was made in
+        params += [("timing_model", model.model), ("protocol", model.protocol), ("send_us", model.send_us)]
     if timing is not None and timing.merged:
         params.append(("merged_sends", sum(len(r) for r in timing.merged)))
     if search.interrupted:
@@ -371,7 +383,8 @@ def run_stages(
     ``deadline`` keep the best candidate so far (:class:`KeyboardInterrupt` propagates when there
     is none). The outcome is optimal when every stage's solve was."""
     began = time.perf_counter()
-    base = build_instance(restriction, make_collective(name, restriction.num_ranks, 1, root), size_bytes)
+    collective = make_collective(name, restriction.num_ranks, 1, root)
+    base = build_instance(restriction, collective, size_bytes, options.params)
     search = _Search(log, label)
     try:
         _search_chunkups(search, base, size_bytes, backend, options, deadline)

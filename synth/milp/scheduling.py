@@ -3,16 +3,18 @@
 Variables: every send's start ``s``, its pieces' arrival ``a`` and the makespan ``T``. Rows:
 
 - a send starts after its piece arrived at its source: ``s[i] >= a[parent(i)]``;
-- on every server of every physical edge, stage 2's order is kept: ``s[next] >= s[prev] + hold``;
+- on every server of every resource (physical edge, and connection where sends cost time),
+  stage 2's order is kept: ``s[next] >= s[prev] + hold(prev)``;
 - ``a[i] >= s[i] + delay(i)`` and ``T >= a[i]``.
 
-With orders fixed this is a difference-constraint LP whose optimum (with a tiny weight on the sum
-of starts) is the earliest start of every send, i.e. the list schedule's times when stage 2 left
-no gap. *Merging* (TACCL's contiguity): consecutive sends over the same network link may travel as
-one send. Under the simulator's time model (alpha is latency, not link occupancy) a merged send
-never finishes earlier, so merging only pays with a per-send occupancy ``overhead_us`` (what a
-runtime spends per send); with ``overhead_us > 0`` the pairs become binaries ``m`` of a MILP:
-``m = 1`` removes the second send's overhead and makes both arrive with the later one.
+Times are the timing model's (:class:`synth.timing.Params`). With orders fixed this is a
+difference-constraint LP whose optimum (with a tiny weight on the sum of starts) is the earliest
+start of every send, i.e. the list schedule's times when stage 2 left no gap. *Merging* (TACCL's
+contiguity): consecutive sends over the same network connection may travel as one send. Alpha is
+latency, not occupancy, so a merged send never finishes earlier unless sends cost time
+(``Params.send_us``, which occupies the connection); then the pairs become binaries ``m`` of a
+MILP: ``m = 1`` removes the second send's cost and makes both arrive with the later one, and the
+emitted schedule starts them together, which the Algorithm model and the compiler take as one send.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 from synth.milp.ordering import Schedule
 from synth.milp.solvers import Backend, Model, ModelBuilder, Status
-from synth.timing import DEFAULT
+from synth.timing import CONNECTION, IDEAL, Params
 from topologies.model import Topology
 
 __all__ = ["MERGE_WINDOW", "Timing", "build_model", "schedule_times"]
@@ -55,38 +57,34 @@ class Timing:
     interrupted: bool = False
 
 
-def _delays(topology: Topology, schedule: Schedule, piece_bytes: float) -> tuple[list[float], list[float]]:
-    logical = topology.logical()
-    alpha, transfer = [], []
-    for s in schedule.sends:
-        link = logical.links[(s.src, s.dst)]
-        alpha.append(link.alpha_us)
-        transfer.append(DEFAULT.hold_us(link.bandwidth_GBps, piece_bytes))
-    return alpha, transfer
-
-
 def _merge_pairs(topology: Topology, schedule: Schedule) -> list[tuple[int, int]]:
-    """Consecutive sends of the same network link on the same server (candidates to merge)."""
+    """Consecutive sends on the same server of a connection between machines (candidates to merge)."""
     node = topology.node_of
     pairs = []
-    for (edge, _), seq in sorted(schedule.servers.items(), key=lambda item: repr(item[0])):
-        if not any(topology.switches.get(v) == "network" for v in edge):
+    for (key, _), seq in sorted(schedule.servers.items(), key=lambda item: repr(item[0])):
+        if key[0] != CONNECTION or node[key[1]] == node[key[2]]:
             continue
-        for a, b in itertools.pairwise(seq):
-            sa, sb = schedule.sends[a], schedule.sends[b]
-            if (sa.src, sa.dst) == (sb.src, sb.dst) and node[sa.src] != node[sa.dst]:
-                pairs.append((a, b))
+        pairs.extend(itertools.pairwise(seq))
     return pairs
 
 
+def _hold(topology: Topology, key: tuple, params: Params, piece_bytes: float) -> float:
+    """How long one piece holds a server of ``key`` (a physical edge or a connection)."""
+    logical = topology.logical()
+    if key[0] == CONNECTION:
+        return params.occupy_us(logical.links[(key[1], key[2])], piece_bytes)
+    return params.hold_us(logical.resources[key].bandwidth_GBps, piece_bytes)
+
+
 def build_model(
-    topology: Topology, schedule: Schedule, piece_bytes: float, overhead_us: float = 0.0
+    topology: Topology, schedule: Schedule, piece_bytes: float, params: Params = IDEAL
 ) -> tuple[Model, Layout]:
-    """The stage-3 model (module docstring); merge binaries only when ``overhead_us > 0``."""
+    """The stage-3 model (module docstring); merge binaries only where sends cost time."""
     sends = schedule.sends
     count = len(sends)
-    alpha, transfer = _delays(topology, schedule, piece_bytes)
-    resources = topology.logical().resources
+    logical = topology.logical()
+    delay = [params.delay_us(logical.links[(x.src, x.dst)], piece_bytes) for x in sends]
+    overhead_us = params.send_us
     horizon = schedule.makespan_us + overhead_us * count + 1.0
     mb = ModelBuilder(f"schedule-{topology.name}")
     makespan = mb.var("T", 0.0, horizon, 1.0)
@@ -100,18 +98,18 @@ def build_model(
     for i, send in enumerate(sends):
         if send.parent >= 0:
             mb.row({s[i]: 1.0, a[send.parent]: -1.0}, lower=0.0)
-        mb.row({a[i]: 1.0, s[i]: -1.0}, lower=alpha[i] + transfer[i] + overhead_us)
+        mb.row({a[i]: 1.0, s[i]: -1.0}, lower=delay[i])
         mb.row({makespan: 1.0, a[i]: -1.0}, lower=0.0)
         if i in leads:  # merged with the next: arrives with it
             nxt, col = leads[i]
             mb.row({a[i]: 1.0, a[nxt]: -1.0, col: -horizon}, lower=-horizon)
-    for (edge, _), seq in schedule.servers.items():
-        hold = DEFAULT.hold_us(resources[edge].bandwidth_GBps, piece_bytes)
+    for (key, _), seq in schedule.servers.items():
+        hold = _hold(topology, key, params, piece_bytes)
         for prev, nxt in itertools.pairwise(seq):
-            if nxt in follows and follows[nxt][0] == prev:  # a merged pair saves one overhead
-                mb.row({s[nxt]: 1.0, s[prev]: -1.0, follows[nxt][1]: overhead_us}, lower=hold + overhead_us)
+            if key[0] == CONNECTION and nxt in follows and follows[nxt][0] == prev:  # saves one send cost
+                mb.row({s[nxt]: 1.0, s[prev]: -1.0, follows[nxt][1]: overhead_us}, lower=hold)
             else:
-                mb.row({s[nxt]: 1.0, s[prev]: -1.0}, lower=hold + overhead_us)
+                mb.row({s[nxt]: 1.0, s[prev]: -1.0}, lower=hold)
     chain: list[tuple[int, int]] = []
     for pair in pairs:  # at most MERGE_WINDOW sends per run: any WINDOW consecutive pairs keep one apart
         if chain and chain[-1][1] != pair[0]:
@@ -129,11 +127,11 @@ def schedule_times(
     backend: Backend,
     time_limit_s: float,
     threads: int = 1,
-    overhead_us: float = 0.0,
+    params: Params = IDEAL,
 ) -> Timing:
-    """Solve stage 3; without a solution the list schedule's own times are kept."""
+    """Solve stage 3 under ``params``; without a solution the list schedule's own times are kept."""
     began = time.perf_counter()
-    model, layout = build_model(topology, schedule, piece_bytes, overhead_us)
+    model, layout = build_model(topology, schedule, piece_bytes, params)
     sol = backend.solve(model, time_limit_s, threads)
     elapsed = time.perf_counter() - began
     if not sol.status.has_solution or sol.values is None:

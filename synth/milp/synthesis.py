@@ -28,7 +28,7 @@ from synth.milp.pipeline import Log, Options, check_chunkup, run_stages
 from synth.milp.solvers import Backend, get_backend
 from synth.outcome import Outcome, Question, Status
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Solution
-from synth.timing import DEFAULT
+from synth.timing import Params
 from topologies.model import Topology
 
 __all__ = ["SUPPORTED", "synthesize"]
@@ -36,7 +36,9 @@ __all__ = ["SUPPORTED", "synthesize"]
 SUPPORTED = ("allgather", "alltoall", "broadcast", "reducescatter", "reduce", "allreduce")
 
 
-def _finish_us(algo: Algorithm, topology: Topology, piece_bytes: float) -> dict[tuple[int, int, int], float]:
+def _finish_us(
+    algo: Algorithm, topology: Topology, piece_bytes: float, params: Params
+) -> dict[tuple[int, int, int], float]:
     """When each send of a timed schedule on ``topology`` ends (its start, its link's alpha, the
     piece's transfer): what running it backwards in time needs (:class:`synth.reductions.Dual`)."""
     logical = topology.logical()
@@ -44,19 +46,22 @@ def _finish_us(algo: Algorithm, topology: Topology, piece_bytes: float) -> dict[
     for st in algo.steps:
         for s in st.sends:
             link = logical.links[(s.src, s.dst)]
-            out[(s.chunk, s.src, s.dst)] = (s.start_us or 0.0) + DEFAULT.delay_us(link, piece_bytes)
+            out[(s.chunk, s.src, s.dst)] = (s.start_us or 0.0) + params.delay_us(link, piece_bytes)
     return out
 
 
-def _solution(out: Outcome, topology: Topology | None = None, size: float = 0.0) -> Solution:
+def _solution(
+    out: Outcome, topology: Topology | None = None, size: float = 0.0, params: Params | None = None
+) -> Solution:
     """A MILP outcome as a timed :class:`~synth.reductions.Solution` (with when each send ends,
     on ``topology`` at ``size``, where it is to be run backwards)."""
     algo = out.algorithm
     if algo is None:  # run_stages always returns one; keeps type checkers honest
         raise InfeasibleError(f"no {out.question.collective} found")
-    if topology is None:
+    if topology is None or params is None:
         return Solution(algo, out.makespan_us)
-    return Solution(algo, out.makespan_us, _finish_us(algo, topology, chunk_bytes(algo.collective, size)))
+    finish = _finish_us(algo, topology, chunk_bytes(algo.collective, size), params)
+    return Solution(algo, out.makespan_us, finish)
 
 
 def _restriction(problem: Problem) -> Restriction:
@@ -96,7 +101,7 @@ def _via_dual(run: _Run, problem: Problem, deadline: Deadline) -> Outcome:
     reduced = DUAL.apply(problem)
     (sub,) = reduced.subproblems
     out = run.stages(sub, f"{problem.collective.name} via {sub.collective.name}: ", deadline)
-    primal = reduced.invert([_solution(out, sub.topology, run.size)])
+    primal = reduced.invert([_solution(out, sub.topology, run.size, run.options.params)])
     return replace(
         out, question=Question(problem.collective.name), algorithm=primal.algorithm, via=reduced.via
     )

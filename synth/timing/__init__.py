@@ -15,24 +15,55 @@ The model (:class:`Params` holds its parameters, :class:`Network` applies them t
   ``alpha_us`` and its bandwidth (the slowest edge's).
 - Every physical edge on the path is a resource with ``count`` servers of ``bandwidth_GBps`` each
   (an NVLink, a switch port, a NIC). From its start, the transfer holds one server of every edge of
-  its path, each for ``b / edge bandwidth`` (the server that frees first); links through one switch
-  port share that port.
-- The sender is busy for ``b / link bandwidth``; the data arrives ``alpha + b / link bandwidth``
-  after the start. Alpha delays the arrival but occupies nothing.
+  its path, each for ``b / (edge bandwidth x rate_fraction)`` (the server that frees first); links
+  through one switch port share that port.
+- A send first pays ``send_us`` (a runtime's per-call work: flags, fences): it holds the
+  *connection* ``s -> d`` (a resource with as many servers as the path's fewest parallel links)
+  and keeps the sender busy for ``send_us + b / (link bandwidth x rate_fraction)``. The data
+  arrives ``send_us + alpha + b / (link bandwidth x rate_fraction)`` after the start. Alpha delays
+  the arrival but occupies nothing.
+- A collective call pays ``launch_us`` once, before anything moves (the feeders add it).
 - Store and forward: a transfer that forwards data starts only once that data has arrived, so a
   chunk crosses a relay rank whole; pipelining comes from splitting data into smaller transfers
   (chunks, MILP pieces, the IR's tiles), each timed on its own.
 - Non-delay list scheduling (:class:`Engine`): a transfer starts as soon as it is ready (what its
-  feeder says it waits for has happened) and a server of every edge of its path is free. Transfers
-  that could take the same server at the same instant go in the order of their feeder's
+  feeder says it waits for has happened) and a server of every resource of its path is free.
+  Transfers that could take the same server at the same instant go in the order of their feeder's
   *priority* (smaller first); at equal priority the one that has waited longest (the earliest ready
   time) goes first, then the smaller job id. Instants closer than ``Params.tolerance_us`` are one.
 
-Nothing is calibrated yet: no per-call launch cost, no per-send cost occupying the connection, no
-protocol efficiency, links at line rate. Such parameters belong in :class:`Params`.
+The parameters (:class:`Params`) come in named sets (:mod:`synth.timing.calibration`): ``calibrated``
+(the default: 80% of line rate, the protocol's efficiency, a launch and a per-send cost, each with
+its source) and ``ideal`` (line rate, no costs: SCCL's and TACCL's model, and the lower bounds').
 """
 
+from synth.timing.calibration import (
+    CALIBRATION,
+    DEFAULT,
+    DEFAULT_MODEL,
+    DEFAULT_PROTOCOL,
+    IDEAL,
+    MODELS,
+    PROTOCOLS,
+    TimingModelError,
+    model_params,
+)
 from synth.timing.engine import Engine
-from synth.timing.model import DEFAULT, Network, Params, Transfer
+from synth.timing.model import CONNECTION, Network, Params, Transfer
 
-__all__ = ["DEFAULT", "Engine", "Network", "Params", "Transfer"]
+__all__ = [
+    "CALIBRATION",
+    "CONNECTION",
+    "DEFAULT",
+    "DEFAULT_MODEL",
+    "DEFAULT_PROTOCOL",
+    "IDEAL",
+    "MODELS",
+    "PROTOCOLS",
+    "Engine",
+    "Network",
+    "Params",
+    "TimingModelError",
+    "Transfer",
+    "model_params",
+]

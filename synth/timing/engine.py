@@ -49,11 +49,20 @@ class Engine:
 
     def submit(self, job: int, ready_us: float, transfer: Transfer | None, priority: int = 0) -> None:
         """Job ``job`` (an id unique among the jobs waiting at once) is ready at ``ready_us``."""
+        if transfer is not None and len(self.free) < len(self.network.servers):
+            self._grow()
         entry = (priority, ready_us, job, transfer)
         if self._candidates is not None and ready_us <= self._now + self.tolerance:
             heapq.heappush(self._candidates, (entry, -1))  # ready at the instant being decided
         else:
             self._push(max(ready_us, self._now), _READY, entry)
+
+    def _grow(self) -> None:
+        """Take in the resources the network made since (connections are made on first use)."""
+        for count in self.network.servers[len(self.free) :]:
+            self.free.append([0.0] * count)
+            self._waiting.append([])
+            self._armed.append(None)
 
     def _push(self, at: float, kind: int, what: Entry | int) -> None:
         self._seq += 1

@@ -11,38 +11,60 @@ if TYPE_CHECKING:
     from topologies.logical import Edge, LogicalLink
     from topologies.model import Topology
 
-__all__ = ["DEFAULT", "Network", "Params", "Transfer"]
+__all__ = ["CONNECTION", "Network", "Params", "Transfer"]
 
+CONNECTION = "connection"
+"""First item of a connection's resource key ``("connection", src, dst)`` (physical edges are pairs)."""
 
 
 @dataclass(frozen=True)
 class Params:
     """The timing model's parameters besides the topology's ``alpha_us``, ``bandwidth_GBps`` and
-    ``count``. The calibration of issue 15 (a per-call launch cost, a per-send cost that occupies the
-    connection, protocol efficiency, the achievable fraction of line rate) adds its fields here, with
-    defaults that keep the uncalibrated model; every timing of the project reads them from here."""
+    ``count``. Named sets of them (``ideal``, ``calibrated`` per protocol, with their sources) are
+    in :mod:`synth.timing.calibration`; these defaults are the ideal model (line rate, no costs)."""
 
+    model: str = "ideal"
+    """The name of the set these values come from (printed with every modeled time)."""
+    protocol: str = "Simple"
+    """The NCCL protocol whose efficiency and per-send cost are in the values below."""
+    launch_us: float = 0.0
+    """Paid once per collective call, before anything moves (kernel launch and set-up)."""
+    send_us: float = 0.0
+    """Paid by every send (a primitive call of the runtime) before its bytes move; it occupies the
+    connection (sender to receiver) and the sender, not the physical edges."""
+    rate_fraction: float = 1.0
+    """The fraction of a link's line rate a transfer gets (achievable rate x protocol efficiency)."""
     tolerance_us: float = 1e-9
     """Two instants closer than this are the same: a transfer whose edges free within it of its
     turn starts then."""
+    changed: str = ""
+    """What was set apart from the named model (e.g. ``send 2 us``), for :attr:`label`."""
 
     def hold_us(self, bandwidth_GBps: float, nbytes: float) -> float:
-        """How long ``nbytes`` hold one server of an edge of ``bandwidth_GBps`` (or its sender)."""
-        return nbytes / (bandwidth_GBps * BYTES_PER_US_PER_GBPS)
+        """How long ``nbytes`` hold one server of an edge of ``bandwidth_GBps``."""
+        return nbytes / (bandwidth_GBps * self.rate_fraction * BYTES_PER_US_PER_GBPS)
 
-    def delay_us(self, link: LogicalLink, nbytes: float) -> float:
-        """From a transfer's start to its arrival over ``link``: ``alpha + nbytes / bandwidth``."""
-        return link.alpha_us + self.hold_us(link.bandwidth_GBps, nbytes)
+    def occupy_us(self, link: LogicalLink, nbytes: float, send: bool = True) -> float:
+        """How long a transfer over ``link`` keeps its connection and its sender busy: the send's
+        cost (``send``: whether this transfer pays it) and the bytes at the link's rate."""
+        return (self.send_us if send else 0.0) + self.hold_us(link.bandwidth_GBps, nbytes)
 
+    def delay_us(self, link: LogicalLink, nbytes: float, send: bool = True) -> float:
+        """From a transfer's start to its arrival: ``send cost + alpha + nbytes / rate``."""
+        return link.alpha_us + self.occupy_us(link, nbytes, send)
 
-DEFAULT = Params()
-"""The parameters every timing uses unless told otherwise."""
+    @property
+    def label(self) -> str:
+        """How printed times name this model: ``calibrated, Simple`` or ``ideal``."""
+        name = self.model if self.model == "ideal" else f"{self.model}, {self.protocol}"
+        return f"{name}, {self.changed}" if self.changed else name
 
 
 @dataclass(frozen=True)
 class Transfer:
-    """One transfer over a logical link: it holds one server of each edge of ``path`` (engine edge
-    id, microseconds), keeps its sender busy ``busy_us`` and arrives ``delay_us`` after its start."""
+    """One transfer over a logical link: it holds one server of each resource of ``path`` (engine
+    resource id, microseconds), keeps its sender busy ``busy_us`` and arrives ``delay_us`` after
+    its start."""
 
     path: tuple[tuple[int, float], ...]
     busy_us: float
@@ -51,17 +73,20 @@ class Transfer:
 
 @dataclass
 class Network:
-    """A topology's physical edges as the engine's resources, and the transfers over its logical
-    links (each ``(src, dst, bytes)`` worked out once)."""
+    """A topology's physical edges (and, when sends cost time, its connections) as the engine's
+    resources, and the transfers over its logical links (each ``(src, dst, bytes)`` worked out once).
+
+    A connection ``src -> dst`` has as many servers as the fewest parallel links on its path (two
+    NVLinks carry two sends at once); it is made the first time a transfer uses it."""
 
     topology: Topology
-    params: Params = DEFAULT
-    edges: list[Edge] = field(init=False)
-    """Engine edge id -> the physical edge."""
+    params: Params = field(default_factory=lambda: _default())
+    edges: list[Edge | tuple[str, int, int]] = field(init=False)
+    """Engine resource id -> the physical edge, or ``("connection", src, dst)``."""
     servers: list[int] = field(init=False)
-    """Engine edge id -> its ``count``."""
-    _ids: dict[Edge, int] = field(init=False, repr=False)
-    _cache: dict[tuple[int, int, float], Transfer] = field(init=False, repr=False)
+    """Engine resource id -> its number of servers."""
+    _ids: dict[object, int] = field(init=False, repr=False)
+    _cache: dict[tuple[int, int, float, bool], Transfer] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         resources = self.topology.logical().resources
@@ -70,17 +95,42 @@ class Network:
         self._ids = {e: i for i, e in enumerate(self.edges)}
         self._cache = {}
 
-    def transfer(self, src: int, dst: int, nbytes: float) -> Transfer:
-        """``nbytes`` from rank ``src`` to rank ``dst`` (the logical link must exist)."""
-        key = (src, dst, nbytes)
+    def connection_servers(self, src: int, dst: int) -> int:
+        """How many sends the connection ``src -> dst`` carries at once: its path's fewest parallel links."""
+        logical = self.topology.logical()
+        return min(logical.resources[e].count for e in logical.links[(src, dst)].edges)
+
+    def resource(self, key: object) -> int:
+        """The engine id of a resource key (an edge or a connection), made on first use."""
+        rid = self._ids.get(key)
+        if rid is None:
+            _, src, dst = key  # only connections are made late
+            rid = len(self.edges)
+            self.edges.append(key)
+            self.servers.append(self.connection_servers(src, dst))
+            self._ids[key] = rid
+        return rid
+
+    def transfer(self, src: int, dst: int, nbytes: float, send: bool = True) -> Transfer:
+        """``nbytes`` from rank ``src`` to rank ``dst`` (the logical link must exist); ``send``: the
+        transfer pays the per-send cost (a tile after a call's first does not)."""
+        key = (src, dst, nbytes, send)
         out = self._cache.get(key)
         if out is None:
             logical = self.topology.logical()
             link = logical.links[(src, dst)]
-            hold = self.params.hold_us
-            path = tuple(
-                (self._ids[e], hold(logical.resources[e].bandwidth_GBps, nbytes)) for e in link.edges
-            )
-            out = Transfer(path, hold(link.bandwidth_GBps, nbytes), self.params.delay_us(link, nbytes))
+            p = self.params
+            path = [
+                (self._ids[e], p.hold_us(logical.resources[e].bandwidth_GBps, nbytes)) for e in link.edges
+            ]
+            if p.send_us > 0:
+                path.append((self.resource((CONNECTION, src, dst)), p.occupy_us(link, nbytes, send)))
+            out = Transfer(tuple(path), p.occupy_us(link, nbytes, send), p.delay_us(link, nbytes, send))
             self._cache[key] = out
         return out
+
+
+def _default() -> Params:
+    from synth.timing.calibration import DEFAULT
+
+    return DEFAULT

@@ -23,9 +23,10 @@ from runtime.backends import backends
 from runtime.datatypes import DTYPE_NAMES, REDUCTIONS
 from runtime.torch.backend import MAX_TIMEOUT_S
 from runtime.torch.launch import DEFAULT_TIMEOUT_S, DIST_BACKENDS
+from synth.timing.calibration import DEFAULT_MODEL, MODELS
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
-from xccl.cli.output import print_json, print_table, progress
+from xccl.cli.output import format_table, print_json, print_table, progress
 from xccl.cli.solving import long_command
 
 if TYPE_CHECKING:
@@ -142,8 +143,61 @@ def _failure(row: BenchRow) -> str:
     return f"failed at {format_size(row.size_bytes)}: {row.error}"
 
 
-def _report_json(args: argparse.Namespace, report: BenchReport) -> dict:
-    return {"file": args.file, **report.to_json()}
+def _report_json(args: argparse.Namespace, report: BenchReport, nccl: list[dict] | None) -> dict:
+    return {"file": args.file, **report.to_json(), **({"vs_nccl": nccl} if nccl is not None else {})}
+
+
+def _vs_nccl(ir: IR, topology: Topology | None, report: BenchReport, model: str) -> list[dict] | None:
+    """With a model backend: per timed size, NCCL's two estimates (its layout timed by the same
+    model with the IR's protocol, its own model) and the gain over each (NCCL / this IR)."""
+    from synth.collectives import CollectiveError, make_collective
+    from synth.nccl.compare import nccl_reference
+    from synth.timing import model_params
+
+    if topology is None or backends()[report.backend].timing != "model":
+        return None
+    try:
+        coll = make_collective(ir.collective, ir.num_ranks, root=ir.root)
+    except CollectiveError:  # a custom collective: NCCL has no such call
+        return None
+    params = model_params(model, ir.protocol)
+    out = []
+    for row in report.rows:
+        if row.time_us is None:
+            continue
+        ref = nccl_reference(topology, coll, row.size_bytes, params)
+        out.append({"size_bytes": row.size_bytes, "time_us": row.time_us, **ref.fields(row.time_us)})
+    return out
+
+
+def _print_vs_nccl(rows: list[dict], params_label: str) -> None:
+    """The comparison with NCCL, as comment lines (``#``) under nccl-tests' table, which stays
+    the only table a parser of nccl-tests output reads."""
+
+    def cell(v: float | None, unit: str = "") -> str:
+        return "-" if v is None else f"{v:.2f}{unit}"
+
+    table = format_table(
+        ["size(B)", "time(us)", "NCCL layout(us)", "NCCL model(us)", "NCCL picks", "vs layout", "vs model"],
+        [
+            [
+                r["size_bytes"],
+                cell(r["time_us"]),
+                cell(r["nccl_layout_us"]),
+                cell(r["nccl_model_us"]),
+                r["nccl_model_pick"] or "-",
+                cell(r["gain_vs_nccl_layout"], "x"),
+                cell(r["gain_vs_nccl_model"], "x"),
+            ]
+            for r in rows
+        ],
+    )
+    print(
+        f"# against NCCL, modeled ({params_label}): NCCL layout = NCCL's channels as an algorithm in "
+        "the same model; NCCL model = NCCL's own; vs = NCCL / this (above 1x: faster than NCCL)"
+    )
+    for line in table.splitlines():
+        print(f"# {line}")
 
 
 def _backend_options(args: argparse.Namespace) -> dict:
@@ -156,6 +210,10 @@ def _backend_options(args: argparse.Namespace) -> dict:
     if args.check and not backend.checks:
         raise BenchError(f"--check: the {args.backend} backend moves no data, so no output can be compared")
     options = {}
+    if args.model is not None:
+        if backend.timing != "model":
+            raise BenchError(f"--model: the {args.backend} backend measures time; --model applies to sim")
+        options["model"] = args.model
     if args.max_memory is not None:
         if not backend.host_memory:
             held = ", ".join(name for name, cls in table.items() if cls.host_memory)
@@ -294,10 +352,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     report = bench(ir, sizes, warmup=args.warmup, repeats=args.repeats, on_row=on_row, **kwargs)
     if not backends()[args.backend].reporting():
         return _exit_status(report, args.check, "bench")
+    nccl = _vs_nccl(ir, runnable.topology, report, args.model or DEFAULT_MODEL)
     if args.json:
-        print_json(_report_json(args, report))
+        print_json(_report_json(args, report, nccl))
     else:
         _print_table(args, ir, inplace, report)
+        if nccl:
+            from synth.timing import model_params
+
+            _print_vs_nccl(nccl, model_params(args.model or DEFAULT_MODEL, ir.protocol).label)
     if report.interrupted:
         progress(f"interrupted: {len(report.rows)} of {len(sizes)} sizes done")
     if not report.interrupted and not report.ran:
@@ -317,7 +380,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not backends()[args.backend].reporting():
         return _exit_status(report, args.check, "run")
     if args.json:
-        print_json(_report_json(args, report))
+        print_json(_report_json(args, report, None))
     elif not report.rows[0].failed:
         print(_run_line(runnable.ir, inplace, report, size))
     return _exit_status(report, args.check, "run")
@@ -376,6 +439,12 @@ def _common(p: argparse.ArgumentParser, choices: list[str]) -> None:
         "-D", "--define", action="append", default=[], metavar="NAME=VALUE", help="DSL program() parameter"
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--model",
+        choices=MODELS,
+        default=None,
+        help=f"timing model of the sim backend (default {DEFAULT_MODEL}; docs/nccl.md, Calibration)",
+    )
     p.add_argument(
         "--check",
         action="store_true",

@@ -33,6 +33,7 @@ __all__ = [
     "MILP_SOLVERS",
     "MILP_STAGE_TIME_LIMIT_S",
     "MILP_TIME_LIMIT_S",
+    "NCCL_ALGO_NAMES",
     "SMT_INSTANCE_TIME_LIMIT_S",
     "SMT_TIME_LIMIT_S",
     "RegistryNames",
@@ -65,6 +66,8 @@ class RegistryNames(Sequence[str]):
 
 
 BASELINE_NAMES = RegistryNames("synth.baselines", "BASELINES")
+
+NCCL_ALGO_NAMES = RegistryNames("synth.baselines.nccl", "NCCL_ALGOS")
 
 MILP_COLLECTIVES = RegistryNames("synth.milp.synthesis", "SUPPORTED")
 

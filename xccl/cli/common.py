@@ -16,16 +16,20 @@ from codegen.examples import EXAMPLES_PREFIX
 from common.errors import XcclError
 from common.files import read_json_file
 from synth.collectives import COLLECTIVES, ROOTED, Collective, CollectiveError, make_collective
+from synth.timing.calibration import CALIBRATION, DEFAULT_MODEL, DEFAULT_PROTOCOL, MODELS, PROTOCOLS
 
 if TYPE_CHECKING:
+    from synth.timing import Params
     from topologies.model import Topology
 
 __all__ = [
     "add_collective_args",
+    "add_model_args",
     "add_output_args",
     "collective_from_args",
     "input_kind",
     "non_negative_float",
+    "params_from_args",
     "positive_seconds",
     "topology_from_args",
 ]
@@ -78,6 +82,48 @@ def add_collective_args(
     parser.add_argument("--root", type=int, default=None, help="root rank of rooted collectives (default 0)")
     if chunks:
         parser.add_argument("--chunks", "-c", type=int, default=chunks_default, help="chunks per rank")
+
+
+BEST = "best"
+"""``--protocol best``: the fastest protocol at each size, as a runtime choosing per size does."""
+
+
+def add_model_args(parser: argparse.ArgumentParser, best: bool = False, default: str = DEFAULT_MODEL) -> None:
+    """``--model`` (default ``default``), ``--protocol`` (``best`` where offered) and ``--send-us``
+    (alias ``--overhead-us``): the timing model every modeled time of the command uses
+    (docs/nccl.md, "Calibration")."""
+    sends = ", ".join(f"{p} {CALIBRATION.send_us[p]:g}" for p in PROTOCOLS)
+    parser.add_argument(
+        "--model",
+        choices=MODELS,
+        default=default,
+        help=f"timing model: calibrated (80%% of line rate, launch and per-send costs) or ideal "
+        f"(line rate, no costs: SCCL's and TACCL's); default {default}",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=(*PROTOCOLS, BEST) if best else PROTOCOLS,
+        default=DEFAULT_PROTOCOL,
+        help=f"NCCL protocol the times assume (its efficiency and per-send cost); default {DEFAULT_PROTOCOL}"
+        + ("; best: the fastest at each size" if best else ""),
+    )
+    parser.add_argument(
+        "--send-us",
+        "--overhead-us",
+        dest="send_us",
+        type=non_negative_float,
+        default=None,
+        metavar="US",
+        help=f"per-send cost that occupies the connection (default: the model's; calibrated {sends}; ideal 0)",
+    )
+
+
+def params_from_args(args: argparse.Namespace, protocol: str | None = None) -> Params:
+    """The timing parameters ``--model``, ``--protocol`` (or ``protocol``) and ``--send-us`` name."""
+    from synth.timing import model_params
+
+    chosen = protocol or args.protocol
+    return model_params(args.model, None if chosen == BEST else chosen, args.send_us)
 
 
 def add_output_args(parser: argparse.ArgumentParser) -> None:

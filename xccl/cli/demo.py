@@ -2,12 +2,14 @@
 
 1. DGX-1 allgather: the SMT Pareto front (SCCL style, every instance proven sat or unsat).
 2. Two NDv2 machines, allgather: the MILP schedule from the shipped sketch ``ndv2x2-relay``.
-3. The ring baseline on both machines.
+3. The baselines on both machines: the textbook ring (one channel) and NCCL's own layout (its
+   channels as an Algorithm, ``xccl baseline nccl``).
 4. Every algorithm compiled to MSCCL XML (azure dialect) and statically checked.
 5. Every IR executed on the best backend present (the GPU with CuPy, else NumPy) and its outputs
    compared with the NumPy reference.
-6. One table against the ring and the lower bound (the Algorithm model's times, and the compiled
-   XML's in the IR simulator at 1 GiB), and plots, in ``./xccl-demo/``.
+6. One table against NCCL and the lower bound (the Algorithm model's times, the gain over NCCL's
+   layout in the same model, and the compiled XML's time in the IR simulator at 1 GiB), NCCL's own
+   model per machine, and plots, in ``./xccl-demo/``.
 
 The demo shares its output folder with whatever is there: it replaces a file only where it wrote
 that file itself and nobody changed it since (a list of what it wrote, with each file's SHA-256, is
@@ -31,17 +33,25 @@ from common.errors import XcclError
 from common.files import read_json_file, save, save_text
 from common.units import format_size, parse_size
 from synth.collectives import make_collective
+from synth.timing.calibration import DEFAULT_MODEL, MODELS
 from xccl.cli.output import print_table, progress
 
 if TYPE_CHECKING:
     from codegen.ir import IR
     from synth.algorithm import Algorithm
+    from synth.nccl.compare import NcclReference
     from synth.smt.pareto import Front
+    from synth.timing import Params
     from topologies.model import Topology
 
 __all__ = ["register"]
 
 SIZES = ("1KiB", "1MiB", "1GiB")
+RING_LABEL = "textbook ring"
+"""The one-channel ring of the textbooks (and of the papers' baselines), which NCCL never runs here."""
+NCCL_LABEL = "NCCL layout"
+_SUFFIX = {"baseline:ring": "-ring", "baseline:nccl": "-nccl"}
+"""XML names of the baselines (the synthesized ones are named by their S, R, C alone)."""
 RUN_SIZE = "1MiB"
 STAGES = 6
 
@@ -143,6 +153,7 @@ def _done(start: float, text: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from synth.timing import model_params
     from topologies import load
     from xccl.api import best_backend
 
@@ -155,8 +166,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     rows = _with_baselines(dgx1, ndv2x2, front.algorithms, milp)
     rows = _compile(rows, folder)
     rows = _execute(rows, backend)
-    table = _compare(rows, front, (dgx1, ndv2x2), folder)
-    _print_report(table, (dgx1, ndv2x2), folder)
+    params = model_params(args.model)
+    table = _compare(rows, front, (dgx1, ndv2x2), folder, params)
+    _print_report(table, (dgx1, ndv2x2), folder, params)
     return 0
 
 
@@ -196,14 +208,17 @@ def _milp_schedule(ndv2x2: Topology) -> Algorithm:
 
 
 def _with_baselines(dgx1: Topology, ndv2x2: Topology, smt: Sequence[Algorithm], milp: Algorithm) -> list[Row]:
-    """Stage 3: the synthesized algorithms and the ring baseline on each machine (``xccl.synthesize``)."""
+    """Stage 3: the synthesized algorithms, NCCL's layout and the textbook ring on each machine
+    (``xccl.synthesize``)."""
     from xccl.api import synthesize
 
-    t = _stage(3, "ring baselines on both machines")
+    t = _stage(3, "baselines on both machines: NCCL's layout and the textbook ring")
     rows = [Row(dgx1, f"SMT S={a.num_steps} R={a.rounds} C={a.chunks}", a) for a in smt]
-    rows.append(Row(dgx1, "ring baseline", synthesize(dgx1, "allgather", "ring")))
     rows.append(Row(ndv2x2, "MILP (ndv2x2-relay)", milp))
-    rows.append(Row(ndv2x2, "ring baseline", synthesize(ndv2x2, "allgather", "ring")))
+    for machine in (dgx1, ndv2x2):
+        nccl = synthesize(machine, "allgather", "nccl")
+        rows.append(Row(machine, f"{NCCL_LABEL} ({nccl.chunks} ch)", nccl))
+        rows.append(Row(machine, RING_LABEL, synthesize(machine, "allgather", "ring")))
     _done(t, "built and verified")
     return rows
 
@@ -217,7 +232,7 @@ def _compile(rows: list[Row], folder: DemoFolder) -> list[Row]:
     compiled = []
     for row in rows:
         ir = compile_ir(row.algorithm, row.machine, dialect="azure")
-        name = f"{row.algorithm.file_stem}{'-ring' if row.label.startswith('ring') else ''}.xml"
+        name = f"{row.algorithm.file_stem}{_SUFFIX.get(row.algorithm.provenance.method, '')}.xml"
         folder.save(name, write_ir(ir, "azure").encode("utf-8"))
         compiled.append(replace(row, ir=ir))
     _done(t, f"{len(compiled)} XML files, every one passed the checker")
@@ -237,11 +252,14 @@ def _execute(rows: list[Row], backend: str) -> list[Row]:
     return checked
 
 
-def _compare(rows: list[Row], front: Front, machines: Sequence[Topology], folder: DemoFolder) -> list[list]:
-    """Stage 6: the table of modeled times against the lower bound and the compiled XML's time in
-    the IR simulator, and the two plots."""
-    t = _stage(6, "modeled times against the lower bound, the XML in the IR simulator; plots")
-    table = [_table_row(row) for row in rows]
+def _compare(
+    rows: list[Row], front: Front, machines: Sequence[Topology], folder: DemoFolder, params: Params
+) -> list[list]:
+    """Stage 6: the table of modeled times against NCCL and the lower bound, the compiled XML's time
+    in the IR simulator, and the two plots."""
+    t = _stage(6, "modeled times against NCCL and the lower bound, the XML in the IR simulator; plots")
+    nccl = {m.name: _nccl(m, params) for m in machines}
+    table = [_table_row(row, nccl[row.machine.name], params) for row in rows]
     folder.save(FRONT_PNG, _front_png(machines[0], front))
     folder.save(TIMES_PNG, _times_png(rows, machines))
     folder.finish()
@@ -249,13 +267,26 @@ def _compare(rows: list[Row], front: Front, machines: Sequence[Topology], folder
     return table
 
 
-def _table_row(row: Row) -> list:
+def _nccl(machine: Topology, params: Params) -> list[NcclReference]:
+    """NCCL's two estimates of an allgather on ``machine`` at each size (synth.nccl.compare)."""
+    from synth.nccl.compare import nccl_reference
+
+    coll = make_collective("allgather", machine.num_ranks)
+    return [nccl_reference(machine, coll, parse_size(s), params) for s in SIZES]
+
+
+def _gain(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _table_row(row: Row, nccl: list[NcclReference], params: Params) -> list:
     from runtime.sim import simulate as simulate_ir
-    from xccl.api import lower_bound, simulate
+    from synth.cost import simulate
+    from xccl.api import lower_bound
 
     sizes = [parse_size(s) for s in SIZES]
-    times = [simulate(row.algorithm, row.machine, s).time_us for s in sizes]
-    compiled = simulate_ir(row.ir, row.machine, sizes[-1]).time_us
+    times = [simulate(row.algorithm, row.machine, s, params).time_us for s in sizes]
+    compiled = simulate_ir(row.ir, row.machine, sizes[-1], params=params).time_us
     bounds = [lower_bound(row.machine, "allgather", s) for s in sizes]
     algo = row.algorithm
     return [
@@ -265,6 +296,7 @@ def _table_row(row: Row) -> list:
         algo.rounds,
         algo.chunks,
         row.check,
+        *(_gain(ref.gains(x)[0]) for ref, x in zip(nccl, times, strict=True)),
         *(f"{x:.2f}" for x in times),
         *(f"{100 * b / x:.0f}%" for b, x in zip(bounds, times, strict=True)),
         f"{compiled:.2f}",
@@ -299,7 +331,7 @@ def _times_png(rows: list[Row], machines: Sequence[Topology]) -> bytes:
     )
 
 
-def _print_report(table: list[list], machines: Sequence[Topology], folder: DemoFolder) -> None:
+def _print_report(table: list[list], machines: Sequence[Topology], folder: DemoFolder, params: Params) -> None:
     from xccl.api import lower_bound
 
     sizes = [parse_size(s) for s in SIZES]
@@ -312,19 +344,39 @@ def _print_report(table: list[list], machines: Sequence[Topology], folder: DemoF
             "R",
             "C",
             "check",
+            *(f"vs NCCL @{format_size(s)}" for s in sizes),
             *(f"us @{format_size(s)}" for s in sizes),
             *(f"of bound @{format_size(s)}" for s in sizes),
             f"XML us @{format_size(sizes[-1])}",
         ],
         table,
-        title="allgather: synthesized vs ring baseline, modeled time and share of the lower bound",
+        title=f"allgather: synthesized vs NCCL, modeled ({params.label}); vs NCCL = NCCL's layout "
+        f"in the same model / this (above 1x: faster than NCCL); {RING_LABEL} = one channel",
     )
     print()
-    for machine in machines:
+    for machine, rows in zip(machines, _by_machine(table, machines), strict=True):
         bound = [lower_bound(machine, "allgather", s) for s in sizes]
         parts = (f"{x:.2f} us @{format_size(s)}" for x, s in zip(bound, sizes, strict=True))
-        print(f"lower bound on {machine.name}: " + ", ".join(parts))
+        print(f"lower bound on {machine.name} (line rate): " + ", ".join(parts))
+        print(_model_line(machine, rows, sizes, params))
     print(f"files: {', '.join(sorted(folder.written))} in {folder.path}/")
+
+
+def _by_machine(table: list[list], machines: Sequence[Topology]) -> list[list[list]]:
+    return [[row for row in table if row[0] == m.name] for m in machines]
+
+
+def _model_line(machine: Topology, rows: list[list], sizes: list[int], params: Params) -> str:
+    """NCCL's own model on ``machine`` at each size, and the best synthesized row's gain over it."""
+    refs = _nccl(machine, params)
+    synthesized = [r for r in rows if not r[1].startswith((RING_LABEL, NCCL_LABEL))]
+    parts = []
+    for k, (ref, size) in enumerate(zip(refs, sizes, strict=True)):
+        best = min(float(r[9 + k]) for r in synthesized)
+        parts.append(
+            f"{ref.model_us:.2f} us {ref.model_pick} @{format_size(size)} (best here {_gain(ref.gains(best)[1])})"
+        )
+    return f"NCCL's own model on {machine.name} (modeled): " + ", ".join(parts)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -337,5 +389,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "-f", "--force", action="store_true", help="replace files in --out that the demo did not write"
+    )
+    p.add_argument(
+        "--model",
+        choices=MODELS,
+        default=DEFAULT_MODEL,
+        help=f"timing model of the table (default {DEFAULT_MODEL}; ideal: SCCL's and TACCL's; docs/nccl.md)",
     )
     p.set_defaults(func=cmd_demo)

@@ -6,7 +6,7 @@ import argparse
 
 from common.units import format_size, parse_size
 from xccl.cli.choices import MILP_COLLECTIVES, MILP_SOLVERS, MILP_STAGE_TIME_LIMIT_S, MILP_TIME_LIMIT_S
-from xccl.cli.common import non_negative_float, positive_seconds, topology_from_args
+from xccl.cli.common import add_model_args, params_from_args, positive_seconds, topology_from_args
 from xccl.cli.output import progress
 from xccl.cli.solving import EXIT_INTERRUPTED, describe_limits, long_command, positive_int
 
@@ -16,7 +16,7 @@ __all__ = ["register"]
 @long_command
 def cmd_milp(args: argparse.Namespace) -> int:
     from common.files import check_writable
-    from synth.cost import algbw_GBps
+    from synth.cost import simulate
     from synth.errors import AlgorithmFormatError
     from synth.milp.pipeline import Options
     from synth.milp.synthesis import synthesize
@@ -26,13 +26,14 @@ def cmd_milp(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     size = parse_size(args.size) if args.size is not None else None
     limits = describe_limits(args.time_limit, args.stage_time_limit, "stage solve")
+    params = params_from_args(args)
     options = Options(
         solver=args.solver,
         time_limit_s=args.time_limit,
         stage_time_limit_s=args.stage_time_limit,
         threads=args.threads,
         chunkup=args.chunkup,
-        overhead_us=args.overhead_us,
+        params=params,
     )
     try:
         result = synthesize(
@@ -42,14 +43,14 @@ def cmd_milp(args: argparse.Namespace) -> int:
         progress("milp: interrupted before an algorithm was verified; nothing written")
         return EXIT_INTERRUPTED
     algo = result.algorithm
-    params = dict(algo.provenance.params)
-    size = params.get("size_bytes", size)
+    size = dict(algo.provenance.params).get("size_bytes", size)
     note = " (interrupted: best verified result kept)" if result.interrupted else ""
     if result.timed_out and not result.interrupted:
         note = " (stopped at the time limit: best verified result kept)"
+    modeled = simulate(algo, topo, float(size), params)  # the file's time, as `xccl cost` gives it
     summary = (
         f"{algo.name}: verified; {algo.num_sends} sends, chunkup {result.chunkup}, "
-        f"modeled {result.makespan_us:.2f} us = {algbw_GBps(float(size), result.makespan_us):.2f} GB/s algbw "
+        f"modeled {modeled.time_us:.2f} us ({modeled.model}) = {modeled.algbw_GBps:.2f} GB/s algbw "
         f"at {format_size(int(size))}; {algo.provenance.solver} in {result.seconds:.1f} s, {limits}{note}"
     )
     if args.output:
@@ -82,7 +83,7 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_solver_args(p: argparse.ArgumentParser) -> None:
-    """How to solve: back end, time limits, threads, chunkup, per-send overhead."""
+    """How to solve: back end, time limits, threads, chunkup, the timing model."""
     p.add_argument(
         "--solver",
         choices=MILP_SOLVERS,
@@ -113,13 +114,7 @@ def _add_solver_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="pieces per chunk (default: the sketch's, or automatic)",
     )
-    p.add_argument(
-        "--overhead-us",
-        type=non_negative_float,
-        default=0.0,
-        metavar="US",
-        help="per-send link occupancy of the target runtime; above 0, stage 3 may merge consecutive network sends",
-    )
+    add_model_args(p, default="ideal")  # TACCL's model, which the shipped sketches were tuned in
 
 
 def register(methods: argparse._SubParsersAction) -> None:
