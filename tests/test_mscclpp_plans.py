@@ -53,7 +53,7 @@ def _baseline_cases() -> list[tuple[str, str, str, bool]]:
 
 def _baseline(name: str, kind: str, coll: str):
     topo = load(name)
-    return make_baseline(kind, topo, make_collective(coll, 8, default_chunks(kind, coll, 8))), topo
+    return make_baseline(kind, topo, make_collective(coll, 8, default_chunks(kind, coll, 8, topo))), topo
 
 
 CASES = _baseline_cases()
