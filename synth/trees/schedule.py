@@ -1,0 +1,154 @@
+"""From a tree packing to an allgather Algorithm: chunks shared out by rate, pipelined down each tree.
+
+Each rank's buffer is cut into C chunks; a representative root's chunks go to its trees in
+proportion to their rates (largest remainders), and every image of the root does the same on the
+images of the trees. Chunk j of a tree leaves a vertex at depth d in step j + d, so the chunks
+follow each other down the tree one step apart: the Algorithm's steps are the waves of a pipeline,
+and the timing engine (which has no barrier between steps) lets every send go as soon as its chunk
+has arrived and its links are free.
+
+C is chosen where the modeled time is least: more chunks match the rates more closely and fill
+the pipeline sooner, at the price of more sends (:func:`choose_chunks`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from common.units import BYTES_PER_US_PER_GBPS
+from synth.algorithm import Algorithm, Provenance, Send, Step
+from synth.collectives import SLOTS, make_collective
+from synth.trees.packing import Packing, tree_depths
+
+if TYPE_CHECKING:
+    from topologies.model import Topology
+
+__all__ = ["MAX_CHUNKS", "Allocation", "allocate", "choose_chunks", "schedule"]
+
+MAX_CHUNKS = 64
+"""Most chunks per rank :func:`choose_chunks` considers."""
+MAX_SENDS = 4_000_000
+"""Most sends :func:`choose_chunks` lets a schedule have (each costs about 200 bytes to hold)."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Chunks per rank, and how many of them each tree of the packing carries (same order)."""
+
+    chunks: int
+    per_tree: tuple[int, ...]
+    stretch: float
+    """The busiest resource's time over the packing's (1.0: the rates are met exactly)."""
+
+
+def allocate(packing: Packing, chunks: int) -> Allocation:
+    """Share ``chunks`` per rank among each root's trees by largest remainders of their rates."""
+    per_tree = [0] * len(packing.trees)
+    for rep in packing.group.reps:
+        idx = [i for i, t in enumerate(packing.trees) if t.root == rep]
+        weights = np.array([packing.trees[i].weight_GBps for i in idx])
+        share = chunks * weights / weights.sum()
+        count = np.floor(share).astype(int)
+        for k in np.argsort(-(share - count), kind="stable")[: chunks - count.sum()]:
+            count[k] += 1
+        for i, c in zip(idx, count, strict=True):
+            per_tree[i] = int(c)
+    load = sum(c * t.load for c, t in zip(per_tree, packing.trees, strict=True))
+    busiest = float(np.max(load / packing.classes.capacity))
+    return Allocation(chunks, tuple(per_tree), busiest * packing.rate_GBps / chunks)
+
+
+def _fill_us(packing: Packing, topology: Topology, allocation: Allocation, size_bytes: float) -> float:
+    """A rough pipeline fill: the deepest tree's hops, each a chunk over the slowest link plus its latency."""
+    logical = topology.logical()
+    slowest = min(link.bandwidth_GBps for link in logical.links.values())
+    alpha = max(link.alpha_us for link in logical.links.values())
+    depth = max(
+        int(tree_depths(t.parent, t.root).max())
+        for t, c in zip(packing.trees, allocation.per_tree, strict=True)
+        if c
+    )
+    chunk = size_bytes / (topology.num_ranks * allocation.chunks)
+    return depth * (alpha + chunk / (slowest * BYTES_PER_US_PER_GBPS))
+
+
+def choose_chunks(packing: Packing, topology: Topology, size_bytes: float) -> Allocation:
+    """The chunks per rank (up to :data:`MAX_CHUNKS`, within the collective's size limits and
+    :data:`MAX_SENDS`) whose estimated time at ``size_bytes`` is least: the busiest resource at
+    the rounded rates plus the deepest tree's fill."""
+    n = topology.num_ranks
+    ideal_us = size_bytes / n / (packing.rate_GBps * BYTES_PER_US_PER_GBPS)
+    most = max(1, min(MAX_CHUNKS, SLOTS.value // (n * n), MAX_SENDS // max(1, n * (n - 1))))
+    best: tuple[float, Allocation] | None = None
+    for chunks in range(1, most + 1):
+        allocation = allocate(packing, chunks)
+        estimate = allocation.stretch * ideal_us + _fill_us(packing, topology, allocation, size_bytes)
+        if best is None or estimate < best[0] * (1 - 1e-3):
+            best = (estimate, allocation)
+    assert best is not None
+    return best[1]
+
+
+def _sibling_order(packing: Packing, parent: np.ndarray, child: np.ndarray) -> np.ndarray:
+    """Each arc's place among the arcs leaving the same vertex, by orbit: the k-th arcs of all the
+    images of a tree form one orbit (on a switch, a permutation of the ranks), so sending them in
+    the same slot keeps ports from colliding."""
+    orbit = packing.classes.of[parent, child]
+    order = np.lexsort((child, orbit, parent))
+    place = np.empty(len(child), dtype=np.int64)
+    starts = np.r_[0, np.flatnonzero(np.diff(parent[order])) + 1]
+    within = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    place[order] = within
+    return place
+
+
+def _sends(packing: Packing, allocation: Allocation) -> np.ndarray:
+    """Every send as a row ``(wave, place, chunk, src, dst)``: chunk j of a tree with k of a root's
+    C chunks leaves a vertex at depth d in wave ``floor(j * C / k) + d`` (each tree's chunks spread
+    over the schedule by its rate), ``place`` its slot among the vertex's arcs."""
+    elements = packing.group.elements
+    c = allocation.chunks
+    rows = []
+    first = {int(a): 0 for a in packing.group.reps}
+    for tree, count in zip(packing.trees, allocation.per_tree, strict=True):
+        if not count:
+            continue
+        slots = first[tree.root] + np.arange(count)
+        first[tree.root] += count
+        child = np.flatnonzero(tree.parent >= 0)
+        parent = tree.parent[child]
+        wave = (np.arange(count) * c // count)[np.newaxis, :, np.newaxis]
+        wave = wave + tree_depths(tree.parent, tree.root)[parent][np.newaxis, np.newaxis, :]
+        place = _sibling_order(packing, parent, child)[np.newaxis, np.newaxis, :]
+        chunk = elements[:, tree.root][:, np.newaxis, np.newaxis] * c + slots[np.newaxis, :, np.newaxis]
+        src = elements[:, parent][:, np.newaxis, :]
+        dst = elements[:, child][:, np.newaxis, :]
+        shape = (len(elements), count, len(child))
+        columns = [np.broadcast_to(a, shape).ravel() for a in (wave, place, chunk, src, dst)]
+        rows.append(np.stack(columns, axis=1))
+    return np.concatenate(rows)
+
+
+def schedule(packing: Packing, topology: Topology, allocation: Allocation, solve_time_s: float) -> Algorithm:
+    """The allgather Algorithm of ``packing`` with ``allocation`` (module docstring); not verified."""
+    n = topology.num_ranks
+    collective = make_collective("allgather", n, allocation.chunks)
+    rows = _sends(packing, allocation)
+    rows = rows[np.lexsort(rows.T[::-1])]
+    capacity = topology.chunk_capacity()
+    bounds = np.flatnonzero(np.any(np.diff(rows[:, :2], axis=0), axis=1)) + 1
+    steps = []
+    for block in np.split(rows[:, 2:], bounds):
+        sends = tuple(Send(ch, s, d) for ch, s, d in block.tolist())
+        steps.append(Step(capacity.rounds_needed((x.src, x.dst) for x in sends), sends))
+    params = (
+        ("chunks", allocation.chunks),
+        ("group", packing.group.name),
+        ("rate_GBps", round(packing.rate_GBps, 6)),
+        ("trees", sum(1 for c in allocation.per_tree if c)),
+    )
+    prov = Provenance("trees", "highs", solve_time_s, packing.optimal, params=params)
+    return Algorithm(collective, topology.name, tuple(steps), prov)
