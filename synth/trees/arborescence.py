@@ -34,7 +34,6 @@ def min_arborescence(cost: np.ndarray, root: int) -> np.ndarray:
     vertices (``parent[root] == -1``); raises :class:`InfeasibleError` when some vertex cannot be
     reached. Ties go to the lower-numbered parent."""
     c = np.array(cost, dtype=float)
-    n = len(c)
     np.fill_diagonal(c, np.inf)
     c[:, root] = np.inf
     return _solve(c, root)

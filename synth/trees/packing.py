@@ -278,7 +278,7 @@ def pack(
             if total > 0:
                 upper = min(upper, x / total)
             if log is not None:
-                log(f"trees: iteration {iterations}: rate {x:.6g} GB/s per rank, bound {upper:.6g}")
+                log(f"iteration {iterations}: rate {x:.6g} GB/s per rank, bound {upper:.6g}")
             if not found:
                 upper = x  # no tree improves: the restricted LP is optimal
                 break

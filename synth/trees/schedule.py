@@ -2,8 +2,9 @@
 
 Each rank's buffer is cut into C chunks; a representative root's chunks go to its trees in
 proportion to their rates (largest remainders), and every image of the root does the same on the
-images of the trees. Chunk j of a tree leaves a vertex at depth d in step j + d, so the chunks
-follow each other down the tree one step apart: the Algorithm's steps are the waves of a pipeline,
+images of the trees. Chunk j of a tree carrying k of a root's C chunks leaves a vertex at depth d
+in step ``floor(j C / k) + d``, so the chunks follow each other down the tree, spread over the C
+waves by the tree's rate: the Algorithm's steps are the waves of a pipeline,
 and the timing engine (which has no barrier between steps) lets every send go as soon as its chunk
 has arrived and its links are free.
 
@@ -13,6 +14,7 @@ the pipeline sooner, at the price of more sends (:func:`choose_chunks`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,7 +28,7 @@ from synth.trees.packing import Packing, tree_depths
 if TYPE_CHECKING:
     from topologies.model import Topology
 
-__all__ = ["MAX_CHUNKS", "Allocation", "allocate", "choose_chunks", "schedule"]
+__all__ = ["MAX_CHUNKS", "MAX_SENDS", "Allocation", "allocate", "choose_chunks", "chunk_choices", "schedule"]
 
 MAX_CHUNKS = 64
 """Most chunks per rank :func:`choose_chunks` considers."""
@@ -75,40 +77,37 @@ def _fill_us(packing: Packing, topology: Topology, allocation: Allocation, size_
     return depth * (alpha + chunk / (slowest * BYTES_PER_US_PER_GBPS))
 
 
-def choose_chunks(packing: Packing, topology: Topology, size_bytes: float) -> Allocation:
-    """The chunks per rank (up to :data:`MAX_CHUNKS`, within the collective's size limits and
-    :data:`MAX_SENDS`) whose estimated time at ``size_bytes`` is least: the busiest resource at
-    the rounded rates plus the deepest tree's fill."""
+def chunk_choices(topology: Topology, most_sends: int = MAX_SENDS) -> range:
+    """The chunks per rank :func:`choose_chunks` may pick on ``topology``: up to :data:`MAX_CHUNKS`,
+    within the collective's size limit and ``most_sends`` (an allgather sends every chunk to every
+    other rank: ``n (n - 1) C`` sends), and at least one."""
+    n = topology.num_ranks
+    return range(1, max(1, min(MAX_CHUNKS, SLOTS.value // (n * n), most_sends // max(1, n * (n - 1)))) + 1)
+
+
+def choose_chunks(
+    packing: Packing, topology: Topology, size_bytes: float, choices: Iterable[int] | None = None
+) -> Allocation:
+    """The chunks per rank among ``choices`` (default :func:`chunk_choices`) whose estimated time
+    at ``size_bytes`` is least: the busiest resource at the rounded rates plus the deepest tree's
+    fill; a larger count must gain 0.1% to be taken."""
     n = topology.num_ranks
     ideal_us = size_bytes / n / (packing.rate_GBps * BYTES_PER_US_PER_GBPS)
-    most = max(1, min(MAX_CHUNKS, SLOTS.value // (n * n), MAX_SENDS // max(1, n * (n - 1))))
     best: tuple[float, Allocation] | None = None
-    for chunks in range(1, most + 1):
+    for chunks in choices if choices is not None else chunk_choices(topology):
         allocation = allocate(packing, chunks)
         estimate = allocation.stretch * ideal_us + _fill_us(packing, topology, allocation, size_bytes)
         if best is None or estimate < best[0] * (1 - 1e-3):
             best = (estimate, allocation)
-    assert best is not None
+    if best is None:
+        raise ValueError("choose_chunks: no chunk count to choose from")
     return best[1]
 
 
-def _sibling_order(packing: Packing, parent: np.ndarray, child: np.ndarray) -> np.ndarray:
-    """Each arc's place among the arcs leaving the same vertex, by orbit: the k-th arcs of all the
-    images of a tree form one orbit (on a switch, a permutation of the ranks), so sending them in
-    the same slot keeps ports from colliding."""
-    orbit = packing.classes.of[parent, child]
-    order = np.lexsort((child, orbit, parent))
-    place = np.empty(len(child), dtype=np.int64)
-    starts = np.r_[0, np.flatnonzero(np.diff(parent[order])) + 1]
-    within = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    place[order] = within
-    return place
-
-
 def _sends(packing: Packing, allocation: Allocation) -> np.ndarray:
-    """Every send as a row ``(wave, place, chunk, src, dst)``: chunk j of a tree with k of a root's
-    C chunks leaves a vertex at depth d in wave ``floor(j * C / k) + d`` (each tree's chunks spread
-    over the schedule by its rate), ``place`` its slot among the vertex's arcs."""
+    """Every send as a row ``(wave, chunk, src, dst)``: chunk j of a tree with k of a root's C
+    chunks leaves a vertex at depth d in wave ``floor(j * C / k) + d`` (each tree's chunks spread
+    over the schedule by its rate)."""
     elements = packing.group.elements
     c = allocation.chunks
     rows = []
@@ -122,12 +121,11 @@ def _sends(packing: Packing, allocation: Allocation) -> np.ndarray:
         parent = tree.parent[child]
         wave = (np.arange(count) * c // count)[np.newaxis, :, np.newaxis]
         wave = wave + tree_depths(tree.parent, tree.root)[parent][np.newaxis, np.newaxis, :]
-        place = _sibling_order(packing, parent, child)[np.newaxis, np.newaxis, :]
         chunk = elements[:, tree.root][:, np.newaxis, np.newaxis] * c + slots[np.newaxis, :, np.newaxis]
         src = elements[:, parent][:, np.newaxis, :]
         dst = elements[:, child][:, np.newaxis, :]
         shape = (len(elements), count, len(child))
-        columns = [np.broadcast_to(a, shape).ravel() for a in (wave, place, chunk, src, dst)]
+        columns = [np.broadcast_to(a, shape).ravel() for a in (wave, chunk, src, dst)]
         rows.append(np.stack(columns, axis=1))
     return np.concatenate(rows)
 
@@ -139,9 +137,9 @@ def schedule(packing: Packing, topology: Topology, allocation: Allocation, solve
     rows = _sends(packing, allocation)
     rows = rows[np.lexsort(rows.T[::-1])]
     capacity = topology.chunk_capacity()
-    bounds = np.flatnonzero(np.any(np.diff(rows[:, :2], axis=0), axis=1)) + 1
+    bounds = np.flatnonzero(np.diff(rows[:, 0])) + 1
     steps = []
-    for block in np.split(rows[:, 2:], bounds):
+    for block in np.split(rows[:, 1:], bounds):
         sends = tuple(Send(ch, s, d) for ch, s, d in block.tolist())
         steps.append(Step(capacity.rounds_needed((x.src, x.dst) for x in sends), sends))
     params = (

@@ -1,0 +1,163 @@
+"""Tree-packing synthesis: allgather, reducescatter and allreduce, bandwidth-optimal at any scale.
+
+An allgather is solved directly (:mod:`synth.trees.packing`, then :mod:`synth.trees.schedule`);
+the others through the reductions every synthesizer shares: reducescatter as the allgather of
+the reversed topology run backwards (:data:`synth.reductions.DUAL`), allreduce as reducescatter
+then allgather (:data:`synth.reductions.REDUCESCATTER_ALLGATHER`). With ``hierarchical``, an
+allgather on identical machines is first split into one between the machines and one inside a
+machine (:data:`synth.reductions.hierarchy.HIERARCHY`), each packed on its own, far smaller, graph.
+
+Every allgather is packed under the largest symmetry group found (:mod:`synth.trees.symmetry`),
+so ``dgx-h100x64`` packs the trees of one root and lifts them onto 512. The result is verified on
+the whole topology by the reductions' ``invert`` or here; its modeled time is the timing engine's.
+
+>>> from topologies import load
+>>> result = synthesize(load("ring:4"), "allgather", size_bytes=1 << 20)
+>>> result.algorithm.provenance.method, result.optimal
+('trees', True)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from synth.collectives import make_collective
+from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
+from synth.errors import InfeasibleError
+from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Solution
+from synth.reductions.hierarchy import HIERARCHY, Machines, machines_of
+from synth.trees.packing import Packing, pack, pair_classes
+from synth.trees.schedule import MAX_SENDS, choose_chunks, chunk_choices, schedule
+from synth.trees.symmetry import find_group
+from topologies.model import Topology
+
+__all__ = ["TreesResult", "synthesize"]
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TreesResult:
+    """A verified algorithm, and the packings it was built from (one per allgather solved)."""
+
+    algorithm: object
+    packings: tuple[Packing, ...]
+    seconds: float
+    interrupted: bool
+
+    @property
+    def optimal(self) -> bool:
+        """Every packing's rate is proven optimal (its dual bound met): the schedule's throughput
+        is the topology's best; its time still pays the pipeline's fill and the chunks' rounding."""
+        return all(p.optimal for p in self.packings)
+
+
+@dataclass
+class _Run:
+    """What the solves of one synthesis share: the deadline, the progress line, the chunk counts
+    chosen by role (so an allreduce's allgather matches its reducescatter), the packings found."""
+
+    deadline: float
+    log: Log | None
+    most_sends: int
+    hierarchical: bool
+    chunks: dict[str, int] = field(default_factory=dict)
+    packings: list[Packing] = field(default_factory=list)
+    interrupted: bool = False
+
+    def say(self, message: str) -> None:
+        if self.log is not None:
+            self.log(f"trees: {message}")
+
+
+def synthesize(
+    topology: Topology,
+    collective: str,
+    *,
+    size_bytes: float = float(1 << 30),
+    time_limit_s: float = TREES_TIME_LIMIT_S,
+    hierarchical: bool = False,
+    max_sends: int = MAX_SENDS,
+    log: Log | None = None,
+) -> TreesResult:
+    """A verified ``collective`` (allgather, reducescatter or allreduce) on ``topology`` from tree
+    packings, its chunks chosen for buffers of ``size_bytes``; ``time_limit_s`` bounds the packing
+    searches in all (each then keeps its best packing). Ctrl-C ends the search in progress, keeps
+    its packing and skips the searches after it, so a valid algorithm still comes out."""
+    if collective not in TREES_COLLECTIVES:
+        raise InfeasibleError(f"tree packing synthesizes {', '.join(TREES_COLLECTIVES)}, not {collective!r}")
+    began = time.perf_counter()
+    n = topology.num_ranks
+    if n < 2:
+        raise InfeasibleError(f"{collective} on {topology.name}: tree packing needs at least 2 ranks")
+    if hierarchical:
+        machines_of(topology)  # refused before any work: one machine, or machines not alike
+    run = _Run(began + time_limit_s, log, max_sends, hierarchical)
+    run.say(f"{collective} on {topology.name} ({n} ranks), time limit {time_limit_s:g} s")
+    chunks = n if collective == "allreduce" else 1
+    problem = Problem(topology, make_collective(collective, n, chunks))
+    solution = _solve(problem, float(size_bytes) / n, run, "")
+    algo = solution.algorithm
+    if collective == "allgather" and not hierarchical:
+        algo.verify(topology)  # the other paths are verified by their reductions' invert
+    run.say(f"verified: {algo.num_sends} sends, {algo.chunks} chunks per rank")
+    return TreesResult(algo, tuple(run.packings), time.perf_counter() - began, run.interrupted)
+
+
+def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Solution:
+    """``problem`` solved by its reduction, or packed when it is an allgather; ``shard_bytes``: the
+    bytes of one rank's data in the allgather."""
+    name = problem.collective.name
+    if name == "allreduce":
+        reduced = REDUCESCATTER_ALLGATHER.apply(problem)
+        return reduced.invert([_solve(sub, shard_bytes, run, role) for sub in reduced.subproblems])
+    if name == "reducescatter":
+        reduced = DUAL.apply(problem)
+        return reduced.invert([_solve(reduced.subproblems[0], shard_bytes, run, role)])
+    if run.hierarchical and not role:
+        return _hierarchical(problem, shard_bytes, run)
+    return _allgather(problem, shard_bytes, run, role or "flat")
+
+
+def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Solution:
+    """The allgather between machines (one rail) and inside one machine, packed each; the inner
+    chunks are chosen among the divisors of what each rail holds, so the lift needs no refining."""
+    reduced = HIERARCHY.apply(problem)
+    machines: Machines = reduced.data
+    between, within = reduced.subproblems
+    run.say(f"{reduced.via}")
+    first = _allgather(between, shard_bytes, run, "between")
+    held = machines.count * first.algorithm.chunks
+    choices = [c for c in range(1, held + 1) if held % c == 0]
+    second = _allgather(within, shard_bytes * machines.count, run, "within", choices)
+    return reduced.invert([first, second])
+
+
+def _allgather(
+    problem: Problem, shard_bytes: float, run: _Run, role: str, choices: list[int] | None = None
+) -> Solution:
+    """The packing of ``problem``'s topology under its symmetry and the schedule built from it,
+    with the chunk count chosen for ``shard_bytes`` per rank (or the one this role already used)."""
+    topo = problem.topology
+    began = time.perf_counter()
+    group = find_group(topo)
+    run.say(f"{topo.name}: symmetry {group.name} ({len(group.reps)} of {topo.num_ranks} roots packed)")
+    classes = pair_classes(topo, group)
+    left = 0.0 if run.interrupted else max(0.0, run.deadline - time.perf_counter())
+    packing = pack(topo, classes, time_limit_s=left, log=run.say)
+    run.interrupted = run.interrupted or packing.interrupted
+    run.packings.append(packing)
+    state = "optimal" if packing.optimal else f"bound {packing.upper_GBps:.6g}"
+    run.say(f"{topo.name}: {packing.rate_GBps:.6g} GB/s per rank ({state}), {len(packing.trees)} trees")
+    if role in run.chunks:
+        choices = [run.chunks[role]]
+    elif choices is None:
+        choices = list(chunk_choices(topo, run.most_sends))
+    size = shard_bytes * topo.num_ranks
+    allocation = choose_chunks(packing, topo, size, choices)
+    run.chunks[role] = allocation.chunks
+    algo = schedule(packing, topo, allocation, time.perf_counter() - began)
+    run.say(f"{topo.name}: {allocation.chunks} chunks per rank, {algo.num_sends} sends")
+    return Solution(algo)
