@@ -188,8 +188,10 @@ def lift_between(algo: Algorithm, machines: Machines) -> list[np.ndarray]:
 
 def lift_within(algo: Algorithm, machines: Machines, chunks: int) -> list[np.ndarray]:
     """The machine's schedule in every machine: its chunk ``i*C2 + j`` stands for the j-th of C2
-    equal shares of rail i's ``K * chunks`` chunks (machine m's chunk c being share item
-    ``m * chunks + c``)."""
+    equal shares of rail i's ``K * chunks`` chunks, machine m's chunk c being item ``c * K + m``:
+    the shares follow the order in which the rail's pipeline delivers the chunks (chunk-major), so
+    the inner schedule forwards what has arrived and, run backwards (a reducescatter), hands the
+    network part its chunks in the order it sends them."""
     k, g, c2 = machines.count, machines.size, algo.chunks
     share = k * chunks // c2
     where = np.arange(k) * g
@@ -197,7 +199,7 @@ def lift_within(algo: Algorithm, machines: Machines, chunks: int) -> list[np.nda
     for rows in _rows(algo):
         i, j = rows[:, 0] // c2, rows[:, 0] % c2
         item = j[:, np.newaxis] * share + np.arange(share)[np.newaxis, :]  # sends x share
-        chunk = ((item // chunks) * g + i[:, np.newaxis]) * chunks + item % chunks
+        chunk = ((item % k) * g + i[:, np.newaxis]) * chunks + item // k
         shape = (len(rows), share, k)
         lifted = [
             np.broadcast_to(chunk[:, :, np.newaxis], shape),

@@ -23,17 +23,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from synth.baselines import BASELINES, make_baseline
 from synth.collectives import make_collective
 from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from synth.errors import InfeasibleError
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Solution
 from synth.reductions.hierarchy import HIERARCHY, Machines, machines_of
 from synth.trees.packing import Packing, pack, pair_classes
-from synth.trees.schedule import MAX_SENDS, choose_chunks, chunk_choices, schedule
+from synth.trees.schedule import MAX_CHUNKS, MAX_SENDS, choose_chunks, chunk_choices, schedule
 from synth.trees.symmetry import find_group
 from topologies.model import Topology
 
-__all__ = ["TreesResult", "synthesize"]
+__all__ = ["WITHIN", "TreesResult", "synthesize"]
+
+WITHIN = ("trees", "smt", *(kind for kind in BASELINES if kind != "hierarchical"))
+"""How the allgather inside a machine is made in a hierarchical synthesis."""
 
 Log = Callable[[str], None]
 
@@ -63,6 +67,7 @@ class _Run:
     log: Log | None
     most_sends: int
     hierarchical: bool
+    within: str = "trees"
     chunks: dict[str, int] = field(default_factory=dict)
     packings: list[Packing] = field(default_factory=list)
     interrupted: bool = False
@@ -79,12 +84,15 @@ def synthesize(
     size_bytes: float = float(1 << 30),
     time_limit_s: float = TREES_TIME_LIMIT_S,
     hierarchical: bool = False,
+    within: str = "trees",
     max_sends: int = MAX_SENDS,
     log: Log | None = None,
 ) -> TreesResult:
     """A verified ``collective`` (allgather, reducescatter or allreduce) on ``topology`` from tree
     packings, its chunks chosen for buffers of ``size_bytes``; ``time_limit_s`` bounds the packing
-    searches in all (each then keeps its best packing). Ctrl-C ends the search in progress, keeps
+    searches in all (each then keeps its best packing). ``hierarchical``: the allgathers on identical
+    machines as one between machines (packed) and one inside a machine, by ``within``: ``trees``,
+    ``smt`` (fewest steps) or a baseline's name (``ring``). Ctrl-C ends the search in progress, keeps
     its packing and skips the searches after it, so a valid algorithm still comes out."""
     if collective not in TREES_COLLECTIVES:
         raise InfeasibleError(f"tree packing synthesizes {', '.join(TREES_COLLECTIVES)}, not {collective!r}")
@@ -92,9 +100,11 @@ def synthesize(
     n = topology.num_ranks
     if n < 2:
         raise InfeasibleError(f"{collective} on {topology.name}: tree packing needs at least 2 ranks")
+    if within not in WITHIN:
+        raise InfeasibleError(f"within: expected one of {', '.join(WITHIN)}, got {within!r}")
     if hierarchical:
         machines_of(topology)  # refused before any work: one machine, or machines not alike
-    run = _Run(began + time_limit_s, log, max_sends, hierarchical)
+    run = _Run(began + time_limit_s, log, max_sends, hierarchical, within)
     run.say(f"{collective} on {topology.name} ({n} ranks), time limit {time_limit_s:g} s")
     chunks = n if collective == "allreduce" else 1
     problem = Problem(topology, make_collective(collective, n, chunks))
@@ -131,8 +141,29 @@ def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Solution:
     first = _allgather(between, shard_bytes, run, "between")
     held = machines.count * first.algorithm.chunks
     choices = [c for c in range(1, held + 1) if held % c == 0]
-    second = _allgather(within, shard_bytes * machines.count, run, "within", choices)
+    if run.within == "trees":
+        second = _allgather(within, shard_bytes * machines.count, run, "within", choices)
+    else:
+        second = _inside(within, run, max(c for c in choices if c <= MAX_CHUNKS))
     return reduced.invert([first, second])
+
+
+def _inside(problem: Problem, run: _Run, chunks: int) -> Solution:
+    """The allgather inside a machine by SMT (fewest steps, one chunk per rank) or a baseline
+    (``chunks`` per rank, so it pipelines and the lift needs no refining)."""
+    topo = problem.topology
+    if run.within == "smt":
+        from synth.smt import least_steps
+
+        left = max(1.0, run.deadline - time.perf_counter())
+        found = least_steps(topo, problem.collective, time_limit_s=left)
+        if found.algorithm is None:
+            raise InfeasibleError(f"allgather on {topo.name}: {found.message()}")
+        algo = found.algorithm
+    else:
+        algo = make_baseline(run.within, topo, make_collective("allgather", topo.num_ranks, chunks))
+    run.say(f"{topo.name}: {algo.provenance.method}, {algo.chunks} chunks per rank, {algo.num_sends} sends")
+    return Solution(algo)
 
 
 def _allgather(

@@ -6,6 +6,7 @@ import argparse
 
 from common.units import format_size, parse_size
 from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
+from xccl.cli.choices import RegistryNames
 from xccl.cli.common import positive_seconds, topology_from_args
 from xccl.cli.output import progress
 from xccl.cli.solving import EXIT_INTERRUPTED, describe_limits, long_command
@@ -13,15 +14,18 @@ from xccl.cli.solving import EXIT_INTERRUPTED, describe_limits, long_command
 __all__ = ["register"]
 
 DEFAULT_SIZE = "1GiB"
+WITHIN = RegistryNames("synth.trees.synthesis", "WITHIN")
 
 
 @long_command
 def cmd_trees(args: argparse.Namespace) -> int:
     from common.files import check_writable
     from synth.cost import simulate
-    from synth.errors import AlgorithmFormatError
+    from synth.errors import AlgorithmFormatError, InfeasibleError
     from synth.trees import synthesize
 
+    if args.within is not None and not args.hierarchical:
+        raise InfeasibleError("--within: says how a hierarchical synthesis works inside a machine; add --hierarchical")
     if args.output:
         check_writable(args.output, args.force, AlgorithmFormatError)
     size = parse_size(args.size)
@@ -34,6 +38,7 @@ def cmd_trees(args: argparse.Namespace) -> int:
             size_bytes=size,
             time_limit_s=args.time_limit,
             hierarchical=args.hierarchical,
+            within=args.within or "trees",
             log=progress,
         )
     except KeyboardInterrupt:
@@ -83,6 +88,13 @@ def register(methods: argparse._SubParsersAction) -> None:
         action="store_true",
         help="on identical machines: pack the trees between machines (one rail) and inside one machine "
         "apart, and compose them (far smaller problems; optimal only where the network binds)",
+    )
+    p.add_argument(
+        "--within",
+        choices=WITHIN,
+        default=None,
+        metavar="METHOD",
+        help="with --hierarchical: how the allgather inside a machine is made, one of %(choices)s (default trees)",
     )
     p.add_argument(
         "--time-limit",
