@@ -27,7 +27,7 @@ from synth.baselines import BASELINES, make_baseline
 from synth.collectives import make_collective
 from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from synth.errors import InfeasibleError
-from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Solution
+from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution
 from synth.reductions.hierarchy import HIERARCHY, Machines, machines_of
 from synth.trees.packing import Packing, pack, pair_classes
 from synth.trees.schedule import MAX_CHUNKS, MAX_SENDS, choose_chunks, chunk_choices, schedule
@@ -111,6 +111,7 @@ def synthesize(
     solution = _solve(problem, float(size_bytes) / n, run, "")
     algo = solution.algorithm
     if collective == "allgather" and not hierarchical:
+        run.say(f"verifying {algo.num_sends} sends")
         algo.verify(topology)  # the other paths are verified by their reductions' invert
     run.say(f"verified: {algo.num_sends} sends, {algo.chunks} chunks per rank")
     return TreesResult(algo, tuple(run.packings), time.perf_counter() - began, run.interrupted)
@@ -122,10 +123,10 @@ def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Soluti
     name = problem.collective.name
     if name == "allreduce":
         reduced = REDUCESCATTER_ALLGATHER.apply(problem)
-        return reduced.invert([_solve(sub, shard_bytes, run, role) for sub in reduced.subproblems])
+        return _invert(reduced, [_solve(sub, shard_bytes, run, role) for sub in reduced.subproblems], run)
     if name == "reducescatter":
         reduced = DUAL.apply(problem)
-        return reduced.invert([_solve(reduced.subproblems[0], shard_bytes, run, role)])
+        return _invert(reduced, [_solve(reduced.subproblems[0], shard_bytes, run, role)], run)
     if run.hierarchical and not role:
         return _hierarchical(problem, shard_bytes, run)
     return _allgather(problem, shard_bytes, run, role or "flat")
@@ -145,7 +146,14 @@ def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Solution:
         second = _allgather(within, shard_bytes * machines.count, run, "within", choices)
     else:
         second = _inside(within, run, max(c for c in choices if c <= MAX_CHUNKS))
-    return reduced.invert([first, second])
+    return _invert(reduced, [first, second], run)
+
+
+def _invert(reduced: Reduced, solutions: list[Solution], run: _Run) -> Solution:
+    """``reduced.invert`` (which verifies its result), said first: on thousands of ranks it takes seconds."""
+    sends = sum(s.algorithm.num_sends for s in solutions)
+    run.say(f"{reduced.reduction.name}: composing and verifying ({sends} sends in the parts)")
+    return reduced.invert(solutions)
 
 
 def _inside(problem: Problem, run: _Run, chunks: int) -> Solution:
@@ -173,6 +181,7 @@ def _allgather(
     with the chunk count chosen for ``shard_bytes`` per rank (or the one this role already used)."""
     topo = problem.topology
     began = time.perf_counter()
+    run.say(f"{topo.name}: looking for its symmetries ({topo.num_ranks} ranks)")
     group = find_group(topo)
     run.say(f"{topo.name}: symmetry {group.name} ({len(group.reps)} of {topo.num_ranks} roots packed)")
     classes = pair_classes(topo, group)
@@ -189,6 +198,7 @@ def _allgather(
     size = shard_bytes * topo.num_ranks
     allocation = choose_chunks(packing, topo, size, choices)
     run.chunks[role] = allocation.chunks
+    n = topo.num_ranks
+    run.say(f"{topo.name}: {allocation.chunks} chunks per rank, building {n * (n - 1) * allocation.chunks} sends")
     algo = schedule(packing, topo, allocation, time.perf_counter() - began)
-    run.say(f"{topo.name}: {allocation.chunks} chunks per rank, {algo.num_sends} sends")
     return Solution(algo)

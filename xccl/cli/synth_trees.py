@@ -45,6 +45,7 @@ def cmd_trees(args: argparse.Namespace) -> int:
         progress("trees: interrupted before an algorithm was verified; nothing written")
         return EXIT_INTERRUPTED
     algo = result.algorithm
+    progress(f"trees: timing {algo.num_sends} sends at {format_size(size)} (modeled)")
     timed = simulate(algo, topo, size)
     rate = "rates proven optimal" if result.optimal else "rates not proven optimal"
     note = " (interrupted: best packing kept)" if result.interrupted else ""
