@@ -251,3 +251,14 @@ def test_hierarchical_with_another_method_inside_the_machine(within):
     result.algorithm.verify(topo)
     assert result.algorithm.provenance.method.startswith("trees + ")
     assert len(result.packings) == 1  # only the machine graph was packed
+
+
+@pytest.mark.parametrize("name", ["dgx1", "dgx-h100x2", "torus:3x3"])
+def test_step_rounds_are_those_of_the_integer_model(name):
+    """The schedule counts a step's rounds from its link orbits; the model counts them per send."""
+    topo = load(name)
+    algo = synthesize(topo, "allgather", size_bytes=1 << 24).algorithm
+    capacity = topo.chunk_capacity()
+    assert [st.rounds for st in algo.steps] == [
+        capacity.rounds_needed((s.src, s.dst) for s in st.sends) for st in algo.steps
+    ]

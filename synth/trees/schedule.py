@@ -132,18 +132,39 @@ def _sends(packing: Packing, allocation: Allocation) -> np.ndarray:
     return np.concatenate(rows)
 
 
+def _rounds(packing: Packing, topology: Topology, step_classes: list[np.ndarray]) -> list[int]:
+    """Each step's rounds in SCCL's integer model (``ChunkCapacity.rounds_needed``), from the link
+    orbits its sends belong to: a step holds whole orbits (every image of a tree's send goes in the
+    same wave), so its load on each edge is its orbits' loads, without a pass over every rank pair."""
+    classes = packing.classes
+    chunk = topology.chunk_capacity().edge_capacity
+    capacity = np.array([chunk[e] for e in topology.logical().resources], dtype=float)
+    order = packing.group.order
+    out = []
+    for cls in step_classes:
+        used = np.bincount(cls, minlength=classes.num_classes)
+        load = np.bincount(
+            classes.entry_resource,
+            weights=used[classes.entry_class] * classes.entry_count,
+            minlength=len(capacity),
+        )
+        out.append(max(1, int(np.ceil(float(np.max(load / (order * capacity))) - 1e-9))))
+    return out
+
+
 def schedule(packing: Packing, topology: Topology, allocation: Allocation, solve_time_s: float) -> Algorithm:
     """The allgather Algorithm of ``packing`` with ``allocation`` (module docstring); not verified."""
     n = topology.num_ranks
     collective = make_collective("allgather", n, allocation.chunks)
     rows = _sends(packing, allocation)
     rows = rows[np.lexsort(rows.T[::-1])]
-    capacity = topology.chunk_capacity()
     bounds = np.flatnonzero(np.diff(rows[:, 0])) + 1
+    rounds = _rounds(
+        packing, topology, [packing.classes.of[b[:, 2], b[:, 3]] for b in np.split(rows, bounds)]
+    )
     steps = []
-    for block in np.split(rows[:, 1:], bounds):
-        sends = tuple(Send(ch, s, d) for ch, s, d in block.tolist())
-        steps.append(Step(capacity.rounds_needed((x.src, x.dst) for x in sends), sends))
+    for block, r in zip(np.split(rows[:, 1:], bounds), rounds, strict=True):
+        steps.append(Step(r, tuple(Send(ch, s, d) for ch, s, d in block.tolist())))
     params = (
         ("chunks", allocation.chunks),
         ("group", packing.group.name),
