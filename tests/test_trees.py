@@ -262,3 +262,14 @@ def test_step_rounds_are_those_of_the_integer_model(name):
     assert [st.rounds for st in algo.steps] == [
         capacity.rounds_needed((s.src, s.dst) for s in st.sends) for st in algo.steps
     ]
+
+
+def test_api_method_trees():
+    import xccl
+    from synth.collectives import CollectiveError
+
+    algo = xccl.synthesize("ring:4", "allreduce", "trees", size="1MiB")
+    algo.verify(load("ring:4"))
+    assert algo.collective.name == "allreduce" and algo.provenance.method == "trees"
+    with pytest.raises(CollectiveError, match="chunks come from the packing"):
+        xccl.synthesize("ring:4", "allgather", "trees", chunks=2)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from synth.algorithm import Algorithm
 from synth.baselines import BASELINES, make_baseline
 from synth.collectives import make_collective
 from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
@@ -46,7 +47,7 @@ Log = Callable[[str], None]
 class TreesResult:
     """A verified algorithm, and the packings it was built from (one per allgather solved)."""
 
-    algorithm: object
+    algorithm: Algorithm
     packings: tuple[Packing, ...]
     seconds: float
     interrupted: bool
