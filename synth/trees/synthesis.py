@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from synth.algorithm import Algorithm
+from synth.algorithm import Algorithm, Step
 from synth.baselines import BASELINES, make_baseline
 from synth.collectives import make_collective
+from synth.cost import chunk_bytes, start_times
 from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from synth.errors import InfeasibleError
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution
 from synth.reductions.hierarchy import HIERARCHY, Machines, machines_of
+from synth.timing import DEFAULT
 from synth.trees.packing import Packing, pack, pair_classes
 from synth.trees.schedule import MAX_CHUNKS, MAX_SENDS, choose_chunks, chunk_choices, schedule
 from synth.trees.symmetry import find_group
@@ -127,10 +129,35 @@ def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Soluti
         return _invert(reduced, [_solve(sub, shard_bytes, run, role) for sub in reduced.subproblems], run)
     if name == "reducescatter":
         reduced = DUAL.apply(problem)
-        return _invert(reduced, [_solve(reduced.subproblems[0], shard_bytes, run, role)], run)
+        sub = reduced.subproblems[0]
+        inverted = _invert(reduced, [_timed(sub, _solve(sub, shard_bytes, run, role), shard_bytes, run)], run)
+        return Solution(_untimed(inverted.algorithm))
     if run.hierarchical and not role:
         return _hierarchical(problem, shard_bytes, run)
     return _allgather(problem, shard_bytes, run, role or "flat")
+
+
+def _timed(problem: Problem, solution: Solution, shard_bytes: float, run: _Run) -> Solution:
+    """``solution`` with when each send ends in the timing engine's schedule: the dual runs it
+    backwards in time, so each step's sends go in the order that schedule found, not by chunk."""
+    algo, topo = solution.algorithm, problem.topology
+    run.say(f"{topo.name}: timing {algo.num_sends} sends, to run them backwards in that order")
+    size = shard_bytes * topo.num_ranks
+    starts = start_times(algo, topo, size)
+    piece = chunk_bytes(algo.collective, size)
+    links = topo.logical().links
+    finish: dict[tuple[int, int, int], float] = {}
+    sends = (s for st in algo.steps for s in st.sends)
+    for start, s in zip(starts, sends, strict=True):
+        finish[(s.chunk, s.src, s.dst)] = start + DEFAULT.delay_us(links[(s.src, s.dst)], piece)
+    return Solution(algo, max(finish.values()), finish)
+
+
+def _untimed(algo: Algorithm) -> Algorithm:
+    """``algo`` with its sends in the same order but no start times: the order is what the mirror
+    was for; the times are the timing engine's to find (and an allreduce's halves then agree)."""
+    steps = tuple(Step(st.rounds, tuple(replace(x, start_us=None) for x in st.sends)) for st in algo.steps)
+    return replace(algo, steps=steps)
 
 
 def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Solution:
