@@ -9,7 +9,7 @@ from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from xccl.cli.choices import RegistryNames
 from xccl.cli.common import positive_seconds, topology_from_args
 from xccl.cli.output import progress
-from xccl.cli.solving import EXIT_INTERRUPTED, describe_limits, long_command
+from xccl.cli.solving import EXIT_INTERRUPTED, describe_limits, long_command, write_or_print
 
 __all__ = ["register"]
 
@@ -54,12 +54,7 @@ def cmd_trees(args: argparse.Namespace) -> int:
         f"{timed.algbw_GBps:.2f} GB/s algbw at {format_size(size)}; {rate}; "
         f"{result.seconds:.1f} s, {limits}{note}"
     )
-    if args.output:
-        algo.save(args.output, force=args.force)
-        print(f"wrote {args.output}: {summary}")
-    else:
-        print(algo.describe())
-        print(summary)
+    write_or_print(algo, args, summary)
     return EXIT_INTERRUPTED if result.interrupted else 0
 
 
