@@ -161,13 +161,15 @@ def _untimed(algo: Algorithm) -> Algorithm:
 
 
 def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Solution:
-    """The allgather between machines (one rail) and inside one machine, packed each; the inner
-    chunks are chosen among the divisors of what each rail holds, so the lift needs no refining."""
+    """The allgather between machines (one rail) and inside one machine, packed each; the rails'
+    chunks are capped as a flat allgather's (the lift gives ``n (n - 1)`` sends per chunk), the
+    inner ones chosen among the divisors of what each rail holds, so the lift needs no refining."""
     reduced = HIERARCHY.apply(problem)
     machines: Machines = reduced.data
     between, within = reduced.subproblems
     run.say(f"{reduced.via}")
-    first = _allgather(between, shard_bytes, run, "between")
+    # every chunk of the rails' schedule becomes n - 1 sends in the whole, as in a flat allgather
+    first = _allgather(between, shard_bytes, run, "between", list(chunk_choices(problem.topology, run.most_sends)))
     held = machines.count * first.algorithm.chunks
     choices = [c for c in range(1, held + 1) if held % c == 0]
     if run.within == "trees":
