@@ -18,8 +18,8 @@ timing engine (which has no barrier between steps) starts each as soon as its ch
 so the two parts overlap. The result is verified on the whole topology.
 
 The time is that of the slower part, near the bound wherever the network is the bottleneck
-(``dgx-h100x16``: 99.6% at 1 GiB, benchmarks/RESULTS.md); where a single rank's links bind instead (two machines), the
-flat tree packing does better.
+(``dgx-h100x16``: 99.6% at 1 GiB, benchmarks/RESULTS.md); where a single rank's links bind
+instead (two machines), the flat tree packing does better.
 """
 
 from __future__ import annotations
