@@ -11,6 +11,8 @@ __all__ = [
     "PARETO_MAX_CHUNKS",
     "SMT_INSTANCE_TIME_LIMIT_S",
     "SMT_TIME_LIMIT_S",
+    "TREES_COLLECTIVES",
+    "TREES_TIME_LIMIT_S",
 ]
 
 SMT_TIME_LIMIT_S = 600.0
@@ -31,3 +33,9 @@ verification still run after it: seconds at most, on 40,000 sends)."""
 MILP_STAGE_TIME_LIMIT_S = 30.0
 """Each MILP or LP solve stops after this long (or when the whole time is spent) with its best
 solution."""
+
+TREES_COLLECTIVES = ("allgather", "reducescatter", "allreduce")
+"""What tree packing synthesizes (the others have no spanning-tree form)."""
+TREES_TIME_LIMIT_S = 600.0
+"""Wall time of a tree-packing synthesis's searches in all; each then keeps its best packing (valid,
+with its gap to the proven bound)."""

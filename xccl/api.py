@@ -108,12 +108,14 @@ def synthesize(
     ``method="smt"`` (default) searches the fewest steps (or solves the instance ``steps``/``rounds``
     when given) with ``chunks`` chunks per rank; ``"milp"`` schedules from a ``sketch`` (a shipped
     name like ``"ndv2x2-relay"``, a file, or a :class:`sketches.Sketch`) for buffers of ``size``,
-    splitting each chunk into ``chunkup`` pieces (default: the sketch's); a baseline name
+    splitting each chunk into ``chunkup`` pieces (default: the sketch's); ``"trees"`` packs spanning
+    trees at the topology's best rate (allgather, reducescatter, allreduce; chunks chosen for
+    ``size``); a baseline name
     (``"ring"``, ``"bidir-ring"``, ``"direct"``, ``"recursive-doubling"``, ``"binomial-tree"``,
     ``"hierarchical"``, ``"nccl"``) builds that baseline; ``algo`` chooses NCCL's algorithm for
     ``"nccl"`` (``"auto"``, ``"ring"``, ``"tree"``, ``"nvls"``, ``"p2p"``; docs/nccl.md).
-    ``time_limit_s`` bounds the whole search in wall time (default 600 s for SMT and MILP; MILP then
-    returns the best verified result found). Raises
+    ``time_limit_s`` bounds the whole search in wall time (default 600 s for SMT, MILP and trees;
+    MILP and trees then return the best verified result found). Raises
     ``InfeasibleError`` when no algorithm exists within the limits and ``SolverTimeout`` when the
     time limit stopped the search.
 
@@ -211,6 +213,17 @@ def _milp(topo: Topology, coll: str | Collective, request: _Request) -> Algorith
     return result.algorithm
 
 
+def _trees(topo: Topology, coll: str | Collective, request: _Request) -> Algorithm:
+    """Tree packing: bandwidth-optimal allgather, reducescatter, allreduce for buffers of ``size``."""
+    from synth.trees import synthesize as trees_synthesize
+
+    if request.chunks is not None or request.steps is not None or request.rounds is not None:
+        raise CollectiveError("method trees: chunks come from the packing; chunks, steps and rounds are not taken")
+    name = coll.name if isinstance(coll, Collective) else coll
+    limit = {} if request.time_limit_s is None else {"time_limit_s": request.time_limit_s}
+    return trees_synthesize(topo, name, size_bytes=_size_bytes(request.size), **limit).algorithm
+
+
 def _baseline(kind: str, topo: Topology, coll: str | Collective, request: _Request) -> Algorithm:
     """The ``kind`` baseline, with its default chunks unless told otherwise."""
     name = coll.name if isinstance(coll, Collective) else coll
@@ -221,10 +234,11 @@ def _baseline(kind: str, topo: Topology, coll: str | Collective, request: _Reque
 SYNTHESIZERS: dict[str, Callable[[Topology, str | Collective, _Request], Algorithm]] = {
     "smt": _smt,
     "milp": _milp,
+    "trees": _trees,
     **{kind: partial(_baseline, kind) for kind in BASELINES},
 }
-"""``synthesize``'s methods, by name: SMT (SCCL style), MILP (TACCL style, needs a sketch), and
-every baseline of ``synth.baselines.BASELINES``."""
+"""``synthesize``'s methods, by name: SMT (SCCL style), MILP (TACCL style, needs a sketch), tree
+packing (ForestColl style: allgather, reducescatter, allreduce), and every baseline of ``synth.baselines.BASELINES``."""
 
 METHODS = tuple(SYNTHESIZERS)
 """``synthesize``'s methods: SMT (SCCL style), MILP (TACCL style, needs a sketch), or a baseline."""

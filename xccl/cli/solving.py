@@ -44,6 +44,7 @@ __all__ = [
     "save_algorithms",
     "start_search",
     "time_limits",
+    "write_or_print",
 ]
 
 EXIT_OPEN = 1
@@ -204,6 +205,17 @@ def _target(algo: Algorithm, args: argparse.Namespace) -> Path:
     if getattr(args, "output", None):
         return Path(args.output)
     return Path(args.directory or ".") / f"{algo.file_stem}.json"
+
+
+def write_or_print(algo: Algorithm, args: argparse.Namespace, summary: str) -> None:
+    """What a single-algorithm synthesis command ends with: the file ``-o`` names written and the
+    summary after ``wrote FILE:``, or the schedule printed, then the summary."""
+    if args.output:
+        algo.save(args.output, force=args.force)
+        print(f"wrote {args.output}: {summary}")
+    else:
+        print(algo.describe())
+        print(summary)
 
 
 def check_targets(args: argparse.Namespace, *files: str | None) -> None:

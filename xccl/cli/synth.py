@@ -7,12 +7,12 @@ import importlib
 
 __all__ = ["METHOD_MODULES", "register"]
 
-METHOD_MODULES = ("xccl.cli.synth_smt", "xccl.cli.synth_milp")
+METHOD_MODULES = ("xccl.cli.synth_smt", "xccl.cli.synth_milp", "xccl.cli.synth_trees")
 """Each module has ``register(subparsers)`` adding ``xccl synth <method>``; absent ones are skipped."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("synth", help="synthesize algorithms (smt: SCCL style, milp: TACCL style)")
+    p = sub.add_parser("synth", help="synthesize algorithms (smt: SCCL style, milp: TACCL style, trees: ForestColl style)")
     methods = p.add_subparsers(dest="method", required=True, metavar="METHOD")
     for name in METHOD_MODULES:
         try:

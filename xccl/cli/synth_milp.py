@@ -8,7 +8,7 @@ from common.units import format_size, parse_size
 from xccl.cli.choices import MILP_COLLECTIVES, MILP_SOLVERS, MILP_STAGE_TIME_LIMIT_S, MILP_TIME_LIMIT_S
 from xccl.cli.common import add_model_args, params_from_args, positive_seconds, topology_from_args
 from xccl.cli.output import progress
-from xccl.cli.solving import EXIT_INTERRUPTED, describe_limits, long_command, positive_int
+from xccl.cli.solving import EXIT_INTERRUPTED, describe_limits, long_command, positive_int, write_or_print
 
 __all__ = ["register"]
 
@@ -53,12 +53,7 @@ def cmd_milp(args: argparse.Namespace) -> int:
         f"modeled {modeled.time_us:.2f} us ({modeled.model}) = {modeled.algbw_GBps:.2f} GB/s algbw "
         f"at {format_size(int(size))}; {algo.provenance.solver} in {result.seconds:.1f} s, {limits}{note}"
     )
-    if args.output:
-        algo.save(args.output, force=args.force)
-        print(f"wrote {args.output}: {summary}")
-    else:
-        print(algo.describe())
-        print(summary)
+    write_or_print(algo, args, summary)
     return EXIT_INTERRUPTED if result.interrupted else 0
 
 

@@ -1,0 +1,266 @@
+"""Hierarchy: an allgather over identical machines as one between machines and one inside them.
+
+On ``K`` identical machines of ``g`` ranks (machine m holds ranks ``m*g .. m*g+g-1``) whose only
+way out is the network, an allgather splits into two smaller ones (the rails of NCCL's
+hierarchical algorithms):
+
+1. *between machines*: rank i of every machine gathers the data of rank i of all machines. The
+   ``g`` rails run the same schedule side by side, so it is solved once on the *machine graph*: K
+   ranks joined by one network switch, each link at the rate one rail gets of its machine's path
+   to the network (a NIC serving several ranks is shared among their rails);
+2. *inside a machine*: rank i then holds rail i's data (K chunks per chunk of its own) and
+   spreads it over the machine: an allgather on one machine, solved once and run in every machine.
+
+``invert`` lifts the first schedule onto every rail and the second onto every machine, each of the
+second's chunks standing for an equal share of its rail's chunks, and runs them one after the
+other: the second part's sends of a chunk come in later steps than the chunk's arrival, and the
+timing engine (which has no barrier between steps) starts each as soon as its chunk has arrived,
+so the two parts overlap. The result is verified on the whole topology.
+
+The time is that of the slower part, near the bound wherever the network is the bottleneck
+(``dgx-h100x16``: 99.6% at 1 GiB, benchmarks/RESULTS.md); where a single rank's links bind
+instead (two machines), the flat tree packing does better.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from synth.algorithm import Algorithm, Provenance, Send, Step
+from synth.collectives import make_collective
+from synth.reductions.base import Problem, Reduced, Reduction, ReductionError, Solution
+from synth.reductions.composition import refine
+from topologies.model import Link, Topology, Vertex
+
+__all__ = ["HIERARCHY", "Hierarchy", "Machines", "machines_of"]
+
+OUTSIDE = ("nic", "network")
+"""Switch kinds that belong to the way out of a machine, not to the machine."""
+
+
+@dataclass(frozen=True)
+class Machines:
+    """What the reduction found: K machines of g ranks, each rank's rail rates and latencies."""
+
+    count: int
+    size: int
+    up: Link
+    down: Link
+
+
+def _machine_links(topology: Topology, machine: int) -> dict[tuple[Vertex, Vertex], Link]:
+    """The machine's own links: between its ranks and the switches reached from them without
+    leaving through a NIC or the network."""
+    g = topology.num_ranks // topology.num_machines
+    ranks = set(range(machine * g, (machine + 1) * g))
+    kinds = topology.switches
+    inside: set[Vertex] = set(ranks)
+    todo = list(ranks)
+    while todo:
+        v = todo.pop()
+        for w in (*topology.graph.successors(v), *topology.graph.predecessors(v)):
+            if w not in inside and not isinstance(w, int) and kinds[w] not in OUTSIDE:
+                inside.add(w)
+                todo.append(w)
+    return {(u, v): link for u, v, link in topology.links() if u in inside and v in inside}
+
+
+def _signature(topology: Topology, links: dict, offset: int) -> list:
+    """The machine's links with ranks renumbered from 0 and switches anonymised by their ranks."""
+    def key(v: Vertex) -> tuple:
+        if isinstance(v, int):
+            return (0, v - offset)
+        near = sorted(w - offset for w in topology.graph.successors(v) if isinstance(w, int))
+        return (1, topology.switches[v], tuple(near))
+
+    return sorted((key(u), key(v), link.bandwidth_GBps, link.count, link.alpha_us) for (u, v), link in links.items())
+
+
+def _rail(topology: Topology, rank: int, leaving: bool) -> tuple[list, int]:
+    """The edges of ``rank``'s path out to the network (``leaving``) or in from it, and the position
+    of the network switch on the path; raises where a path to another machine avoids the network."""
+    g = topology.num_ranks // topology.num_machines
+    other = (rank + g) % topology.num_ranks
+    src, dst = (rank, other) if leaving else (other, rank)
+    link = topology.logical().links.get((src, dst))
+    kinds = topology.switches
+    at = next((k for k, v in enumerate(link.path) if kinds.get(v) == "network"), None) if link else None
+    if at is None:
+        raise ReductionError(f"hierarchy: {topology.name}: rank {src} reaches rank {dst} without the network")
+    edges = link.edges[:at] if leaving else link.edges[at:]
+    return list(edges), at
+
+
+def _rate(topology: Topology, leaving: bool) -> Link:
+    """One rail's share of its machine's way out (or in): the least of each edge's capacity over
+    the rails that use it, and the path's latency; every rank of a machine must get the same."""
+    g = topology.num_ranks // topology.num_machines
+    paths = {r: _rail(topology, r, leaving)[0] for r in range(g)}
+    users: dict = {}
+    for edges in paths.values():
+        for e in edges:
+            users[e] = users.get(e, 0) + 1
+    rails = set()
+    for edges in paths.values():
+        links = [topology.link(*e) for e in edges]
+        rate = min(lk.total_GBps / users[e] for lk, e in zip(links, edges, strict=True))
+        rails.add((round(rate, 9), round(sum(lk.alpha_us for lk in links), 9)))
+    if len(rails) != 1:
+        raise ReductionError(f"hierarchy: {topology.name}: the ranks of a machine reach the network at different rates")
+    ((rate, alpha),) = rails
+    return Link(rate, alpha)
+
+
+def machines_of(topology: Topology) -> Machines:
+    """The machine structure the reduction needs, or :class:`ReductionError` saying what is missing."""
+    k, n = topology.num_machines, topology.num_ranks
+    if k < 2 or n % k:
+        raise ReductionError(f"hierarchy: {topology.name} has {k} machine(s); it needs at least 2 of equal size")
+    g = n // k
+    if any(topology.node_of[r] != r // g for r in range(n)):
+        raise ReductionError(f"hierarchy: {topology.name} must number machine m's ranks m*g .. m*g+g-1")
+    first = _signature(topology, _machine_links(topology, 0), 0)
+    for m in range(1, k):
+        if _signature(topology, _machine_links(topology, m), m * g) != first:
+            raise ReductionError(f"hierarchy: {topology.name}: machine {m} is not wired like machine 0")
+    return Machines(k, g, _rate(topology, leaving=True), _rate(topology, leaving=False))
+
+
+def machine_graph(topology: Topology, machines: Machines) -> Topology:
+    """K ranks, one per machine, each joined to one network switch at one rail's rates."""
+    links = {}
+    for m in range(machines.count):
+        links[(m, "net")] = machines.up
+        links[("net", m)] = machines.down
+    return Topology.build(
+        f"{topology.name}/machines",
+        machines.count,
+        links,
+        {"net": "network"},
+        tuple(range(machines.count)),
+        description=f"one rail of {topology.name}: {machines.count} machines on the network",
+    )
+
+
+def machine_topology(topology: Topology, machines: Machines) -> Topology:
+    """Machine 0 on its own (its ranks and internal switches)."""
+    links = _machine_links(topology, 0)
+    switches = {v: topology.switches[v] for edge in links for v in edge if not isinstance(v, int)}
+    if machines.size > 1 and not links:
+        raise ReductionError(f"hierarchy: {topology.name}: the ranks of a machine are not linked to each other")
+    return Topology.build(
+        f"{topology.name}/machine", machines.size, links, switches, description=f"one machine of {topology.name}"
+    )
+
+
+def _rows(algo: Algorithm) -> list[np.ndarray]:
+    """Each step's sends as an array of ``(chunk, src, dst)`` rows."""
+    return [np.array([(s.chunk, s.src, s.dst) for s in st.sends], dtype=np.int64).reshape(-1, 3) for st in algo.steps]
+
+
+def _steps(blocks: list[np.ndarray], topology: Topology) -> tuple[Step, ...]:
+    """Steps of the lifted sends (sorted), each with the rounds its loads need on ``topology``."""
+    capacity = topology.chunk_capacity()
+    out = []
+    for block in blocks:
+        block = block[np.lexsort(block.T[::-1])]
+        sends = tuple(Send(c, s, d) for c, s, d in block.tolist())
+        out.append(Step(capacity.rounds_needed((x.src, x.dst) for x in sends), sends))
+    return tuple(out)
+
+
+def lift_between(algo: Algorithm, machines: Machines) -> list[np.ndarray]:
+    """The machine graph's schedule on every rail: its chunk ``m*C + c`` is chunk ``c`` of rank
+    ``m*g + i`` on rail i, its ranks ``m`` the ranks ``m*g + i``."""
+    g, c = machines.size, algo.chunks
+    rail = np.arange(g)
+    out = []
+    for rows in _rows(algo):
+        chunk, src, dst = (rows[:, k][:, np.newaxis] for k in range(3))
+        lifted = [((chunk // c) * g + rail) * c + chunk % c, src * g + rail, dst * g + rail]
+        out.append(np.stack([a.ravel() for a in lifted], axis=1))
+    return out
+
+
+def lift_within(algo: Algorithm, machines: Machines, chunks: int) -> list[np.ndarray]:
+    """The machine's schedule in every machine: its chunk ``i*C2 + j`` stands for the j-th of C2
+    equal shares of rail i's ``K * chunks`` chunks, machine m's chunk c being item ``c * K + m``:
+    the shares follow the order in which the rail's pipeline delivers the chunks (chunk-major), so
+    the inner schedule forwards what has arrived and, run backwards (a reducescatter), hands the
+    network part its chunks in the order it sends them."""
+    k, g, c2 = machines.count, machines.size, algo.chunks
+    share = k * chunks // c2
+    where = np.arange(k) * g
+    out = []
+    for rows in _rows(algo):
+        i, j = rows[:, 0] // c2, rows[:, 0] % c2
+        item = j[:, np.newaxis] * share + np.arange(share)[np.newaxis, :]  # sends x share
+        chunk = ((item % k) * g + i[:, np.newaxis]) * chunks + item // k
+        shape = (len(rows), share, k)
+        lifted = [
+            np.broadcast_to(chunk[:, :, np.newaxis], shape),
+            np.broadcast_to(rows[:, 1][:, np.newaxis, np.newaxis] + where, shape),
+            np.broadcast_to(rows[:, 2][:, np.newaxis, np.newaxis] + where, shape),
+        ]
+        out.append(np.stack([a.ravel() for a in lifted], axis=1))
+    return out
+
+
+class Hierarchy(Reduction):
+    """allgather on identical machines -> allgather on the machine graph (one rail) and allgather
+    on one machine (module docstring)."""
+
+    name = "hierarchy"
+
+    def accepts(self, problem: Problem) -> bool:
+        if problem.collective.name != "allgather" or problem.restriction is not None:
+            return False
+        try:
+            machines_of(problem.topology)
+        except ReductionError:
+            return False
+        return True
+
+    def apply(self, problem: Problem) -> Reduced:
+        if problem.collective.name != "allgather":
+            raise ReductionError(f"hierarchy composes an allgather, not {problem.collective.name}")
+        machines = machines_of(problem.topology)
+        between = machine_graph(problem.topology, machines)
+        within = machine_topology(problem.topology, machines)
+        parts = (
+            Problem(between, make_collective("allgather", machines.count)),
+            Problem(within, make_collective("allgather", machines.size)),
+        )
+        via = f"hierarchy: {machines.count} machines x {machines.size} ranks"
+        return Reduced(self, problem, parts, via, machines)
+
+    def invert(self, reduced: Reduced, solutions: Sequence[Solution]) -> Solution:
+        """The machine graph's schedule refined until the machine's chunks divide each rail's,
+        lifted onto every rail, then the machine's onto every machine; verified as a whole."""
+        machines: Machines = reduced.data
+        first, second = (s.algorithm for s in solutions)
+        refine_by = second.chunks // math.gcd(second.chunks, machines.count * first.chunks)
+        first = refine(first, refine_by)
+        chunks = first.chunks
+        blocks = lift_between(first, machines) + lift_within(second, machines, chunks)
+        collective = make_collective("allgather", reduced.original.collective.num_ranks, chunks)
+        p1, p2 = first.provenance, second.provenance
+        t1, t2 = p1.solve_time_s, p2.solve_time_s
+        provenance = Provenance(
+            p1.method if p1.method == p2.method else f"{p1.method} + {p2.method}",
+            p1.solver if p1.solver == p2.solver else None,
+            None if t1 is None or t2 is None else t1 + t2,
+            None,
+            reduced.via,
+            (("machine_chunks", second.chunks), ("network_chunks", chunks)),
+        )
+        algo = Algorithm(collective, reduced.original.topology.name, _steps(blocks, reduced.original.topology), provenance)
+        algo.verify(reduced.original.topology)
+        return Solution(algo)
+
+
+HIERARCHY = Hierarchy()

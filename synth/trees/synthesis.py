@@ -1,0 +1,234 @@
+"""Tree-packing synthesis: allgather, reducescatter and allreduce, bandwidth-optimal at any scale.
+
+An allgather is solved directly (:mod:`synth.trees.packing`, then :mod:`synth.trees.schedule`);
+the others through the reductions every synthesizer shares: reducescatter as the allgather of
+the reversed topology run backwards (:data:`synth.reductions.DUAL`), allreduce as reducescatter
+then allgather (:data:`synth.reductions.REDUCESCATTER_ALLGATHER`). With ``hierarchical``, an
+allgather on identical machines is first split into one between the machines and one inside a
+machine (:data:`synth.reductions.hierarchy.HIERARCHY`), each packed on its own, far smaller, graph.
+
+Every allgather is packed under the largest symmetry group found (:mod:`synth.trees.symmetry`),
+so ``dgx-h100x64`` packs the trees of one root and lifts them onto 512. The result is verified on
+the whole topology by the reductions' ``invert`` or here; its modeled time is the timing engine's.
+
+>>> from topologies import load
+>>> result = synthesize(load("ring:4"), "allgather", size_bytes=1 << 20)
+>>> result.algorithm.provenance.method, result.optimal
+('trees', True)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from synth.algorithm import Algorithm, Step
+from synth.baselines import BASELINES, make_baseline
+from synth.collectives import make_collective
+from synth.cost import chunk_bytes, start_times
+from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
+from synth.errors import InfeasibleError
+from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution
+from synth.reductions.hierarchy import HIERARCHY, Machines, machines_of
+from synth.timing import DEFAULT
+from synth.trees.packing import Packing, pack, pair_classes
+from synth.trees.schedule import MAX_CHUNKS, MAX_SENDS, choose_chunks, chunk_choices, schedule
+from synth.trees.symmetry import find_group
+from topologies.model import Topology
+
+__all__ = ["WITHIN", "TreesResult", "synthesize"]
+
+WITHIN = ("trees", "smt", *(kind for kind in BASELINES if kind != "hierarchical"))
+"""How the allgather inside a machine is made in a hierarchical synthesis."""
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TreesResult:
+    """A verified algorithm, and the packings it was built from (one per allgather solved)."""
+
+    algorithm: Algorithm
+    packings: tuple[Packing, ...]
+    seconds: float
+    interrupted: bool
+
+    @property
+    def optimal(self) -> bool:
+        """Every packing's rate is proven optimal (its dual bound met): the schedule's throughput
+        is the topology's best; its time still pays the pipeline's fill and the chunks' rounding."""
+        return all(p.optimal for p in self.packings)
+
+
+@dataclass
+class _Run:
+    """What the solves of one synthesis share: the deadline, the progress line, the chunk counts
+    chosen by role (so an allreduce's allgather matches its reducescatter), the packings found."""
+
+    deadline: float
+    log: Log | None
+    most_sends: int
+    hierarchical: bool
+    within: str = "trees"
+    chunks: dict[str, int] = field(default_factory=dict)
+    packings: list[Packing] = field(default_factory=list)
+    interrupted: bool = False
+
+    def say(self, message: str) -> None:
+        if self.log is not None:
+            self.log(f"trees: {message}")
+
+
+def synthesize(
+    topology: Topology,
+    collective: str,
+    *,
+    size_bytes: float = float(1 << 30),
+    time_limit_s: float = TREES_TIME_LIMIT_S,
+    hierarchical: bool = False,
+    within: str = "trees",
+    max_sends: int = MAX_SENDS,
+    log: Log | None = None,
+) -> TreesResult:
+    """A verified ``collective`` (allgather, reducescatter or allreduce) on ``topology`` from tree
+    packings, its chunks chosen for buffers of ``size_bytes``; ``time_limit_s`` bounds the packing
+    searches in all (each then keeps its best packing). ``hierarchical``: the allgathers on identical
+    machines as one between machines (packed) and one inside a machine, by ``within``: ``trees``,
+    ``smt`` (fewest steps) or a baseline's name (``ring``). Ctrl-C ends the search in progress, keeps
+    its packing and skips the searches after it, so a valid algorithm still comes out."""
+    if collective not in TREES_COLLECTIVES:
+        raise InfeasibleError(f"tree packing synthesizes {', '.join(TREES_COLLECTIVES)}, not {collective!r}")
+    began = time.perf_counter()
+    n = topology.num_ranks
+    if n < 2:
+        raise InfeasibleError(f"{collective} on {topology.name}: tree packing needs at least 2 ranks")
+    if within not in WITHIN:
+        raise InfeasibleError(f"within: expected one of {', '.join(WITHIN)}, got {within!r}")
+    if hierarchical:
+        machines_of(topology)  # refused before any work: one machine, or machines not alike
+    run = _Run(began + time_limit_s, log, max_sends, hierarchical, within)
+    run.say(f"{collective} on {topology.name} ({n} ranks), time limit {time_limit_s:g} s")
+    chunks = n if collective == "allreduce" else 1
+    problem = Problem(topology, make_collective(collective, n, chunks))
+    solution = _solve(problem, float(size_bytes) / n, run, "")
+    algo = solution.algorithm
+    if collective == "allgather" and not hierarchical:
+        run.say(f"verifying {algo.num_sends} sends")
+        algo.verify(topology)  # the other paths are verified by their reductions' invert
+    run.say(f"verified: {algo.num_sends} sends, {algo.chunks} chunks per rank")
+    return TreesResult(algo, tuple(run.packings), time.perf_counter() - began, run.interrupted)
+
+
+def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Solution:
+    """``problem`` solved by its reduction, or packed when it is an allgather; ``shard_bytes``: the
+    bytes of one rank's data in the allgather."""
+    name = problem.collective.name
+    if name == "allreduce":
+        reduced = REDUCESCATTER_ALLGATHER.apply(problem)
+        return _invert(reduced, [_solve(sub, shard_bytes, run, role) for sub in reduced.subproblems], run)
+    if name == "reducescatter":
+        reduced = DUAL.apply(problem)
+        sub = reduced.subproblems[0]
+        inverted = _invert(reduced, [_timed(sub, _solve(sub, shard_bytes, run, role), shard_bytes, run)], run)
+        return Solution(_untimed(inverted.algorithm))
+    if run.hierarchical and not role:
+        return _hierarchical(problem, shard_bytes, run)
+    return _allgather(problem, shard_bytes, run, role or "flat")
+
+
+def _timed(problem: Problem, solution: Solution, shard_bytes: float, run: _Run) -> Solution:
+    """``solution`` with when each send ends in the timing engine's schedule: the dual runs it
+    backwards in time, so each step's sends go in the order that schedule found, not by chunk."""
+    algo, topo = solution.algorithm, problem.topology
+    run.say(f"{topo.name}: timing {algo.num_sends} sends, to run them backwards in that order")
+    size = shard_bytes * topo.num_ranks
+    starts = start_times(algo, topo, size)
+    piece = chunk_bytes(algo.collective, size)
+    links = topo.logical().links
+    finish: dict[tuple[int, int, int], float] = {}
+    sends = (s for st in algo.steps for s in st.sends)
+    for start, s in zip(starts, sends, strict=True):
+        finish[(s.chunk, s.src, s.dst)] = start + DEFAULT.delay_us(links[(s.src, s.dst)], piece)
+    return Solution(algo, max(finish.values()), finish)
+
+
+def _untimed(algo: Algorithm) -> Algorithm:
+    """``algo`` with its sends in the same order but no start times: the order is what the mirror
+    was for; the times are the timing engine's to find (and an allreduce's halves then agree)."""
+    steps = tuple(Step(st.rounds, tuple(replace(x, start_us=None) for x in st.sends)) for st in algo.steps)
+    return replace(algo, steps=steps)
+
+
+def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Solution:
+    """The allgather between machines (one rail) and inside one machine, packed each; the rails'
+    chunks are capped as a flat allgather's (the lift gives ``n (n - 1)`` sends per chunk), the
+    inner ones chosen among the divisors of what each rail holds, so the lift needs no refining."""
+    reduced = HIERARCHY.apply(problem)
+    machines: Machines = reduced.data
+    between, within = reduced.subproblems
+    run.say(f"{reduced.via}")
+    # every chunk of the rails' schedule becomes n - 1 sends in the whole, as in a flat allgather
+    first = _allgather(between, shard_bytes, run, "between", list(chunk_choices(problem.topology, run.most_sends)))
+    held = machines.count * first.algorithm.chunks
+    choices = [c for c in range(1, held + 1) if held % c == 0]
+    if run.within == "trees":
+        second = _allgather(within, shard_bytes * machines.count, run, "within", choices)
+    else:
+        second = _inside(within, run, max(c for c in choices if c <= MAX_CHUNKS))
+    return _invert(reduced, [first, second], run)
+
+
+def _invert(reduced: Reduced, solutions: list[Solution], run: _Run) -> Solution:
+    """``reduced.invert`` (which verifies its result), said first: on thousands of ranks it takes seconds."""
+    sends = sum(s.algorithm.num_sends for s in solutions)
+    run.say(f"{reduced.reduction.name}: composing and verifying ({sends} sends in the parts)")
+    return reduced.invert(solutions)
+
+
+def _inside(problem: Problem, run: _Run, chunks: int) -> Solution:
+    """The allgather inside a machine by SMT (fewest steps, one chunk per rank) or a baseline
+    (``chunks`` per rank, so it pipelines and the lift needs no refining)."""
+    topo = problem.topology
+    if run.within == "smt":
+        from synth.smt import least_steps
+
+        left = max(1.0, run.deadline - time.perf_counter())
+        found = least_steps(topo, problem.collective, time_limit_s=left)
+        if found.algorithm is None:
+            raise InfeasibleError(f"allgather on {topo.name}: {found.message()}")
+        algo = found.algorithm
+    else:
+        algo = make_baseline(run.within, topo, make_collective("allgather", topo.num_ranks, chunks))
+    run.say(f"{topo.name}: {algo.provenance.method}, {algo.chunks} chunks per rank, {algo.num_sends} sends")
+    return Solution(algo)
+
+
+def _allgather(
+    problem: Problem, shard_bytes: float, run: _Run, role: str, choices: list[int] | None = None
+) -> Solution:
+    """The packing of ``problem``'s topology under its symmetry and the schedule built from it,
+    with the chunk count chosen for ``shard_bytes`` per rank (or the one this role already used)."""
+    topo = problem.topology
+    began = time.perf_counter()
+    run.say(f"{topo.name}: looking for its symmetries ({topo.num_ranks} ranks)")
+    group = find_group(topo)
+    run.say(f"{topo.name}: symmetry {group.name} ({len(group.reps)} of {topo.num_ranks} roots packed)")
+    classes = pair_classes(topo, group)
+    left = 0.0 if run.interrupted else max(0.0, run.deadline - time.perf_counter())
+    packing = pack(topo, classes, time_limit_s=left, log=run.say)
+    run.interrupted = run.interrupted or packing.interrupted
+    run.packings.append(packing)
+    state = "optimal" if packing.optimal else f"bound {packing.upper_GBps:.6g}"
+    run.say(f"{topo.name}: {packing.rate_GBps:.6g} GB/s per rank ({state}), {len(packing.trees)} trees")
+    if role in run.chunks:
+        choices = [run.chunks[role]]
+    elif choices is None:
+        choices = list(chunk_choices(topo, run.most_sends))
+    size = shard_bytes * topo.num_ranks
+    allocation = choose_chunks(packing, topo, size, choices)
+    run.chunks[role] = allocation.chunks
+    n = topo.num_ranks
+    run.say(f"{topo.name}: {allocation.chunks} chunks per rank, building {n * (n - 1) * allocation.chunks} sends")
+    algo = schedule(packing, topo, allocation, time.perf_counter() - began)
+    return Solution(algo)
