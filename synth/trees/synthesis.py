@@ -31,7 +31,7 @@ from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from synth.errors import InfeasibleError
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution
 from synth.reductions.hierarchy import HIERARCHY, Machines, machines_of
-from synth.timing import DEFAULT
+from synth.timing import model_params
 from synth.trees.packing import Packing, pack, pair_classes
 from synth.trees.schedule import MAX_CHUNKS, MAX_SENDS, choose_chunks, chunk_choices, schedule
 from synth.trees.symmetry import find_group
@@ -143,13 +143,14 @@ def _timed(problem: Problem, solution: Solution, shard_bytes: float, run: _Run) 
     algo, topo = solution.algorithm, problem.topology
     run.say(f"{topo.name}: timing {algo.num_sends} sends, to run them backwards in that order")
     size = shard_bytes * topo.num_ranks
-    starts = start_times(algo, topo, size)
+    line_rate = model_params("ideal")  # the packing's rates are line rates: mirror that schedule
+    starts = start_times(algo, topo, size, line_rate)
     piece = chunk_bytes(algo.collective, size)
     links = topo.logical().links
     finish: dict[tuple[int, int, int], float] = {}
     sends = (s for st in algo.steps for s in st.sends)
     for start, s in zip(starts, sends, strict=True):
-        finish[(s.chunk, s.src, s.dst)] = start + DEFAULT.delay_us(links[(s.src, s.dst)], piece)
+        finish[(s.chunk, s.src, s.dst)] = start + line_rate.delay_us(links[(s.src, s.dst)], piece)
     return Solution(algo, max(finish.values()), finish)
 
 

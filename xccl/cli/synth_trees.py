@@ -50,7 +50,7 @@ def cmd_trees(args: argparse.Namespace) -> int:
     rate = "rates proven optimal" if result.optimal else "rates not proven optimal"
     note = " (interrupted: best packing kept)" if result.interrupted else ""
     summary = (
-        f"{algo.name}: verified; {algo.num_sends} sends, modeled {timed.time_us:.2f} us = "
+        f"{algo.name}: verified; {algo.num_sends} sends, modeled ({timed.model}) {timed.time_us:.2f} us = "
         f"{timed.algbw_GBps:.2f} GB/s algbw at {format_size(size)}; {rate}; "
         f"{result.seconds:.1f} s, {limits}{note}"
     )
