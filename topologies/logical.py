@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
+from itertools import pairwise
 from math import gcd
 from typing import TYPE_CHECKING
 
@@ -152,7 +153,7 @@ class LogicalTopology:
 
     def _make(self, ids: tuple[int, ...]) -> LogicalLink:
         g = self.graph
-        hops = [g.link[(a, b)] for a, b in zip(ids, ids[1:], strict=False)]
+        hops = [g.link[(a, b)] for a, b in pairwise(ids)]
         return LogicalLink(
             src=ids[0],
             dst=ids[-1],

@@ -162,6 +162,16 @@ class Topology:
 
         return derive_chunk_capacity(self, unit_GBps)
 
+    @cached_property
+    def _rank_classes(self) -> tuple[tuple[int, ...], ...]:
+        from topologies.classes import rank_classes
+
+        return rank_classes(self)
+
+    def rank_classes(self) -> tuple[tuple[int, ...], ...]:
+        """Classes of alike ranks (:mod:`topologies.classes`): never split an orbit."""
+        return self._rank_classes
+
     def reverse(self) -> Topology:
         """Every link turned around (used to synthesize a combining collective through its dual)."""
         links = {(dst, src): link for src, dst, link in self.links()}
@@ -226,6 +236,12 @@ class Topology:
 
     # -- identity --------------------------------------------------------------------------
     def _key(self) -> tuple:
+        return self._identity
+
+    @cached_property
+    def _identity(self) -> tuple:
+        """Everything that makes two topologies equal (computed once: the graph is not changed
+        after it is built, and a 100,000-rank ring takes a second to list)."""
         edges = sorted(((repr(s), repr(d), lk) for s, d, lk in self.links()), key=lambda e: (e[0], e[1]))
         return (
             self.name,
