@@ -108,3 +108,8 @@ def test_a_slow_stage_says_so_on_stderr(capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "xccl: slow ..." and err[1].startswith("xccl: slow: ")
     assert not any("quick" in line for line in err)
+
+
+def test_a_ring_alltoall_too_big_is_refused_before_it_is_built(xccl, assert_one_line_error):
+    proc = xccl("baseline", "ring", "-t", "dgx-h100x64", "-C", "alltoall")  # 67 M sends
+    assert_one_line_error(proc, "baseline ring", "alltoall on 512 ranks", "XCCL_MAX_BASELINE_SENDS")
