@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import assert_one_line_error
 
 import topologies as T
 from synth.bounds import bandwidth as bw_module
@@ -110,6 +111,6 @@ def test_a_slow_stage_says_so_on_stderr(capsys):
     assert not any("quick" in line for line in err)
 
 
-def test_a_ring_alltoall_too_big_is_refused_before_it_is_built(xccl, assert_one_line_error):
+def test_a_ring_alltoall_too_big_is_refused_before_it_is_built(xccl):
     proc = xccl("baseline", "ring", "-t", "dgx-h100x64", "-C", "alltoall")  # 67 M sends
     assert_one_line_error(proc, "baseline ring", "alltoall on 512 ranks", "XCCL_MAX_BASELINE_SENDS")
