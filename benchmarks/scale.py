@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from xccl.cli.output import format_table, progress  # noqa: E402
+from xccl.cli.output import format_table, progress
 
 GPUS = (16, 64, 128, 512, 4096)
 MACHINES = ("dgx-h100", "dgx-a100")
@@ -37,7 +37,9 @@ BASELINE = {"allgather": "ring", "reducescatter": "ring", "allreduce": "ring", "
 def _report(stage: str, start: float, **extra) -> None:
     """One JSON line per finished stage: its seconds and the peak memory so far (MiB)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"stage": stage, "s": time.perf_counter() - start, "peak_MiB": peak, **extra}), flush=True)
+    print(
+        json.dumps({"stage": stage, "s": time.perf_counter() - start, "peak_MiB": peak, **extra}), flush=True
+    )
 
 
 def run_case(topology: str, collective: str) -> None:
@@ -156,7 +158,9 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, nargs="+", default=list(GPUS))
     parser.add_argument("--machines", nargs="+", default=list(MACHINES), choices=MACHINES)
     parser.add_argument("--collectives", nargs="+", default=list(COLLECTIVES), choices=COLLECTIVES)
-    parser.add_argument("--limit", type=float, default=120.0, help="wall-clock seconds per case (default 120)")
+    parser.add_argument(
+        "--limit", type=float, default=120.0, help="wall-clock seconds per case (default 120)"
+    )
     parser.add_argument("--case", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
