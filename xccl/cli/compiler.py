@@ -19,7 +19,7 @@ from common.errors import XcclError
 from common.units import parse_size
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
-from xccl.cli.output import format_table
+from xccl.cli.output import format_table, slow_stage
 from xccl.cli.solving import positive_int
 
 if TYPE_CHECKING:
@@ -57,11 +57,13 @@ def _stderr(text: str) -> None:
 def cmd_compile(args: argparse.Namespace) -> int:
     from codegen.formats import save_ir, write_ir
 
-    result = COMPILERS[input_kind(args.input)](args)
+    with slow_stage(f"compiling {args.input}"):
+        result = COMPILERS[input_kind(args.input)](args)
     ir = _selected(_result_ir(result), args.min_bytes, args.max_bytes)
     _report_passes(result.records, args.time_passes)
     if args.output:
-        save_ir(ir, args.output, args.dialect, force=args.force)
+        with slow_stage(f"writing {args.output}"):
+            save_ir(ir, args.output, args.dialect, force=args.force)
         print(f"wrote {args.output}: {_summary(ir)}, checked for {_target(args.dialect)}")
     else:
         sys.stdout.write(write_ir(ir, args.dialect))
@@ -191,13 +193,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     from codegen.semantics import find_wrong_result
 
     path = Path(args.file)
-    ir, facts = load_ir_facts(path)
+    with slow_stage(f"loading {path}"):
+        ir, facts = load_ir_facts(path)
     if args.dialect == "auto":
         dialect = None if facts is None else facts.dialect
     else:
         dialect = None if args.dialect == "none" else args.dialect
-    problems = find_problems(ir, dialect, facts=facts)
-    wrong = None if problems else find_wrong_result(ir)  # both before any output: limits refuse at once
+    with slow_stage(f"checking {path}"):
+        problems = find_problems(ir, dialect, facts=facts)
+        wrong = None if problems else find_wrong_result(ir)  # both before any output: limits refuse at once
     target = f"the {dialect} runtime" if dialect else "the universal rules"
     print(f"{path}: {_summary(ir)}")
     deps = sum(len(op.deps) for g in ir.gpus for tb in g.threadblocks for op in tb.ops)
