@@ -14,7 +14,7 @@ slot must receive. Ids follow MSCCL's layouts (allgather output ``r*C+i`` is ran
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from common.errors import XcclError
@@ -65,15 +65,38 @@ class Chunk:
 
 @dataclass(frozen=True, eq=False)
 class Collective:
-    """A collective over ``num_ranks`` ranks with ``chunks_per_rank`` chunks (see module docstring)."""
+    """A collective over ``num_ranks`` ranks with ``chunks_per_rank`` chunks (see module docstring).
+
+    A named collective made with ``make_collective(..., lazy=True)`` describes its chunks and
+    buffers (``n`` x ``n`` of them for an allgather) only when they are first read, so what needs
+    only its name and size (the bounds) works on 100,000 ranks; the limits are checked then."""
 
     name: str
     num_ranks: int
     chunks_per_rank: int
     root: int | None
-    chunks: tuple[Chunk, ...]
-    inputs: tuple[tuple[int | None, ...], ...]
-    outputs: tuple[tuple[int | None, ...], ...]
+    given_chunks: tuple[Chunk, ...] | None = field(default=None, repr=False)
+    given_inputs: tuple[tuple[int | None, ...], ...] | None = field(default=None, repr=False)
+    given_outputs: tuple[tuple[int | None, ...], ...] | None = field(default=None, repr=False)
+
+    @cached_property
+    def _described(self) -> tuple:
+        if self.given_chunks is not None:
+            return self.given_chunks, self.given_inputs, self.given_outputs
+        _check_limits(self.name, self.num_ranks, self.chunks_per_rank)
+        return _BUILDERS[self.name](self.num_ranks, self.chunks_per_rank, self.root)
+
+    @property
+    def chunks(self) -> tuple[Chunk, ...]:
+        return self._described[0]
+
+    @property
+    def inputs(self) -> tuple[tuple[int | None, ...], ...]:
+        return self._described[1]
+
+    @property
+    def outputs(self) -> tuple[tuple[int | None, ...], ...]:
+        return self._described[2]
 
     # -- identity --------------------------------------------------------------------------
     def spec(self) -> dict:
@@ -123,6 +146,8 @@ class Collective:
     @property
     def size_chunks(self) -> int:
         """Chunks in the buffer whose size nccl-tests reports (the larger of input and output)."""
+        if self.given_chunks is None:  # a named collective: known without describing it
+            return _WIDTH[self.name](self.num_ranks, self.chunks_per_rank)[1]
         return max(self.input_chunks, self.output_chunks)
 
     @property
@@ -153,7 +178,8 @@ class Collective:
         non-combining duals), gather <- scatter. Dual chunk ``a`` is this collective's address ``a``."""
         if not self.has_dual:
             raise InfeasibleError(f"{self.name} has no dual (only {', '.join(DUALS)} do)")
-        return make_collective(DUALS[self.name], self.num_ranks, self.chunks_per_rank, self.root)
+        # lazy: it is as big as this one, whose limits were checked when it was described
+        return make_collective(DUALS[self.name], self.num_ranks, self.chunks_per_rank, self.root, lazy=True)
 
     @property
     def has_dual(self) -> bool:
@@ -252,10 +278,18 @@ _ALIASES = {
 }
 
 
+def _check_limits(key: str, num_ranks: int, chunks_per_rank: int) -> None:
+    chunks, width = _WIDTH[key](num_ranks, chunks_per_rank)
+    where = f"{key} on {num_ranks} ranks with {chunks_per_rank} chunks per rank"
+    CHUNKS.check(chunks, where)
+    SLOTS.check(num_ranks * width, where)
+
+
 def make_collective(
-    name: str, num_ranks: int, chunks_per_rank: int = 1, root: int | None = None
+    name: str, num_ranks: int, chunks_per_rank: int = 1, root: int | None = None, lazy: bool = False
 ) -> Collective:
-    """Build a named collective; rooted ones default to ``root=0``."""
+    """Build a named collective; rooted ones default to ``root=0``. ``lazy`` describes its chunks
+    when they are first read (and checks the limits then) instead of now."""
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in _BUILDERS:
         raise CollectiveError(f"unknown collective {name!r}: expected one of {', '.join(COLLECTIVES)}")
@@ -263,15 +297,13 @@ def make_collective(
         raise CollectiveError(f"{key}: expected at least 1 rank, got {num_ranks}")
     if chunks_per_rank < 1:
         raise CollectiveError(f"{key}: chunks per rank: expected at least 1, got {chunks_per_rank}")
-    chunks, width = _WIDTH[key](num_ranks, chunks_per_rank)
-    where = f"{key} on {num_ranks} ranks with {chunks_per_rank} chunks per rank"
-    CHUNKS.check(chunks, where)
-    SLOTS.check(num_ranks * width, where)
     if key in ROOTED:
         root = 0 if root is None else root
         if not 0 <= root < num_ranks:
             raise CollectiveError(f"{key}: root: expected a rank in 0..{num_ranks - 1}, got {root}")
     else:
         root = None
-    chunks, inputs, outputs = _BUILDERS[key](num_ranks, chunks_per_rank, root)
-    return Collective(key, num_ranks, chunks_per_rank, root, chunks, inputs, outputs)
+    coll = Collective(key, num_ranks, chunks_per_rank, root)
+    if not lazy:
+        coll.chunks  # noqa: B018 - described now, the limits checked before any work
+    return coll

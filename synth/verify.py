@@ -107,9 +107,9 @@ def final_state(algo: Algorithm, topology: Topology | None = None) -> State:
         if capacity is not None:
             over = capacity.overloaded(((s.src, s.dst) for s in step.sends), step.rounds)
             if over:
-                c, used = over[0]
+                c = over[0]
                 raise VerificationError(
-                    f"{where}: {used} chunks over {c.name} exceed its capacity "
+                    f"{where}: {c.used} chunks over {c.name} exceed its capacity "
                     f"{c.capacity} x {step.rounds} round(s) = {c.capacity * step.rounds}"
                 )
         new_state = [dict(s) for s in state]

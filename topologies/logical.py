@@ -1,16 +1,20 @@
 """Derived views of a topology: SCCL's rank-to-rank links and its integer capacity model.
 
 A logical link ``src -> dst`` exists where the two ranks are wired directly or joined by a path
-through switches only. Every physical edge on such a path is a shared *resource*: all logical
-links through a switch port share that port's capacity. Paths obey two rules of real hardware:
-a NIC does not forward from one local rank to another (it only bridges ranks and the network),
-and a path through a network switch joins ranks of different machines.
+through switches only (:mod:`topologies.routes` finds it). Every physical edge on such a path is a
+shared *resource*: all logical links through a switch port share that port's capacity.
+
+Both views are lazy: a link is routed when it is first asked for, a rank's neighbours when they
+are, so what needs a few pairs (the timing engine, the verifier, a ring baseline) never builds the
+n x (n - 1) links of a switched cluster. Whatever iterates over every link (``links`` as a whole,
+``users``, ``hops``, :attr:`ChunkCapacity.links`, ``constraints``: the SMT encodings, ``xccl topo
+show``) builds them then, once.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
@@ -20,14 +24,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from topologies.routes import RouteGraph, Table
+
 if TYPE_CHECKING:
-    from topologies.model import Link, Topology, Vertex
+    from topologies.model import Topology, Vertex
 
 __all__ = [
     "CapacityConstraint",
     "ChunkCapacity",
     "LogicalLink",
     "LogicalTopology",
+    "Overload",
     "Resource",
     "derive_chunk_capacity",
     "derive_logical",
@@ -37,6 +44,9 @@ Edge = tuple["Vertex", "Vertex"]
 
 MAX_CHUNKS_PER_ROUND = 64
 """Above this many chunks per round the gcd unit is useless for SMT; fall back to the slowest link."""
+
+TABLES_KEPT = 64
+"""Sources whose whole route tables are kept (a table holds one route per reachable rank)."""
 
 
 @dataclass(frozen=True)
@@ -72,54 +82,141 @@ class LogicalLink:
         return len(self.path) == 2
 
 
-@dataclass(frozen=True, eq=False)
-class LogicalTopology:
-    """Rank-to-rank links ``{(src, dst): LogicalLink}`` and the resources ``{edge: Resource}``."""
+class LogicalLinks(Mapping[tuple[int, int], LogicalLink]):
+    """``{(src, dst): LogicalLink}`` of a :class:`LogicalTopology`, routed on demand: a lookup
+    routes one pair; iterating or ``len`` routes every pair (sources in order, destinations
+    ascending)."""
 
-    num_ranks: int
-    links: dict[tuple[int, int], LogicalLink]
-    resources: dict[Edge, Resource]
+    def __init__(self, view: LogicalTopology) -> None:
+        self._view = view
+
+    def __getitem__(self, pair: tuple[int, int]) -> LogicalLink:
+        link = self._view.link(*pair) if _is_pair(pair, self._view.num_ranks) else None
+        if link is None:
+            raise KeyError(pair)
+        return link
+
+    def __contains__(self, pair: object) -> bool:
+        known = self._view._links.get(pair, _UNKNOWN) if type(pair) is tuple else _UNKNOWN
+        if known is not _UNKNOWN:  # asked before: the verifier asks once per send
+            return known is not None
+        return _is_pair(pair, self._view.num_ranks) and self._view.link(*pair) is not None  # type: ignore[misc]
+
+    def get(self, pair: tuple[int, int], default=None):  # type: ignore[override]
+        link = self._view.link(*pair) if _is_pair(pair, self._view.num_ranks) else None
+        return default if link is None else link
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for src in range(self._view.num_ranks):
+            for dst in self._view.successors(src):
+                yield (src, dst)
+
+    def __len__(self) -> int:
+        return sum(len(self._view.successors(src)) for src in range(self._view.num_ranks))
+
+
+_UNKNOWN = object()
+
+
+def _is_pair(pair: object, n: int) -> bool:
+    return (
+        isinstance(pair, tuple)
+        and len(pair) == 2
+        and all(isinstance(r, int) and 0 <= r < n for r in pair)
+        and pair[0] != pair[1]
+    )
+
+
+class LogicalTopology:
+    """Rank-to-rank links (``links``, ``link``), each rank's neighbours, hop and latency distances,
+    and the resources ``{edge: Resource}`` (every physical edge)."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.num_ranks = topo.num_ranks
+        self.graph = RouteGraph(topo)
+        self.resources: dict[Edge, Resource] = {
+            (u, v): Resource((u, v), lk.bandwidth_GBps, lk.count, lk.alpha_us) for u, v, lk in topo.links()
+        }
+        self._links: dict[tuple[int, int], LogicalLink | None] = {}
+        self._tables: OrderedDict[int, Table] = OrderedDict()
+        self._succ: dict[int, tuple[int, ...]] = {}
+        self._pred: dict[int, tuple[int, ...]] = {}
+
+    @cached_property
+    def links(self) -> LogicalLinks:
+        return LogicalLinks(self)
+
+    def link(self, src: int, dst: int) -> LogicalLink | None:
+        """The logical link ``src -> dst``, or None where there is none."""
+        key = (src, dst)
+        if key in self._links:
+            return self._links[key]
+        table = self._tables.get(src)
+        ids = table.get(dst) if table is not None else self.graph.routes(src, target=dst).get(dst)
+        link = None if ids is None else self._make(ids)
+        self._links[key] = link
+        return link
+
+    def _make(self, ids: tuple[int, ...]) -> LogicalLink:
+        g = self.graph
+        hops = [g.link[(a, b)] for a, b in pairwise(ids)]
+        return LogicalLink(
+            src=ids[0],
+            dst=ids[-1],
+            path=tuple(g.names[i] for i in ids),
+            alpha_us=sum(e.alpha_us for e in hops),
+            bandwidth_GBps=min(e.bandwidth_GBps for e in hops),
+        )
+
+    def table(self, src: int) -> Table:
+        """Every route from ``src`` (the last :data:`TABLES_KEPT` sources asked are kept)."""
+        table = self._tables.get(src)
+        if table is None:
+            table = self.graph.routes(src)
+            self._tables[src] = table
+            if len(self._tables) > TABLES_KEPT:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(src)
+        return table
+
+    def successors(self, rank: int) -> tuple[int, ...]:
+        """The ranks ``rank`` has a logical link to, ascending."""
+        out = self._succ.get(rank)
+        if out is None:
+            out = self._succ[rank] = tuple(sorted(self.table(rank)))
+        return out
+
+    def predecessors(self, rank: int) -> tuple[int, ...]:
+        """The ranks with a logical link to ``rank``, ascending."""
+        out = self._pred.get(rank)
+        if out is None:
+            out = self._pred[rank] = tuple(sorted(self.graph.routes(rank, reverse=True)))
+        return out
+
+    def hops_from(self, src: int) -> list[int]:
+        """Fewest logical links from ``src`` to every rank (-1 where unreachable)."""
+        return self.graph.hop_distances(src, self.successors)
+
+    def alpha_from(self, src: int) -> list[float]:
+        """Least summed latency from ``src`` to every rank (see :meth:`RouteGraph.alpha_distances`)."""
+        return self.graph.alpha_distances(src)
+
+    @cached_property
+    def hops(self) -> np.ndarray:
+        """``hops[src, dst]`` for every pair (all pairs: small topologies; else :meth:`hops_from`)."""
+        return np.array([self.hops_from(src) for src in range(self.num_ranks)], dtype=np.int64).reshape(
+            self.num_ranks, self.num_ranks
+        )
 
     @cached_property
     def users(self) -> dict[Edge, tuple[tuple[int, int], ...]]:
-        """For every resource, the logical links that pass through it."""
+        """For every resource, the logical links that pass through it (all pairs)."""
         out: dict[Edge, list[tuple[int, int]]] = {edge: [] for edge in self.resources}
         for pair, link in self.links.items():
             for edge in link.edges:
                 out[edge].append(pair)
         return {edge: tuple(pairs) for edge, pairs in out.items() if pairs}
-
-    @cached_property
-    def _neighbours(self) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[int, ...]]]:
-        """``(successors, predecessors)`` of every rank, each sorted."""
-        out: dict[int, list[int]] = {r: [] for r in range(self.num_ranks)}
-        inn: dict[int, list[int]] = {r: [] for r in range(self.num_ranks)}
-        for src, dst in self.links:
-            out[src].append(dst)
-            inn[dst].append(src)
-        return _sorted_values(out), _sorted_values(inn)
-
-    def successors(self, rank: int) -> tuple[int, ...]:
-        return self._neighbours[0][rank]
-
-    def predecessors(self, rank: int) -> tuple[int, ...]:
-        return self._neighbours[1][rank]
-
-    @cached_property
-    def hops(self) -> np.ndarray:
-        """``hops[src, dst]``: fewest logical links from src to dst (-1 where unreachable)."""
-        n = self.num_ranks
-        dist = np.full((n, n), -1, dtype=np.int64)
-        for src in range(n):
-            dist[src, src] = 0
-            queue = deque([src])
-            while queue:
-                u = queue.popleft()
-                for v in self.successors(u):
-                    if dist[src, v] < 0:
-                        dist[src, v] = dist[src, u] + 1
-                        queue.append(v)
-        return dist
 
 
 @dataclass(frozen=True)
@@ -131,102 +228,84 @@ class CapacityConstraint:
     capacity: int
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
+class Overload:
+    """A physical edge carrying ``used`` chunks where ``capacity`` per round x rounds fit."""
+
+    name: str
+    capacity: int
+    used: int
+
+
 class ChunkCapacity:
     """SCCL's integer model: one round moves one chunk over ``unit_GBps`` of bandwidth.
 
-    ``links[src, dst]`` is the chunks per round of the logical link (0 where there is none);
-    ``constraints`` has one entry per physical edge, listing the logical links that share it.
+    ``edge_capacity[edge]`` is the chunks per round of a physical edge; a logical link carries
+    the least over its path (:meth:`pair`); the loads of a set of sends are counted per edge
+    (:meth:`rounds_needed`, :meth:`overloaded`). ``links`` (the n x n matrix) and
+    ``constraints`` (one per edge, with every pair through it) are built on first use.
     """
 
-    num_ranks: int
-    unit_GBps: float
-    links: np.ndarray
-    constraints: tuple[CapacityConstraint, ...]
-    edge_capacity: dict[Edge, int]
+    def __init__(self, logical: LogicalTopology, unit_GBps: float, edge_capacity: dict[Edge, int]) -> None:
+        self.num_ranks = logical.num_ranks
+        self.unit_GBps = unit_GBps
+        self.edge_capacity = edge_capacity
+        self._logical = logical
+
+    def pair(self, src: int, dst: int) -> int:
+        """Chunks per round of the logical link ``src -> dst`` (0 where there is none)."""
+        link = self._logical.link(src, dst)
+        return 0 if link is None else min(self.edge_capacity[e] for e in link.edges)
+
+    @cached_property
+    def links(self) -> np.ndarray:
+        """``links[src, dst]``: :meth:`pair` of every pair."""
+        n = self.num_ranks
+        matrix = np.zeros((n, n), dtype=np.int64)
+        for src, dst in self._logical.links:
+            matrix[src, dst] = self.pair(src, dst)
+        return matrix
+
+    @cached_property
+    def constraints(self) -> tuple[CapacityConstraint, ...]:
+        """One per physical edge some link uses: the pairs through it and its capacity."""
+        resources = self._logical.resources
+        return tuple(
+            CapacityConstraint(resources[edge].name, frozenset(pairs), self.edge_capacity[edge])
+            for edge, pairs in self._logical.users.items()
+        )
+
+    def _loads(self, pairs: Iterable[tuple[int, int]]) -> dict[Edge, int]:
+        count: dict[tuple[int, int], int] = {}
+        for pair in pairs:
+            count[pair] = count.get(pair, 0) + 1
+        load: dict[Edge, int] = {}
+        for (src, dst), k in count.items():
+            link = self._logical.link(src, dst)
+            for edge in link.edges if link is not None else ():  # a missing link is the caller's to report
+                load[edge] = load.get(edge, 0) + k
+        return load
 
     def rounds_needed(self, pairs: Iterable[tuple[int, int]]) -> int:
-        """Fewest rounds in which one chunk per listed pair (repeats allowed) fits every constraint."""
-        load: dict[tuple[int, int], int] = {}
-        for pair in pairs:
-            load[pair] = load.get(pair, 0) + 1
+        """Fewest rounds in which one chunk per listed pair (repeats allowed) fits every edge."""
+        load = self._loads(pairs)
         rounds = 1 if load else 0
-        for c in self.constraints:
-            used = sum(load.get(p, 0) for p in c.pairs)
-            if used:
-                rounds = max(rounds, -(-used // c.capacity))
+        for edge, used in load.items():
+            rounds = max(rounds, -(-used // self.edge_capacity[edge]))
         return rounds
 
-    def overloaded(
-        self, pairs: Iterable[tuple[int, int]], rounds: int
-    ) -> list[tuple[CapacityConstraint, int]]:
-        """The constraints that ``pairs`` exceed in ``rounds`` rounds, with their load."""
-        load: dict[tuple[int, int], int] = {}
-        for pair in pairs:
-            load[pair] = load.get(pair, 0) + 1
-        over = []
-        for c in self.constraints:
-            used = sum(load.get(p, 0) for p in c.pairs)
-            if used > c.capacity * rounds:
-                over.append((c, used))
-        return over
-
-
-def _path_rules_ok(topo: Topology, path: list[Vertex], nxt: Vertex) -> bool:
-    kinds = topo.switches
-    if isinstance(nxt, int):
-        # a NIC reached straight from a rank may not hand data to another rank
-        if len(path) >= 2 and kinds.get(path[-1]) == "nic" and isinstance(path[-2], int):
-            return False
-        # a path through the network joins different machines
-        if any(kinds.get(v) == "network" for v in path[1:]):
-            return topo.node_of[path[0]] != topo.node_of[nxt]
-    return True
-
-
-def _sorted_values(lists: dict[int, list[int]]) -> dict[int, tuple[int, ...]]:
-    return {key: tuple(sorted(values)) for key, values in lists.items()}
-
-
-def _shortest_routes(topo: Topology, src: int) -> dict[int, list[Vertex]]:
-    """Fewest-hop path from ``src`` to every rank it reaches directly or through switches only."""
-    routes: dict[int, list[Vertex]] = {}
-    graph = topo.graph
-    for nbr in graph.successors(src):
-        if isinstance(nbr, int) and nbr != src:
-            routes[nbr] = [src, nbr]
-    queue: deque[list[Vertex]] = deque(
-        [src, nbr] for nbr in graph.successors(src) if not isinstance(nbr, int)
-    )
-    while queue:
-        path = queue.popleft()
-        for nxt in graph.successors(path[-1]):
-            if nxt in path or not _path_rules_ok(topo, path, nxt):
-                continue
-            if isinstance(nxt, int):
-                if nxt not in routes:
-                    routes[nxt] = [*path, nxt]
-            else:
-                queue.append([*path, nxt])
-    return routes
+    def overloaded(self, pairs: Iterable[tuple[int, int]], rounds: int) -> list[Overload]:
+        """The edges that ``pairs`` load past ``rounds`` rounds, in the resources' order."""
+        load = self._loads(pairs)
+        order = self._logical.resources
+        over = [(edge, used) for edge, used in load.items() if used > self.edge_capacity[edge] * rounds]
+        index = {edge: i for i, edge in enumerate(order)} if over else {}
+        over.sort(key=lambda item: index[item[0]])
+        return [Overload(order[e].name, self.edge_capacity[e], used) for e, used in over]
 
 
 def derive_logical(topo: Topology) -> LogicalTopology:
-    resources: dict[Edge, Resource] = {}
-    for u, v, link in topo.links():
-        resources[(u, v)] = Resource((u, v), link.bandwidth_GBps, link.count, link.alpha_us)
-    links: dict[tuple[int, int], LogicalLink] = {}
-    for src in topo.ranks:
-        for dst, path in sorted(_shortest_routes(topo, src).items()):
-            edges: list[Link] = [topo.graph.edges[u, v]["link"] for u, v in pairwise(path)]
-            links[(src, dst)] = LogicalLink(
-                src=src,
-                dst=dst,
-                path=tuple(path),
-                alpha_us=sum(e.alpha_us for e in edges),
-                bandwidth_GBps=min(e.bandwidth_GBps for e in edges),
-            )
-    return LogicalTopology(topo.num_ranks, links, resources)
+    return LogicalTopology(topo)
 
 
 def _unit(bandwidths: list[float]) -> float:
@@ -244,22 +323,15 @@ def _unit(bandwidths: list[float]) -> float:
 
 
 def derive_chunk_capacity(topo: Topology, unit_GBps: float | None = None) -> ChunkCapacity:
+    """The integer model; its unit is the gcd of the bandwidths of the edges (every physical edge
+    can carry some route in a topology worth synthesizing for) unless given."""
     logical = topo.logical()
     if unit_GBps is None:
-        used = {edge for link in logical.links.values() for edge in link.edges}
-        unit_GBps = _unit([logical.resources[e].bandwidth_GBps for e in sorted(used, key=repr)] or [1.0])
+        unit_GBps = _unit(sorted({res.bandwidth_GBps for res in logical.resources.values()}) or [1.0])
     if unit_GBps <= 0:
         raise ValueError("unit_GBps must be positive")
     edge_capacity = {
         edge: res.count * max(1, int(res.bandwidth_GBps / unit_GBps + 1e-9))
         for edge, res in logical.resources.items()
     }
-    n = topo.num_ranks
-    matrix = np.zeros((n, n), dtype=np.int64)
-    for (src, dst), link in logical.links.items():
-        matrix[src, dst] = min(edge_capacity[e] for e in link.edges)
-    constraints = tuple(
-        CapacityConstraint(logical.resources[edge].name, frozenset(pairs), edge_capacity[edge])
-        for edge, pairs in logical.users.items()
-    )
-    return ChunkCapacity(n, unit_GBps, matrix, constraints, edge_capacity)
+    return ChunkCapacity(logical, unit_GBps, edge_capacity)

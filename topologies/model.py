@@ -146,14 +146,33 @@ class Topology:
         return derive_logical(self)
 
     def logical(self) -> LogicalTopology:
-        """SCCL's view: rank-to-rank links and the shared resources (edges) each one uses."""
+        """SCCL's view: rank-to-rank links and the shared resources (edges) each one uses, routed
+        on demand (:mod:`topologies.logical`)."""
         return self._logical
+
+    @cached_property
+    def _chunk_capacity(self) -> ChunkCapacity:
+        from topologies.logical import derive_chunk_capacity
+
+        return derive_chunk_capacity(self)
 
     def chunk_capacity(self, unit_GBps: float | None = None) -> ChunkCapacity:
         """SCCL's integer model: chunks per round of every link and shared resource."""
+        if unit_GBps is None:
+            return self._chunk_capacity
         from topologies.logical import derive_chunk_capacity
 
         return derive_chunk_capacity(self, unit_GBps)
+
+    @cached_property
+    def _rank_classes(self) -> tuple[tuple[int, ...], ...]:
+        from topologies.classes import rank_classes
+
+        return rank_classes(self)
+
+    def rank_classes(self) -> tuple[tuple[int, ...], ...]:
+        """Classes of alike ranks (:mod:`topologies.classes`): never split an orbit."""
+        return self._rank_classes
 
     def reverse(self) -> Topology:
         """Every link turned around (used to synthesize a combining collective through its dual)."""
@@ -177,22 +196,19 @@ class Topology:
                 f"{prefix}node_of: expected {self.num_ranks} entries, got {len(self.node_of)}"
             )
         self._check_values(prefix)
+        self._check_reach(prefix)
+
+    def _check_reach(self, prefix: str) -> None:
+        """Rank 0 reaches every rank and every rank reaches rank 0 (breadth-first over the logical
+        links, each way; on a switch fabric the first rank's routes usually reach them all)."""
         logical = self.logical()
-        reach = nx.DiGraph()
-        reach.add_nodes_from(self.ranks)
-        reach.add_edges_from(logical.links)
-        if self.num_ranks > 1 and not nx.is_strongly_connected(reach):
-            for comp in nx.strongly_connected_components(reach):
-                if 0 not in comp:
-                    other = min(comp)
-                    break
-            else:  # pragma: no cover - a disconnected graph has a component without rank 0
-                other = 1
-            unreached = other if not nx.has_path(reach, 0, other) else 0
-            source = 0 if unreached == other else other
-            raise TopologyError(
-                f"{prefix}links: rank {source} cannot reach rank {unreached}; every rank must reach every other"
-            )
+        for dist, words in (
+            (logical.hops_from(0), "rank 0 cannot reach rank {}"),
+            (logical.graph.hop_distances(0, logical.predecessors), "rank {} cannot reach rank 0"),
+        ):
+            unreached = next((r for r, d in enumerate(dist) if d < 0), None)
+            if unreached is not None:
+                raise TopologyError(f"{prefix}links: {words.format(unreached)}; every rank must reach every other")
 
     def _check_values(self, prefix: str) -> None:
         """Values computed by builders and callers obey the same ranges as the file format's.
@@ -222,6 +238,12 @@ class Topology:
 
     # -- identity --------------------------------------------------------------------------
     def _key(self) -> tuple:
+        return self._identity
+
+    @cached_property
+    def _identity(self) -> tuple:
+        """Everything that makes two topologies equal (computed once: the graph is not changed
+        after it is built, and a 100,000-rank ring takes a second to list)."""
         edges = sorted(((repr(s), repr(d), lk) for s, d, lk in self.links()), key=lambda e: (e[0], e[1]))
         return (
             self.name,

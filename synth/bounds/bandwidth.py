@@ -5,6 +5,10 @@ chunks per round or in GB/s. Combining collectives are reduced as the synthesize
 (:mod:`synth.reductions`): reducescatter and reduce to their dual on the reversed topology;
 allreduce, without in-network reduction, needs a reduce-scatter and an allgather's worth of
 traffic (cost-models-and-bounds.md, section 4.2), so its bound is their sum.
+
+Where the exact LP would be too big (:data:`synth.bounds.cuts.LP_COLUMNS`) the rate comes from
+LPs per class of alike ranks and from cuts (:mod:`synth.bounds.cuts`): still a lower bound on the
+time, and :func:`bandwidth_bound_method` says which one each part got.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from common.units import BYTES_PER_US_PER_GBPS
+from synth.bounds.cuts import LP_COLUMNS, scaled_rate
 from synth.bounds.flow import flow_network, max_rate
 from synth.collectives import Collective, make_collective
 from synth.cost import chunk_bytes
@@ -20,7 +25,7 @@ from synth.errors import InfeasibleError
 from synth.reductions import Problem, leaves, standard_reduction
 from topologies.model import Topology
 
-__all__ = ["bandwidth_time_us", "rounds_per_chunk_bound"]
+__all__ = ["bandwidth_bound_method", "bandwidth_time_us", "rounds_per_chunk_bound"]
 
 
 def _commodities(collective: Collective) -> tuple[list[dict], bool]:
@@ -40,34 +45,47 @@ def _commodities(collective: Collective) -> tuple[list[dict], bool]:
     return list(groups.values()), unicast
 
 
-def _rate(topology: Topology, collective: Collective, unit: str) -> float:
-    """Chunks of ``collective`` per unit time each source can ship (unit: 'chunks' or 'GBps')."""
+def _rate(topology: Topology, collective: Collective, unit: str) -> tuple[float, str]:
+    """Chunks of ``collective`` per unit time each source can ship (unit: 'chunks' or 'GBps'),
+    and how that was found (the exact LP, or per-class LPs and cuts past :data:`LP_COLUMNS`)."""
     if unit == "chunks":
         capacities = {edge: float(c) for edge, c in topology.chunk_capacity().edge_capacity.items()}
     else:
         capacities = {(u, v): link.total_GBps for u, v, link in topology.links()}
-    commodities, shared = _commodities(collective)
-    x = max_rate(flow_network(topology, capacities), commodities, shared)
+    arcs = flow_network(topology, capacities)
+    if collective.num_ranks * len(arcs) <= LP_COLUMNS:
+        commodities, shared = _commodities(collective)
+        x, how = max_rate(arcs, commodities, shared), "flow LP"
+    else:
+        x, how = scaled_rate(topology, collective, capacities, arcs)
     if x <= 1e-12:
         raise InfeasibleError(
             f"{collective.name} cannot be implemented on {topology.name}: some chunk cannot reach its destination"
         )
-    return x
+    return x, how
 
 
 def _parts(topology: Topology, name: str, n: int, root: int | None) -> list[Problem]:
     """The non-combining problems whose bounds add up to the bound: the collective reduced as the
     synthesizers reduce it (:func:`synth.reductions.leaves`); an allreduce is taken with one
-    chunk per rank's piece, so its parts have one chunk per rank."""
+    chunk per rank's piece, so its parts have one chunk per rank. The collectives are lazy: no
+    part describes its chunks unless its exact LP is solved."""
     chunks = n if name == "allreduce" else 1
-    return leaves(Problem(topology, make_collective(name, n, chunks, root)), standard_reduction)
+    return leaves(Problem(topology, make_collective(name, n, chunks, root, lazy=True)), standard_reduction)
+
+
+@lru_cache(maxsize=256)
+def _part_rates(topology: Topology, name: str, n: int, root: int | None, unit: str) -> tuple:
+    """``(part, rate, how)`` of every part."""
+    return tuple(
+        (part, *_rate(part.topology, part.collective, unit)) for part in _parts(topology, name, n, root)
+    )
 
 
 @lru_cache(maxsize=256)
 def _rounds_bound(topology: Topology, name: str, n: int, root: int | None) -> Fraction:
     total = Fraction(0)
-    for part in _parts(topology, name, n, root):
-        x = _rate(part.topology, part.collective, "chunks")
+    for _, x, _ in _part_rates(topology, name, n, root, "chunks"):
         total += Fraction(1 / x).limit_denominator(10_000)
     if name == "allreduce":
         total /= n  # one allreduce chunk is n reduce-scatter chunks of 1/n the size
@@ -79,12 +97,17 @@ def rounds_per_chunk_bound(topology: Topology, collective: Collective) -> Fracti
     return _rounds_bound(topology, collective.name, collective.num_ranks, collective.root)
 
 
+def bandwidth_bound_method(topology: Topology, collective: Collective) -> str:
+    """How the bandwidth bound of each reduced part was found (``flow LP`` where exact)."""
+    rates = _part_rates(topology, collective.name, collective.num_ranks, collective.root, "GBps")
+    return "; ".join(dict.fromkeys(how for _, _, how in rates))
+
+
 @lru_cache(maxsize=256)
 def _seconds_per_byte(topology: Topology, name: str, n: int, root: int | None) -> float:
     """Microseconds per byte of nccl-tests' buffer (the bound is linear in the size)."""
     total = 0.0
-    for part in _parts(topology, name, n, root):
-        x = _rate(part.topology, part.collective, "GBps")
+    for part, x, _ in _part_rates(topology, name, n, root, "GBps"):
         total += chunk_bytes(part.collective, 1.0) / (x * BYTES_PER_US_PER_GBPS)
     return total
 

@@ -1,43 +1,99 @@
-"""Latency bounds: the largest hop distance a chunk must travel, and the same in microseconds."""
+"""Latency bounds: the largest hop distance a chunk must travel, and the same in microseconds.
+
+Both are a maximum over (source, destination) pairs, read from the collective's name: every pair
+(allgather, allreduce, alltoall, reducescatter), the root to every rank (broadcast, scatter), every
+rank to the root (gather, reduce); other collectives list theirs in their chunks. For the every-pair
+collectives on more than :data:`EXACT_RANKS` ranks the sources searched from are one rank per
+class of alike ranks (:func:`topologies.classes.rank_classes`): a maximum over fewer sources is
+still a lower bound, and the same where the classes are the topology's orbits.
+"""
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from synth.bounds.bandwidth import bandwidth_time_us
+from synth.bounds.cuts import representatives
 from synth.collectives import Collective
 from synth.errors import InfeasibleError
 from topologies.model import Topology
 
-__all__ = ["latency_time_us", "lower_bound_us", "steps_lower_bound"]
+__all__ = ["EXACT_RANKS", "latency_time_us", "lower_bound_us", "searched_sources", "steps_lower_bound"]
+
+EXACT_RANKS = 128
+"""Up to this many ranks the every-pair bounds search from every rank."""
+
+_EVERY_PAIR = frozenset({"allgather", "allreduce", "alltoall", "reducescatter"})
+_FROM_ROOT = frozenset({"broadcast", "scatter"})
+_TO_ROOT = frozenset({"gather", "reduce"})
+
+Distances = Callable[[int, bool], list]
+"""``(rank, backwards) -> distance of every rank from it (to it, backwards)``."""
 
 
-def _needs(collective: Collective) -> list[tuple[frozenset[int], int]]:
-    """(sources, destination) for every chunk and every rank that must receive it."""
-    return [(c.pre, d) for c in collective.chunks for d in sorted(c.post - c.pre)]
+def searched_sources(topology: Topology, collective: Collective) -> tuple[tuple[int, ...], bool] | None:
+    """The ranks the bounds search from and whether backwards (to the root), or None where the
+    collective's chunks list its pairs."""
+    if collective.name in _FROM_ROOT:
+        return (collective.root,), False
+    if collective.name in _TO_ROOT:
+        return (collective.root,), True
+    if collective.name in _EVERY_PAIR:
+        n = topology.num_ranks
+        return (tuple(range(n)) if n <= EXACT_RANKS else tuple(representatives(topology))), False
+    return None
+
+
+def _worst(topology: Topology, collective: Collective, distances: Distances, unreachable) -> float:
+    """Max over the collective's pairs of the distance from the source to the destination."""
+    searched = searched_sources(topology, collective)
+    if searched is None:
+        pairs = [(c.pre, d) for c in collective.chunks for d in sorted(c.post - c.pre)]
+        cache: dict[int, list] = {}
+        worst = 0
+        for pre, dst in pairs:
+            dist = [cache.setdefault(s, distances(s, False))[dst] for s in pre]
+            dist = [d for d in dist if not unreachable(d)]
+            if not dist:
+                raise _unreachable(topology, collective, dst)
+            worst = max(worst, min(dist))
+        return worst
+    sources, backwards = searched
+    worst = 0
+    for src in sources:
+        dist = distances(src, backwards)
+        for r, d in enumerate(dist):
+            if unreachable(d):
+                raise _unreachable(topology, collective, src if backwards else r)
+        worst = max(worst, max(dist, default=0))
+    return worst
+
+
+def _unreachable(topology: Topology, collective: Collective, rank: int) -> InfeasibleError:
+    return InfeasibleError(
+        f"{collective.name} cannot be implemented on {topology.name}: rank {rank} is unreachable"
+    )
 
 
 def steps_lower_bound(topology: Topology, collective: Collective) -> int:
     """SCCL's steps bound: max over (chunk, destination) of the fewest logical hops from a source."""
-    hops = topology.logical().hops
-    best = 0
-    for pre, dst in _needs(collective):
-        dist = [int(hops[src, dst]) for src in pre if hops[src, dst] >= 0]
-        if not dist:
-            raise InfeasibleError(
-                f"{collective.name} cannot be implemented on {topology.name}: rank {dst} is unreachable"
-            )
-        best = max(best, min(dist))
-    return best
+    logical = topology.logical()
+
+    def hops(rank: int, backwards: bool) -> list[int]:
+        if backwards:
+            return logical.graph.hop_distances(rank, logical.predecessors)
+        return logical.hops_from(rank)
+
+    return int(_worst(topology, collective, hops, lambda d: d < 0))
 
 
 def latency_time_us(topology: Topology, collective: Collective) -> float:
     """Max over (chunk, destination) of the smallest sum of link alphas from a source."""
     logical = topology.logical()
     n = topology.num_ranks
-    dist_from: dict[int, list[float]] = {}
 
-    def dijkstra(src: int) -> list[float]:
+    def dijkstra(src: int, backwards: bool) -> list[float]:
         dist = [float("inf")] * n
         dist[src] = 0.0
         heap = [(0.0, src)]
@@ -45,21 +101,15 @@ def latency_time_us(topology: Topology, collective: Collective) -> float:
             d, u = heapq.heappop(heap)
             if d > dist[u]:
                 continue
-            for v in logical.successors(u):
-                nd = d + logical.links[(u, v)].alpha_us
+            for v in logical.predecessors(u) if backwards else logical.successors(u):
+                link = logical.link(v, u) if backwards else logical.link(u, v)
+                nd = d + link.alpha_us
                 if nd < dist[v]:
                     dist[v] = nd
                     heapq.heappush(heap, (nd, v))
         return dist
 
-    worst = 0.0
-    for pre, dst in _needs(collective):
-        best = float("inf")
-        for src in pre:
-            if src not in dist_from:
-                dist_from[src] = dijkstra(src)
-            best = min(best, dist_from[src][dst])
-        worst = max(worst, best)
+    worst = float(_worst(topology, collective, dijkstra, lambda d: d == float("inf")))
     if collective.name == "allreduce":
         worst *= 2  # contributions travel in, then the sum travels out (no in-network reduction)
     return worst

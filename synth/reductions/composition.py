@@ -91,7 +91,7 @@ class Composition(Reduction):
             )
         chunks = c.chunks_per_rank // n if self.split else c.chunks_per_rank
         parts = tuple(
-            replace(problem, collective=make_collective(name, n, chunks, self.root), symmetry=None)
+            replace(problem, collective=make_collective(name, n, chunks, self.root, lazy=True), symmetry=None)
             for name in (self.first, self.second)
         )
         return Reduced(self, problem, parts, self.name)

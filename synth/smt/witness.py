@@ -29,7 +29,7 @@ __all__ = ["shortest_path_schedule"]
 
 def _layers(topology: Topology, collective: Collective) -> list[list[Send]]:
     logical = topology.logical()
-    capacity = topology.chunk_capacity().links
+    capacity = topology.chunk_capacity()
     load: dict[tuple[int, int, int], float] = {}
     layers: list[list[Send]] = []
     for cid, chunk in enumerate(collective.chunks):
@@ -53,7 +53,7 @@ def _layers(topology: Topology, collective: Collective) -> list[list[Send]]:
                 while len(layers) < d:
                     layers.append([])
                 candidates = [p for p in logical.predecessors(r) if dist.get(p) == d - 1]
-                p = min(candidates, key=lambda p: (load.get((p, r, d), 0) / capacity[p, r], p))
+                p = min(candidates, key=lambda p: (load.get((p, r, d), 0) / capacity.pair(p, r), p))
                 load[(p, r, d)] = load.get((p, r, d), 0) + 1
                 layers[d - 1].append(Send(cid, p, r))
                 parent[r] = p

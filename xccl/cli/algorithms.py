@@ -17,7 +17,7 @@ from xccl.cli.common import (
     params_from_args,
     topology_from_args,
 )
-from xccl.cli.output import print_json, print_table
+from xccl.cli.output import print_json, print_table, slow_stage
 
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm
@@ -74,9 +74,12 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     chunks = args.chunks
     if chunks is None:
         chunks = default_chunks(args.kind, args.collective, topo.num_ranks, topo, args.algo)
-    algo = make_baseline(args.kind, topo, collective_from_args(args, topo, chunks), args.algo)
+    coll = collective_from_args(args, topo, chunks)
+    with slow_stage(f"baseline {args.kind}: {coll.name} on {topo.num_ranks} ranks, built and verified"):
+        algo = make_baseline(args.kind, topo, coll, args.algo)
     if args.output:
-        algo.save(args.output, force=args.force)
+        with slow_stage(f"writing {args.output}"):
+            algo.save(args.output, force=args.force)
         print(f"wrote {args.output}: {algo.name} (verified)")
     else:
         print(algo.describe())
@@ -205,14 +208,24 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
-    from synth.bounds import bandwidth_time_us, latency_time_us, rounds_per_chunk_bound, steps_lower_bound
+    from synth.bounds import (
+        bandwidth_bound_method,
+        bandwidth_time_us,
+        latency_time_us,
+        rounds_per_chunk_bound,
+        steps_lower_bound,
+    )
     from synth.cost import algbw_GBps
 
-    topo = topology_from_args(args)
-    coll = collective_from_args(args, topo, chunks=1)
-    steps = steps_lower_bound(topo, coll)
-    rpc = rounds_per_chunk_bound(topo, coll)
-    latency = latency_time_us(topo, coll)
+    with slow_stage("loading the topology"):
+        topo = topology_from_args(args)
+    coll = collective_from_args(args, topo, chunks=1, lazy=True)  # the bounds never list its chunks
+    with slow_stage(f"steps and latency bounds on {topo.num_ranks} ranks"):
+        steps = steps_lower_bound(topo, coll)
+        latency = latency_time_us(topo, coll)
+    with slow_stage(f"bandwidth bounds on {topo.num_ranks} ranks"):
+        rpc = rounds_per_chunk_bound(topo, coll)
+        method = bandwidth_bound_method(topo, coll)
     sizes = [parse_size(s) for s in (args.size or DEFAULT_SIZES)]
     rows = []
     for size in sizes:
@@ -228,7 +241,13 @@ def cmd_bound(args: argparse.Namespace) -> int:
             }
         )
     if args.json:
-        doc = {"topology": topo.name, "collective": coll.name, "steps": steps, "rounds_per_chunk": str(rpc)}
+        doc = {
+            "topology": topo.name,
+            "collective": coll.name,
+            "steps": steps,
+            "rounds_per_chunk": str(rpc),
+            "bandwidth_bound": method,
+        }
         print_json(_with_note(doc, rows))
         return 0
     print(f"{coll.name} on {topo.name} ({topo.num_ranks} ranks)")
@@ -237,6 +256,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     print(f"  rounds per chunk lower bound: {rpc}  (SCCL's integer model, {unit:g} GB/s per chunk per round)")
     print(f"  latency lower bound:          {latency:.2f} us")
     print("  (at line rate, no per-call or per-send cost: no timing model's schedule beats it)")
+    print(f"  bandwidth lower bound from:   {method}")
     print()
     print_table(
         ["size", "latency us", "bandwidth us", "bound us", "max algbw GB/s"],

@@ -138,10 +138,10 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
 
 
 def collective_from_args(
-    args: argparse.Namespace, topology: Topology, chunks: int | None = None
+    args: argparse.Namespace, topology: Topology, chunks: int | None = None, lazy: bool = False
 ) -> Collective:
     coll = make_collective(
-        args.collective, topology.num_ranks, chunks if chunks is not None else args.chunks, args.root
+        args.collective, topology.num_ranks, chunks if chunks is not None else args.chunks, args.root, lazy
     )
     if args.root is not None and coll.root is None:
         raise CollectiveError(f"--root: {coll.name} has no root (rooted: {', '.join(sorted(ROOTED))})")

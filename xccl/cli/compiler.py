@@ -20,7 +20,7 @@ from common.units import format_size, parse_size
 from runtime.datatypes import REDUCTIONS
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
-from xccl.cli.output import format_table
+from xccl.cli.output import format_table, slow_stage
 from xccl.cli.solving import positive_int
 
 if TYPE_CHECKING:
@@ -62,12 +62,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     if args.output:
         check_writable(args.output, args.force, CodegenError)
-    result, topology = COMPILERS[input_kind(args.input)](args)
+    with slow_stage(f"compiling {args.input}"):
+        result, topology = COMPILERS[input_kind(args.input)](args)
     ir = _selected(_result_ir(result), args.min_bytes, args.max_bytes)
     _report_passes(result.records, args.time_passes)
     text = write_ir(ir, args.dialect, args.op, topology)
     if args.output:
-        save_text(args.output, text, force=args.force, error=CodegenError)
+        with slow_stage(f"writing {args.output}"):
+            save_text(args.output, text, force=args.force, error=CodegenError)
         print(f"wrote {args.output}: {_summary(ir)}, checked for {_target(args.dialect)}{_plan_summary(args.dialect, text)}")
     else:
         sys.stdout.write(text)
@@ -220,13 +222,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     plan = _plan_text(path)
     if plan is not None:
         return _check_plan(path, plan, args)
-    ir, facts = load_ir_facts(path)
+    with slow_stage(f"loading {path}"):
+        ir, facts = load_ir_facts(path)
     if args.dialect == "auto":
         dialect = None if facts is None else facts.dialect
     else:
         dialect = None if args.dialect == "none" else args.dialect
-    problems = find_problems(ir, dialect, facts=facts)
-    wrong = None if problems else find_wrong_result(ir)  # both before any output: limits refuse at once
+    with slow_stage(f"checking {path}"):
+        problems = find_problems(ir, dialect, facts=facts)
+        wrong = None if problems else find_wrong_result(ir)  # both before any output: limits refuse at once
     target = f"the {dialect} runtime" if dialect else "the universal rules"
     print(f"{path}: {_summary(ir)}")
     deps = sum(len(op.deps) for g in ir.gpus for tb in g.threadblocks for op in tb.ops)

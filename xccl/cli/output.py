@@ -11,6 +11,8 @@ import json
 import math
 import os
 import sys
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -22,8 +24,12 @@ __all__ = [
     "print_json",
     "print_table",
     "progress",
+    "slow_stage",
     "stdout_guarded",
 ]
+
+SLOW_S = 2.0
+"""A stage that runs longer than this says so on stderr (:func:`slow_stage`)."""
 
 
 class OutputError(Exception):
@@ -139,3 +145,20 @@ def _finite(data: Any) -> Any:
 def progress(message: str) -> None:
     """A progress line on stderr (kept apart from the results on stdout)."""
     print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def slow_stage(label: str, after_s: float = SLOW_S) -> Iterator[None]:
+    """Run a stage; if it is still running after ``after_s`` seconds, say so on stderr, and
+    say when it ends. Quick stages print nothing."""
+    start = time.perf_counter()
+    timer = threading.Timer(after_s, progress, (f"xccl: {label} ...",))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        elapsed = time.perf_counter() - start
+        if elapsed >= after_s:
+            progress(f"xccl: {label}: {elapsed:.1f} s")

@@ -59,10 +59,10 @@ def _show(topo: Topology) -> None:
     if topo.source:
         print(f"  source: {topo.source}")
     rows = []
-    capacity = topo.chunk_capacity().links  # derived once: it costs a pass over every link
+    capacity = topo.chunk_capacity()
     for (src, dst), link in sorted(topo.logical().links.items()):
         via = " > ".join(str(v) for v in link.path[1:-1]) or "direct"
-        cap = capacity[src, dst]
+        cap = capacity.pair(src, dst)
         rows.append([src, dst, f"{link.bandwidth_GBps:g}", f"{link.alpha_us:g}", cap, via])
     print()
     print_table(["src", "dst", "GB/s", "alpha_us", "chunks/round", "via"], rows, title="rank-to-rank links:")

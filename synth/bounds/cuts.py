@@ -1,0 +1,134 @@
+"""The bandwidth bound where the exact flow LP is too big: LPs per class of alike ranks, and cuts.
+
+The exact LP (:mod:`synth.bounds.flow`) has one column per commodity and arc: 512 ranks x 3,000
+arcs on a 64-machine cluster, ``n`` x ``2n`` on a ring of 100,000 ranks. Past
+:data:`LP_COLUMNS` the rate ``x`` comes from what only needs a few ranks, each giving an upper
+bound on ``x`` (so a lower bound on the time) whichever ranks are chosen:
+
+- multicast data (allgather, broadcast): one single-commodity LP per destination, for one
+  destination per class of alike ranks (:meth:`topologies.model.Topology.rank_classes`). The exact LP is
+  the least of these over every destination, so this is exact where the classes are orbits.
+- every collective: cuts. A set ``S`` of vertices whose ranks must receive ``D`` chunks from
+  outside bounds ``x <= capacity into S / D``. The sets tried are each representative rank, its
+  machine, the two halves of the rank numbering (a ring's, torus's or hypercube's bisection),
+  each alone or with the switches only its ranks use, and their complements.
+
+Only the collectives the reductions leave (allgather, broadcast, alltoall, scatter, gather) have a
+pattern here; each is read from the collective's name and size, never from its n x n chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from synth.bounds.flow import Arc, max_rate
+from synth.collectives import Collective
+from topologies.model import Topology, Vertex
+
+__all__ = ["LP_COLUMNS", "scaled_rate"]
+
+LP_COLUMNS = 200_000
+"""Columns (commodities x arcs) of the largest flow LP solved whole; HiGHS takes about 3 s there."""
+
+LP_ARCS = 50_000
+"""Arcs of the largest single-destination LP solved (a 512-GPU cluster has about 3,000)."""
+
+Demand = Callable[[frozenset[int]], float]
+
+
+def _demand(collective: Collective) -> tuple[Demand, bool]:
+    """Chunks that must enter a set of ranks from outside it, and whether the data is multicast."""
+    n, c, root = collective.num_ranks, collective.chunks_per_rank, collective.root
+    patterns: dict[str, tuple[Demand, bool]] = {
+        "allgather": (lambda s: c * (n - len(s)) if s else 0, True),
+        "broadcast": (lambda s: c if s and root not in s else 0, True),
+        "alltoall": (lambda s: c * len(s) * (n - len(s)), False),
+        "scatter": (lambda s: c * len(s) if root not in s else 0, False),
+        "gather": (lambda s: c * (n - len(s)) if root in s else 0, False),
+    }
+    if collective.name not in patterns:
+        raise ValueError(f"no bandwidth pattern for {collective.name}")  # reductions leave none else
+    return patterns[collective.name]
+
+
+def representatives(topology: Topology, avoid: int | None = None) -> list[int]:
+    """One rank per class of alike ranks (the least one that is not ``avoid``)."""
+    out = []
+    for cls in topology.rank_classes():
+        pick = next((r for r in cls if r != avoid), None)
+        if pick is not None:
+            out.append(pick)
+    return out
+
+
+def _rank_sets(topology: Topology, reps: list[int]) -> Iterator[frozenset[int]]:
+    n = topology.num_ranks
+    for r in reps:
+        yield frozenset({r})
+        yield frozenset(topology.machine_ranks(topology.node_of[r]))
+    yield frozenset(range(n // 2))
+    yield frozenset(range(n // 2, n))
+
+
+def _local_switches(topology: Topology, ranks: frozenset[int]) -> set[Vertex]:
+    """Switches wired to some rank and to ranks of ``ranks`` only."""
+    graph, out = topology.graph, set()
+    for s in topology.switches:
+        touching = [v for v in (*graph.successors(s), *graph.predecessors(s)) if isinstance(v, int)]
+        if touching and all(v in ranks for v in touching):
+            out.add(s)
+    return out
+
+
+class _Cuts:
+    """Capacity into vertex sets, summed over the smaller side's arcs."""
+
+    def __init__(self, capacities: dict) -> None:
+        self.into: dict[Vertex, list[tuple[Vertex, float]]] = {}
+        self.out: dict[Vertex, list[tuple[Vertex, float]]] = {}
+        for (u, v), cap in capacities.items():
+            self.into.setdefault(v, []).append((u, cap))
+            self.out.setdefault(u, []).append((v, cap))
+        self.size = len(set(self.into) | set(self.out))
+
+    def capacity_into(self, inside: set) -> float:
+        if len(inside) <= self.size // 2:
+            return sum(cap for v in inside for u, cap in self.into.get(v, ()) if u not in inside)
+        outside = (set(self.into) | set(self.out)) - inside
+        return sum(cap for u in outside for v, cap in self.out.get(u, ()) if v in inside)
+
+
+def _cut_rate(topology: Topology, collective: Collective, capacities: dict, reps: list[int]) -> float:
+    """The least ``capacity into S / chunks S must receive`` over the sets tried."""
+    demand, _ = _demand(collective)
+    cuts = _Cuts(capacities)
+    everyone, switches = frozenset(topology.ranks), set(topology.switches)
+    best = float("inf")
+    for ranks in set(_rank_sets(topology, reps)):
+        local = _local_switches(topology, ranks)
+        for inside_ranks, extra in ((ranks, local), (everyone - ranks, switches - local)):
+            need = demand(inside_ranks)
+            if need <= 0:
+                continue
+            for inside in (set(inside_ranks), set(inside_ranks) | extra):
+                best = min(best, cuts.capacity_into(inside) / need)
+    return best
+
+
+def scaled_rate(
+    topology: Topology, collective: Collective, capacities: dict, arcs: list[Arc]
+) -> tuple[float, str]:
+    """An upper bound on the exact LP's rate and the words saying how it was found."""
+    _, multicast = _demand(collective)
+    reps = representatives(topology, avoid=collective.root)
+    rate = _cut_rate(topology, collective, capacities, reps)
+    how = f"cuts around {len(reps)} representative rank(s), their machines and halves"
+    if multicast and len(arcs) <= LP_ARCS and len(reps) * len(arcs) <= 2 * LP_COLUMNS:
+        n, c, root = collective.num_ranks, collective.chunks_per_rank, collective.root
+        for d in reps:
+            sources = [root] if root is not None else [s for s in range(n) if s != d]
+            supply = {s: float(c) for s in sources}
+            supply[d] = -float(c) * len(sources)
+            rate = min(rate, max_rate(arcs, [supply], shared=False))
+        how = f"flow LP per class of alike ranks ({len(reps)} destination(s)) and cuts"
+    return rate, how

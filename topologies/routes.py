@@ -1,0 +1,202 @@
+"""Routes between ranks, found on demand on the physical graph: the engine of the logical view.
+
+A route ``src -> dst`` is the direct link where there is one, else a fewest-hop path through
+switches only that obeys two rules of real hardware: a NIC does not forward from one local rank to
+another (no path ``rank -> NIC -> rank``), and a path through a network switch joins ranks of
+different machines. Among several fewest-hop paths the first in breadth-first order wins (each
+vertex's successors in the graph's order), as an exhaustive search over paths would pick.
+
+The search runs over *states* (a switch, whether the path has passed a network switch, whether it
+is the first switch after the source), not over paths, so one search costs time linear in the
+switches and links it reaches; nothing here holds anything per rank pair. A 512-GPU cluster has
+261,632 routes: they are found one source (or one pair) at a time, when asked for.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from topologies.model import Link, Topology, Vertex
+
+__all__ = ["RouteGraph", "Table"]
+
+RANK, PLAIN, NIC, NETWORK = 0, 1, 2, 3
+"""Vertex kinds: a rank, a switch that forwards anything, a NIC, a network switch."""
+
+_KIND = {"nic": NIC, "network": NETWORK}
+
+Table = dict[int, tuple[int, ...]]
+"""Destination rank -> the route's vertex ids, source first."""
+
+
+@dataclass(frozen=True, eq=False)
+class _Search:
+    """One breadth-first search's states: vertex id, passed a network switch, parent state."""
+
+    vertex: list[int]
+    network: list[bool]
+    parent: list[int]
+
+    def path(self, state: int, first: int, last: int) -> tuple[int, ...]:
+        out = [last]
+        while state >= 0:
+            out.append(self.vertex[state])
+            state = self.parent[state]
+        out.append(first)
+        return tuple(reversed(out))
+
+    def on_path(self, state: int, vertex: int) -> bool:
+        while state >= 0:
+            if self.vertex[state] == vertex:
+                return True
+            state = self.parent[state]
+        return False
+
+
+class RouteGraph:
+    """The physical graph in integer ids (ranks keep theirs, switches follow) with its links."""
+
+    def __init__(self, topo: Topology) -> None:
+        n = topo.num_ranks
+        switches = topo.switches
+        self.num_ranks = n
+        self.names: list[Vertex] = [*range(n), *switches]
+        ids = {v: i for i, v in enumerate(self.names)}
+        self.kind = [RANK] * n + [_KIND.get(k, PLAIN) for k in switches.values()]
+        self.machine = topo.node_of
+        size = len(self.names)
+        self.succ: list[list[int]] = [[] for _ in range(size)]
+        self.pred: list[list[int]] = [[] for _ in range(size)]
+        self.link: dict[tuple[int, int], Link] = {}
+        for v in self.names:  # the graph's order of vertices and of each one's successors
+            a = ids[v]
+            for w, data in topo.graph.adj[v].items():
+                b = ids[w]
+                self.succ[a].append(b)
+                self.pred[b].append(a)
+                self.link[(a, b)] = data["link"]
+
+    # -- routes ---------------------------------------------------------------------------
+    def routes(self, src: int, target: int | None = None, reverse: bool = False) -> Table:
+        """Routes from ``src`` to every rank it reaches (to ``target`` only, when given: the
+        search stops there). ``reverse`` searches backwards: routes *to* ``src``, each path
+        still listed source first."""
+        adj = self.pred if reverse else self.succ
+        n, kind, machine = self.num_ranks, self.kind, self.machine
+        found: Table = {}
+        for w in adj[src]:
+            if w < n and w != src and w not in found:
+                found[w] = (src, w)
+        if target is not None and target in found:
+            return {target: found[target]}
+        search = _Search([], [], [])
+        seen: set[tuple[int, bool, bool]] = set()
+        for w in adj[src]:
+            if w >= n and (w, True, True) not in seen:
+                seen.add((w, True, True))
+                search.vertex.append(w)
+                search.network.append(kind[w] == NETWORK)
+                search.parent.append(-1)
+        home = machine[src]
+        i = 0
+        while i < len(search.vertex):
+            v, net, first = search.vertex[i], search.network[i], search.parent[i] < 0
+            for w in adj[v]:
+                if w < n:
+                    if w == src or w in found or (first and kind[v] == NIC) or (net and machine[w] == home):
+                        continue
+                    found[w] = search.path(i, src, w)
+                    if w == target:
+                        return {w: found[w]}
+                    continue
+                wnet = net or kind[w] == NETWORK
+                if (w, wnet, False) in seen or search.on_path(i, w):
+                    continue
+                seen.add((w, wnet, False))
+                search.vertex.append(w)
+                search.network.append(wnet)
+                search.parent.append(i)
+            i += 1
+        if reverse:
+            found = {w: path[::-1] for w, path in found.items()}
+        return found if target is None else {}
+
+    # -- distances ------------------------------------------------------------------------
+    def alpha_distances(self, src: int) -> list[float]:
+        """Least sum of link latencies from ``src`` to every rank over chains of routes (inf
+        where unreachable). A chain's segments may take any rule-abiding path through switches,
+        so on a fabric where a longer path is faster than the fewest-hop route this is lower
+        than the chain of routes takes: still a lower bound, and equal to it wherever the paths
+        between ranks through switches are unique (trees of switches: every shipped machine).
+
+        Dijkstra over ranks and switch states; a state past a network switch keeps its two best
+        distances from different machines (its segment may only end in another machine)."""
+        n, kind, machine = self.num_ranks, self.kind, self.machine
+        inf = float("inf")
+        dist = [inf] * n
+        dist[src] = 0.0
+        heap: list[tuple[float, int, int, bool, bool]] = [(0.0, src, -1, False, False)]
+        best: dict[tuple[int, bool, bool], list[tuple[float, int]]] = {}
+        while heap:
+            d, v, home, net, first = heapq.heappop(heap)
+            if v < n:
+                if d > dist[v]:
+                    continue
+                for w in self.succ[v]:
+                    nd = d + self.link[(v, w)].alpha_us
+                    if w < n:
+                        if nd < dist[w]:
+                            dist[w] = nd
+                            heapq.heappush(heap, (nd, w, -1, False, False))
+                    else:
+                        heapq.heappush(heap, (nd, w, machine[v], kind[w] == NETWORK, True))
+                continue
+            if not _settle(best, (v, net, first), d, home if net else -1):
+                continue
+            for w in self.succ[v]:
+                nd = d + self.link[(v, w)].alpha_us
+                if w < n:
+                    if (first and kind[v] == NIC) or (net and machine[w] == home) or nd >= dist[w]:
+                        continue
+                    dist[w] = nd
+                    heapq.heappush(heap, (nd, w, -1, False, False))
+                else:
+                    heapq.heappush(heap, (nd, w, home, net or kind[w] == NETWORK, False))
+        return dist
+
+    def hop_distances(self, src: int, successors) -> list[int]:
+        """Fewest routes from ``src`` to every rank (-1 where unreachable): breadth-first over
+        ``successors(rank)``, stopping once every rank is reached (on a switch fabric the first
+        rank's routes often reach them all)."""
+        n = self.num_ranks
+        dist = [-1] * n
+        dist[src] = 0
+        left = n - 1
+        queue = deque([src])
+        while queue and left:
+            u = queue.popleft()
+            for v in successors(u):
+                if dist[v] < 0:
+                    dist[v] = dist[u] + 1
+                    left -= 1
+                    queue.append(v)
+        return dist
+
+
+def _settle(best: dict, key: tuple, d: float, home: int) -> bool:
+    """Whether a switch state popped at distance ``d`` from machine ``home`` is worth expanding:
+    the first time, or (past a network switch) the first time from a second machine."""
+    seen = best.setdefault(key, [])
+    if home < 0:
+        if seen:
+            return False
+        seen.append((d, home))
+        return True
+    if len(seen) >= 2 or any(h == home for _, h in seen):
+        return False
+    seen.append((d, home))
+    return True
