@@ -97,6 +97,15 @@ def test_ring_baselines_compute_their_collective(pools, topology, collective):
         run_on(pools(ir.num_ranks), ir, size, "int32", "max", inplace=True)
 
 
+@pytest.mark.parametrize("collective", COLLECTIVES)
+def test_nccl_baselines_on_dgx1_compute_their_collective(pools, collective):
+    """NCCL's own channel layout (six rings over DGX-1's NVLinks; p2p for alltoall), compiled."""
+    topo = load("dgx1")
+    coll = make_collective(collective, 8, default_chunks("nccl", collective, 8, topo))
+    ir = compile_algorithm(make_baseline("nccl", topo, coll), topo)
+    run_on(pools(8), ir, ir.nchunksperloop * 8 * 4)
+
+
 @pytest.mark.parametrize("name", ["allgather-dgx1-s2-r3-c2.json", "allreduce-dgx1-s4-r6-c16.json"])
 def test_smt_schedules_on_dgx1_compute_their_collective(pools, name):
     ir = stored(name)
