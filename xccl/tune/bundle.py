@@ -14,6 +14,7 @@ for its runtime. Within one runtime and placement the windows never overlap.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -67,6 +68,12 @@ def plan_bundle(sweeps: Sequence[CollectiveSweep], margin: float) -> Bundle:
     return bundle
 
 
+def _plain(name: str) -> str:
+    """``name`` with only letters, digits, ``.``, ``_`` and ``-``: a file name that a colon list
+    (``MSCCL_XML_FILES``) and a shell read as written (``ring:4`` -> ``ring-4``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name)
+
+
 def _compile(sweep: CollectiveSweep, window: Window, dialect: str, inplace: bool, cache: dict) -> IR:
     algo, protocol = window.winner.candidate.algorithm, window.winner.protocol
     key = (sweep.collective, window.winner.candidate.label, protocol, dialect, inplace)
@@ -95,7 +102,7 @@ def _ship(bundle: Bundle, sweep: CollectiveSweep, window: Window, cache: dict) -
     if narrowed is None:
         bundle.notes.append(f"{what}: not shipped: its chunks divide no size of the window")
         return
-    stem = f"{sweep.collective}-{sweep.topology.name}-{narrowed.low}-{narrowed.high}"
+    stem = f"{sweep.collective}-{_plain(sweep.topology.name)}-{narrowed.low}-{narrowed.high}"
     files: dict[str, dict[str, str]] = {d: {} for d in DIALECTS}
     byte_windows = {}
     for (dialect, placement), ir in irs.items():

@@ -36,6 +36,10 @@ def check_folder(folder: str | Path, force: bool) -> Path:
     without ``force``; with ``force``, holding an XML where the runtimes would load it that no
     bundle wrote."""
     path = Path(folder)
+    if ":" in str(path.resolve()):
+        raise TuneError(
+            f"{path}: -o: a folder whose path holds ':' cannot be listed in MSCCL_XML_FILES (a ':' list)"
+        )
     if path.exists() and not path.is_dir():
         raise TuneError(f"{path}: -o: expected a folder, got a file")
     existing = next(p for p in (path, *path.absolute().parents) if p.exists())
