@@ -143,6 +143,9 @@ def test_env_files_name_each_runtimes_switches_and_the_bundles_files(bundle):
     assert re.search(r"^NCCL_ALGO=MSCCL,", msccl, re.M)
     listed = re.search(r"^MSCCL_XML_FILES=(.*)$", msccl, re.M).group(1).split(":")
     assert sorted(listed) == sorted(str(p.resolve()) for p in _xmls(folder, "msccl"))
+    placements = [name.endswith("-inplace.xml") for name in listed]
+    assert placements == sorted(placements, reverse=True)  # in-place first: PyTorch's calls
+    assert (len(listed) > 4) == ("MSCCL_MAX_NUM_ALGOS" in msccl)  # the research runtime loads 4
     rccl = (folder / "rccl.env").read_text()
     assert "RCCL_MSCCL_ENABLE=1" in rccl and "RCCL_MSCCL_FORCE_ENABLE=1" in rccl
     assert (folder / "speedup.png").read_bytes()[:4] == b"\x89PNG"

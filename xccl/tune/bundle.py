@@ -31,6 +31,9 @@ __all__ = ["DIALECTS", "PLACEMENTS", "Bundle", "Shipped", "TuneError", "env_file
 DIALECTS = ("azure", "msccl")
 """The runtimes a bundle is written for (RCCL reads the ``azure`` files: the same executor code)."""
 PLACEMENTS = {"outofplace": False, "inplace": True}
+MSCCL_MAX_ALGOS = 4
+"""microsoft/msccl's ``MSCCL_MAX_NUM_ALGOS``: files of ``MSCCL_XML_FILES`` past it are ignored
+(src/include/msccl.h; the Azure executor allows 1024)."""
 
 
 class TuneError(XcclError):
@@ -119,12 +122,22 @@ def env_files(bundle: Bundle, folder: Path) -> dict[str, bytes]:
     """One env file per runtime (``KEY=value`` lines, for ``set -a; . FILE`` or ``--env-file``),
     with the bundle's absolute paths (write the bundle where it will be used, or edit them)."""
     root = folder.resolve()
-    msccl_files = ":".join(str(root / s.files["msccl"][p]) for s in bundle.shipped for p in PLACEMENTS)
+    listed = [str(root / s.files["msccl"][p]) for p in ("inplace", "outofplace") for s in bundle.shipped]
+    msccl_files = ":".join(listed)
     head = "# written by xccl tune; paths are absolute: edit them if the folder moves\n"
+    msccl_warning = ""
+    if len(listed) > MSCCL_MAX_ALGOS:
+        warning = (
+            f"microsoft/msccl loads the first {MSCCL_MAX_ALGOS} files of MSCCL_XML_FILES and ignores the rest "
+            f"(MSCCL_MAX_NUM_ALGOS); the bundle has {len(listed)}, in-place ones first: keep those your calls use"
+        )
+        bundle.notes.append(f"msccl.env: {warning}")
+        msccl_warning = f"# {warning}\n"
     texts = {
         "azure.env": "# Azure msccl-executor-nccl: every XML in MSCCL_ALGO_DIR is loaded and selected by its window\n"
         f"NCCL_MSCCL_ENABLE=1\nMSCCL_ALGO_DIR={root / 'azure'}\n",
-        "msccl.env": "# microsoft/msccl: MSCCL is an NCCL algorithm, off unless NCCL_ALGO names it\n"
+        "msccl.env": msccl_warning
+        + "# microsoft/msccl: MSCCL is an NCCL algorithm, off unless NCCL_ALGO names it\n"
         f"NCCL_ALGO=MSCCL,RING,TREE\nMSCCL_XML_FILES={msccl_files}\n",
         "rccl.env": "# RCCL: the executor's code; forced on where the machine model does not enable it\n"
         f"RCCL_MSCCL_ENABLE=1\nRCCL_MSCCL_FORCE_ENABLE=1\nMSCCL_ALGO_DIR={root / 'azure'}\n",
