@@ -265,3 +265,30 @@ def test_runtime_windows_select_exactly_the_sizes_asked(dialect, collective):
         except XcclError:
             selected = False
         assert selected == (low <= size <= high), (size, lo, hi)
+
+
+def test_a_winner_that_does_not_compile_gives_its_sizes_to_the_next_fastest(monkeypatch):
+    """Before, its windows were dropped and NCCL kept sizes another candidate beats it at."""
+    from codegen.errors import CodegenError
+    from xccl.tune import bundle as bundle_module
+    from xccl.tune.bundle import plan_bundle
+    from xccl.tune.sweep import CollectiveSweep
+
+    topo = load("ring:4")
+    sweep = CollectiveSweep(topo, "allgather", (1024, 4096), reference=[(100.0, "Ring/LL", None)] * 2)
+    for kind in ("ring", "bidir-ring"):
+        sweep.add(Candidate(f"baseline {kind}", api.synthesize(topo, "allgather", kind)))
+    first = sweep.points()[0].best.candidate
+    compile_ir = api.compile
+
+    def refuse_first(algo, *args, **kwargs):
+        if algo is first.algorithm:
+            raise CodegenError("threadblock 128: its id exceeds 127")
+        return compile_ir(algo, *args, **kwargs)
+
+    monkeypatch.setattr(bundle_module.api, "compile", refuse_first)
+    planned = plan_bundle([sweep], 0.05)
+    assert planned.shipped and {s.window.winner.candidate.label for s in planned.shipped} != {first.label}
+    assert first.label in sweep.unshippable
+    assert all(p.best.candidate.label != first.label for p in sweep.points())
+    assert any("does not compile" in note for note in sweep.notes)

@@ -66,9 +66,30 @@ def plan_bundle(sweeps: Sequence[CollectiveSweep], margin: float) -> Bundle:
     bundle = Bundle()
     compiled: dict[tuple, IR] = {}
     for sweep in sweeps:
-        for window in winning_windows(sweep.points(), margin):
+        windows = _shippable_windows(sweep, margin, compiled)
+        for window in windows:
             _ship(bundle, sweep, window, compiled)
     return bundle
+
+
+def _shippable_windows(sweep: CollectiveSweep, margin: float, cache: dict) -> list[Window]:
+    """The winning windows once every winner compiles for every runtime and placement: a winner
+    that does not is marked unshippable (the next fastest candidate takes its sizes) and the
+    windows are drawn again."""
+    while True:
+        windows = winning_windows(sweep.points(), margin)
+        for window in windows:
+            try:
+                for dialect in DIALECTS:
+                    for inplace in PLACEMENTS.values():
+                        _compile(sweep, window, dialect, inplace, cache)
+            except XcclError as exc:
+                label = window.winner.candidate.label
+                sweep.unshippable.add(label)
+                sweep.notes.append(f"{label}: not shipped: it does not compile for every runtime: {exc}")
+                break
+        else:
+            return windows
 
 
 def _plain(name: str) -> str:
@@ -92,15 +113,11 @@ def _compile(sweep: CollectiveSweep, window: Window, dialect: str, inplace: bool
 
 def _ship(bundle: Bundle, sweep: CollectiveSweep, window: Window, cache: dict) -> None:
     what = f"{sweep.collective} {window.low}..{window.high} B ({window.winner.candidate.label})"
-    try:
-        irs = {
-            (d, p): _compile(sweep, window, d, inplace, cache)
-            for d in DIALECTS
-            for p, inplace in PLACEMENTS.items()
-        }
-    except XcclError as exc:
-        bundle.notes.append(f"{what}: not shipped: it does not compile for every runtime: {exc}")
-        return
+    irs = {
+        (d, p): _compile(sweep, window, d, inplace, cache)
+        for d in DIALECTS
+        for p, inplace in PLACEMENTS.items()
+    }
     narrowed = cut(window, next(iter(irs.values())).nchunksperloop)
     if narrowed is None:
         bundle.notes.append(f"{what}: not shipped: its chunks divide no size of the window")

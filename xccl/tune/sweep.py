@@ -107,6 +107,8 @@ class CollectiveSweep:
     timings: list[tuple[Candidate, list[Timed | None]]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     interrupted: bool = False
+    unshippable: set[str] = field(default_factory=set)
+    """Labels of candidates that do not compile for every runtime: left out of :meth:`points`."""
 
     def add(self, candidate: Candidate) -> None:
         """Time ``candidate`` at every size with every protocol (None where its chunks do not divide)."""
@@ -114,10 +116,12 @@ class CollectiveSweep:
         self.timings.append((candidate, row))
 
     def points(self) -> list[Point]:
-        """The sweep's sizes with NCCL and the fastest candidate (the first found on a tie)."""
+        """The sweep's sizes with NCCL and the fastest shippable candidate (the first found on a tie)."""
         out = []
         for k, size in enumerate(self.sizes):
-            found = [row[k] for _, row in self.timings if row[k] is not None]
+            found = [
+                row[k] for c, row in self.timings if row[k] is not None and c.label not in self.unshippable
+            ]
             best = min(found, key=lambda t: t.time_us, default=None)
             model_us, choice, layout_us = self.reference[k]
             out.append(Point(size, model_us, choice, layout_us, best))
