@@ -29,6 +29,7 @@ CASES: dict[tuple[str, ...], list[list[str]]] = {
     ("sketch", "show"): [["ndv2x2-relay"]],
     ("bench",): [[ALGORITHM, "--sizes", "1KiB", "--backend", "numpy"]],
     ("run",): [[ALGORITHM, "--size", "1KiB"]],
+    ("tune",): [["ring:4", "allgather", "--sizes", "1KiB..4KiB", "-o", "tune-bundle"]],
 }
 """Small valid arguments for every command with ``--json``."""
 
