@@ -63,7 +63,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     limit = args.time_limit if args.time_limit is not None else DEFAULT_TIME_LIMIT_S
     progress(
         f"Tuning {', '.join(collectives)} on {topo.name} at {len(sizes)} sizes "
-        f"({format_size(sizes[0])}..{format_size(sizes[-1])}); time limit {limit:g} s in all"
+        f"({format_size(sizes[0])}..{format_size(sizes[-1])}); time limit {limit:g} s for the search"
     )
     sweeps, bundle = tune(topo, collectives, sizes, args.margin, limit, progress)
     interrupted = any(s.interrupted for s in sweeps)
@@ -133,7 +133,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--time-limit",
         type=positive_seconds,
         metavar="SEC",
-        help=f"wall time for the search in all; what was found by then is kept (default {DEFAULT_TIME_LIMIT_S:g})",
+        help="wall time for the search (timing and compiling the winners come after); what was found by "
+        f"then is kept (default {DEFAULT_TIME_LIMIT_S:g})",
     )
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the bundle's folder (empty or new)")
     p.add_argument("-f", "--force", action="store_true", help="replace a bundle in a non-empty DIR")
