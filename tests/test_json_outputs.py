@@ -30,6 +30,7 @@ CASES: dict[tuple[str, ...], list[list[str]]] = {
     ("bench",): [[ALGORITHM, "--sizes", "1KiB", "--backend", "numpy"], [ALGORITHM, "--sizes", "1KiB", "--backend", "sim"]],
     ("run",): [[ALGORITHM, "--size", "1KiB"]],
     ("nccl",): [["-t", "dgx1", "-C", "allgather", "-s", "1KiB,1GiB"], ["-t", ONE_RANK, "-C", "allreduce"]],
+    ("tune",): [["ring:4", "allgather", "--sizes", "1KiB..4KiB", "-o", "tune-bundle"]],
 }
 """Small valid arguments for every command with ``--json``."""
 

@@ -8,12 +8,12 @@ import sys
 from collections.abc import Sequence
 
 from common.errors import XcclError
-from xccl.cli import algorithms, bench, compiler, demo, nccl, pareto, sketch, synth, topo
+from xccl.cli import algorithms, bench, compiler, demo, nccl, pareto, sketch, synth, topo, tune
 from xccl.cli.output import OutputError, discard_stdout, stdout_guarded
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
-COMMAND_MODULES = (topo, algorithms, nccl, synth, pareto, sketch, compiler, bench, demo)
+COMMAND_MODULES = (topo, algorithms, nccl, synth, pareto, sketch, compiler, bench, demo, tune)
 """Each module's ``register(subparsers)`` adds its commands; a test checks every command has a test."""
 
 
