@@ -100,3 +100,23 @@ def test_compile_says_how_to_give_scratch_a_window(xccl, tmp_path):
     proc = xccl("compile", program, "-D", "num_ranks=4", "--dialect", "msccl", "--max-bytes", "1GiB", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert read_ir(out.read_text()).max_bytes == GIB
+
+
+def test_an_allgathers_window_is_compared_with_the_whole_buffer_on_the_research_runtime():
+    """NCCL's ArgsCheck multiplies an allgather's nBytes by nRanks ("count is per rank"), so the
+    window [0, 1 MiB) of an 8-rank allgather holds nccl-tests' 512 KiB call and not its 1 MiB one
+    (compared with a rank's 128 KiB share, 1 MiB would have been selected)."""
+    from runtime.errors import SizeNotSelected
+
+    ring8 = load("ring:8")
+    ir = compile_algorithm(make_baseline("ring", ring8, make_collective("allgather", 8)), ring8)
+    windowed = read_ir(write_ir(_with_window(ir, 0, 1 << 20), "msccl"))
+    check_window(windowed, 1 << 19, "msccl")
+    with pytest.raises(SizeNotSelected, match="maxBytes 1048576"):
+        check_window(windowed, 1 << 20, "msccl")
+
+
+def _with_window(ir, low: int, high: int):
+    import dataclasses
+
+    return dataclasses.replace(ir, min_bytes=low, max_bytes=high)

@@ -22,7 +22,8 @@ from runtime.selection import check_window
 from topologies import load
 from xccl import api
 from xccl.tune import tune
-from xccl.tune.bundle import DIALECTS, PLACEMENTS
+from xccl.tune.bundle import BUNDLE_DIALECTS as DIALECTS
+from xccl.tune.bundle import PLACEMENTS
 from xccl.tune.sweep import ELEMENT_BYTES, Candidate, Point, Timed
 from xccl.tune.windows import cells, cut, runtime_window, winning_windows
 

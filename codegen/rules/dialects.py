@@ -83,6 +83,9 @@ class XmlSpelling:
     """Whether the parser rejects ``minBytes > maxBytes``."""
     nthreads_multiple: int | None
     """The research runtime reads an optional ``nthreads`` and rejects it unless a multiple of this."""
+    max_listed_files: int | None = None
+    """How many XMLs of a file list the runtime loads (the research runtime: MSCCL_MAX_NUM_ALGOS, the
+    rest of ``MSCCL_XML_FILES`` ignored); None where a folder is loaded whole."""
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,11 @@ DIALECTS: dict[str, Dialect] = {
         max_steps=256,
         max_threadblocks=216,
         checks_buffer_sizes=True,
-        window_whole_buffer=frozenset({"alltoall", "allreduce", "broadcast", "reduce", "custom"}),
+        # NCCL's ArgsCheck multiplies an allgather's and a reducescatter's nBytes by nRanks ("count
+        # is per rank"), so the window sees nccl-tests' size for them too (nccl.md 4, argcheck.cc)
+        window_whole_buffer=frozenset(
+            {"allgather", "reducescatter", "alltoall", "allreduce", "broadcast", "reduce", "custom"}
+        ),
         max_bytes_inclusive=False,
         xml=XmlSpelling(
             required=("name", *_BOTH_REQUIRE),
@@ -193,6 +200,7 @@ DIALECTS: dict[str, Dialect] = {
             default_max_bytes=1 << 27,
             checks_byte_window=True,
             nthreads_multiple=32,
+            max_listed_files=4,
         ),
     ),
     "azure": Dialect(

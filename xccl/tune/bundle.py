@@ -21,17 +21,17 @@ from pathlib import Path
 
 from codegen.formats import write_ir
 from codegen.ir import IR
+from codegen.rules import DIALECTS as RULES
 from common.errors import XcclError
 from xccl import api
 from xccl.tune.sweep import CollectiveSweep, chunks_per_loop
 from xccl.tune.windows import Window, cut, runtime_window, winning_windows
 
-__all__ = ["DIALECTS", "PLACEMENTS", "Bundle", "Shipped", "TuneError", "env_files", "plan_bundle"]
+__all__ = ["BUNDLE_DIALECTS", "PLACEMENTS", "Bundle", "Shipped", "TuneError", "env_files", "plan_bundle"]
 
-DIALECTS = ("azure", "msccl")
+BUNDLE_DIALECTS = ("azure", "msccl")
 """The runtimes a bundle is written for (RCCL reads the ``azure`` files: the same executor code)."""
 PLACEMENTS = {"outofplace": False, "inplace": True}
-MSCCL_MAX_ALGOS = 4
 """microsoft/msccl's ``MSCCL_MAX_NUM_ALGOS``: files of ``MSCCL_XML_FILES`` past it are ignored
 (src/include/msccl.h; the Azure executor allows 1024)."""
 
@@ -80,7 +80,7 @@ def _shippable_windows(sweep: CollectiveSweep, margin: float, cache: dict) -> li
         windows = winning_windows(sweep.points(), margin)
         for window in windows:
             try:
-                for dialect in DIALECTS:
+                for dialect in BUNDLE_DIALECTS:
                     for inplace in PLACEMENTS.values():
                         _compile(sweep, window, dialect, inplace, cache)
             except XcclError as exc:
@@ -115,7 +115,7 @@ def _ship(bundle: Bundle, sweep: CollectiveSweep, window: Window, cache: dict) -
     what = f"{sweep.collective} {window.low}..{window.high} B ({window.winner.candidate.label})"
     irs = {
         (d, p): _compile(sweep, window, d, inplace, cache)
-        for d in DIALECTS
+        for d in BUNDLE_DIALECTS
         for p, inplace in PLACEMENTS.items()
     }
     narrowed = cut(window, next(iter(irs.values())).nchunksperloop)
@@ -123,7 +123,7 @@ def _ship(bundle: Bundle, sweep: CollectiveSweep, window: Window, cache: dict) -
         bundle.notes.append(f"{what}: not shipped: its chunks divide no size of the window")
         return
     stem = f"{sweep.collective}-{_plain(sweep.topology.name)}-{narrowed.low}-{narrowed.high}"
-    files: dict[str, dict[str, str]] = {d: {} for d in DIALECTS}
+    files: dict[str, dict[str, str]] = {d: {} for d in BUNDLE_DIALECTS}
     byte_windows = {}
     for (dialect, placement), ir in irs.items():
         low, high = runtime_window(sweep.collective, ir.num_ranks, narrowed.low, narrowed.high, dialect)
@@ -143,9 +143,10 @@ def env_files(bundle: Bundle, folder: Path) -> dict[str, bytes]:
     msccl_files = ":".join(listed)
     head = "# written by xccl tune; paths are absolute: edit them if the folder moves\n"
     msccl_warning = ""
-    if len(listed) > MSCCL_MAX_ALGOS:
+    most = RULES["msccl"].xml.max_listed_files
+    if most is not None and len(listed) > most:
         warning = (
-            f"microsoft/msccl loads the first {MSCCL_MAX_ALGOS} files of MSCCL_XML_FILES and ignores the rest "
+            f"microsoft/msccl loads the first {most} files of MSCCL_XML_FILES and ignores the rest "
             f"(MSCCL_MAX_NUM_ALGOS); the bundle has {len(listed)}, in-place ones first: keep those your calls use"
         )
         bundle.notes.append(f"msccl.env: {warning}")

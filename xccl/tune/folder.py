@@ -12,7 +12,7 @@ from pathlib import Path
 
 from common.errors import XcclError
 from common.files import read_json_file, save
-from xccl.tune.bundle import DIALECTS, TuneError
+from xccl.tune.bundle import BUNDLE_DIALECTS, TuneError
 
 __all__ = ["REPORT", "check_folder", "write_folder"]
 
@@ -50,7 +50,7 @@ def check_folder(folder: str | Path, force: bool) -> Path:
     if not force:
         raise TuneError(f"{path}: -o: the folder is not empty; use --force to replace a bundle there")
     ours = _previous(path)
-    for dialect in DIALECTS:
+    for dialect in BUNDLE_DIALECTS:
         for xml in sorted((path / dialect).glob("*.xml")) if (path / dialect).is_dir() else ():
             if f"{dialect}/{xml.name}" not in ours:
                 raise TuneError(

@@ -9,8 +9,9 @@ it for. Outside every window NCCL runs as it would without the bundle.
 
 The runtimes read a window differently (reference/msccl-xml.md 3.2; :mod:`runtime.selection`):
 the Azure executor compares nccl-tests' size with ``[minBytes, maxBytes]`` (inclusive, 0 meaning no
-limit), microsoft/msccl compares ``[minBytes, maxBytes)`` and, for allgather and reducescatter, a
-rank's share of the size. :func:`runtime_window` writes each window explicitly for each.
+limit), microsoft/msccl compares it with ``[minBytes, maxBytes)``; a runtime that compared a rank's
+share (the rules' ``window_whole_buffer``) would get its window in shares. :func:`runtime_window`
+writes each window explicitly for each.
 """
 
 from __future__ import annotations
