@@ -7,10 +7,10 @@ its entry's in :data:`codegen.rules.DIALECTS`).
   for the others (allreduce, broadcast, reduce: the buffer; gather, scatter: a rank's share), and
   selects the IR when ``minBytes <= bytes`` and (``maxBytes`` is 0, no limit, or ``bytes <=
   maxBytes``).
-- ``msccl`` (microsoft/msccl, the research runtime) compares the call's ``count x type size`` (a
-  rank's share for allgather and reducescatter, the whole buffer for the others, alltoall
-  included) and selects the IR when ``minBytes <= bytes < maxBytes``; it refuses to load a file
-  whose ``minBytes`` exceeds its ``maxBytes``.
+- ``msccl`` (microsoft/msccl, the research runtime) compares NCCL's ``nBytes``: ``count x type
+  size``, times the ranks for allgather and reducescatter, whose count is per rank (NCCL's
+  ``ArgsCheck``), so nccl-tests' size for every collective; it selects the IR when ``minBytes <=
+  bytes < maxBytes`` and refuses to load a file whose ``minBytes`` exceeds its ``maxBytes``.
 
 The IR keeps ``max_bytes`` 0 for "no limit" (the XML reader maps the research dialect's written
 "no limit" to it). An IR read from XML is judged in the file's dialect; any other IR in the dialect

@@ -127,11 +127,12 @@ def test_the_window_as_each_dialect_reads_it():
         with pytest.raises(SizeNotSelected, match="outside the algorithm's window"):
             check_window(ar, size, dialect)
     check_window(replace(ar, max_bytes=0), 1 << 40, "azure")  # 0: no limit
-    # the research runtime compares a rank's share of an allgather, the executor the whole buffer
+    # both compare an allgather's whole buffer (NCCL's nBytes is its per-rank count times the ranks)
     ag = replace(samples.ring_allgather(4), min_bytes=4096, max_bytes=65536)
-    check_window(ag, 16384, "msccl")
-    with pytest.raises(SizeNotSelected, match="compares 2048 bytes, a rank's share of 8KiB"):
-        check_window(ag, 8192, "msccl")
+    for size in (4096, 8192, 16384):
+        check_window(ag, size, "msccl")
+    with pytest.raises(SizeNotSelected, match="compares 65536 bytes and selects it only for"):
+        check_window(ag, 65536, "msccl")
     with pytest.raises(SizeNotSelected, match="bytes <= maxBytes 65536"):
         check_window(ag, 131072, "azure")
 
