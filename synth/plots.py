@@ -47,16 +47,23 @@ def _ring(topology: Topology, name: str, root: int | None) -> Algorithm | None:
 
 
 def _nccl_lines(
-    ax, topology: Topology, name: str, root: int | None, sizes: Sequence[int], params: Params
+    ax,
+    topology: Topology,
+    name: str,
+    root: int | None,
+    sizes: Sequence[int],
+    params: Params,
+    layout: bool = True,
 ) -> None:
-    """NCCL's two estimates of ``name`` against size, where NCCL has such a call on ``topology``."""
+    """NCCL's two estimates of ``name`` against size, where NCCL has such a call on ``topology``
+    (its layout left out where ``layout`` is false: the caller already drew it)."""
     coll = make_collective(name, topology.num_ranks, 1, root)
     refs = [nccl_reference(topology, coll, s, params) for s in sizes]
     xs_mib = [s / (1 << 20) for s in sizes]
-    for style, label, times in (
-        ("m-.", "NCCL layout (same model)", [r.layout_us for r in refs]),
-        ("y-.", "NCCL model (its own)", [r.model_us for r in refs]),
-    ):
+    lines = [("y-.", "NCCL model (its own)", [r.model_us for r in refs])]
+    if layout:
+        lines.insert(0, ("m-.", "NCCL layout (same model)", [r.layout_us for r in refs]))
+    for style, label, times in lines:
         if all(t is not None for t in times):
             ax.loglog(xs_mib, times, style, label=label)
 
@@ -149,13 +156,14 @@ def plot_times(
     xs_mib = [s / (1 << 20) for s in sizes]
     for ax, (title, topology, algos) in zip(axes[0], panels, strict=True):
         for i, (label, algo) in enumerate(algos):
-            style = "k--" if label.startswith("ring") else f"C{i}"
+            style = "k--" if label.startswith(("ring", "textbook ring")) else f"C{i}"
             ax.loglog(
                 xs_mib, [simulate(algo, topology, s, params).time_us for s in sizes], style, label=label
             )
         if algos:
             coll = algos[0][1].collective
-            _nccl_lines(ax, topology, coll.name, coll.root, sizes, params)
+            drawn = any(a.provenance.method == "baseline:nccl" for _, a in algos)
+            _nccl_lines(ax, topology, coll.name, coll.root, sizes, params, layout=not drawn)
             bound = make_collective(coll.name, coll.num_ranks, 1, coll.root)
             ax.loglog(
                 xs_mib,
