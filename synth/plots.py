@@ -1,9 +1,10 @@
 """Plots of a latency-bandwidth front (matplotlib, Agg backend: no display needed).
 
 Left: every algorithm found in (steps S, rounds per chunk R/C), the Pareto-optimal ones joined,
-with the two lower bounds as dashed lines. Right: modeled time (:func:`synth.cost.simulate`)
-against buffer size for each front algorithm, next to the ring baseline and the lower bound
-(:func:`synth.bounds.lower_bound_us`).
+with the two lower bounds as dashed lines. Right: modeled time (:func:`synth.cost.simulate`, the
+model named on the axis) against buffer size for each front algorithm, next to the textbook ring (one
+channel), NCCL's two estimates (:func:`synth.nccl.compare.nccl_reference`: its layout in the same
+model, its own model) and the lower bound (:func:`synth.bounds.lower_bound_us`, line rate).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from synth.baselines import BaselineError, make_baseline
 from synth.bounds import lower_bound_us
 from synth.collectives import make_collective
 from synth.cost import simulate
+from synth.nccl.compare import nccl_reference
+from synth.timing import DEFAULT, Params
 from topologies.model import Topology
 
 __all__ = ["PLOT_SIZES", "PlotError", "plot_front", "plot_times"]
@@ -43,6 +46,28 @@ def _ring(topology: Topology, name: str, root: int | None) -> Algorithm | None:
         return None  # no ring through the topology, or none for this collective
 
 
+def _nccl_lines(
+    ax,
+    topology: Topology,
+    name: str,
+    root: int | None,
+    sizes: Sequence[int],
+    params: Params,
+    layout: bool = True,
+) -> None:
+    """NCCL's two estimates of ``name`` against size, where NCCL has such a call on ``topology``
+    (its layout left out where ``layout`` is false: the caller already drew it)."""
+    coll = make_collective(name, topology.num_ranks, 1, root)
+    refs = [nccl_reference(topology, coll, s, params) for s in sizes]
+    xs_mib = [s / (1 << 20) for s in sizes]
+    lines = [("y-.", "NCCL model (its own)", [r.model_us for r in refs])]
+    if layout:
+        lines.insert(0, ("m-.", "NCCL layout (same model)", [r.layout_us for r in refs]))
+    for style, label, times in lines:
+        if all(t is not None for t in times):
+            ax.loglog(xs_mib, times, style, label=label)
+
+
 def plot_front(
     path: str | Path,
     topology: Topology,
@@ -53,8 +78,10 @@ def plot_front(
     title: str,
     force: bool = False,
     sizes: Sequence[int] = PLOT_SIZES,
+    params: Params = DEFAULT,
 ) -> Path:
-    """Draw the front and save it as PNG; an existing file is kept unless ``force``."""
+    """Draw the front and save it as PNG (times modeled with ``params``); an existing file is kept
+    unless ``force``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,7 +110,7 @@ def plot_front(
 
     xs_mib = [s / (1 << 20) for s in sizes]
     for i, algo in enumerate(front):
-        times = [simulate(algo, topology, s).time_us for s in sizes]
+        times = [simulate(algo, topology, s, params).time_us for s in sizes]
         right.loglog(xs_mib, times, c=f"C{i}", label=f"S={algo.num_steps} R={algo.rounds} C={algo.chunks}")
     name = front[0].collective.name if front else (found[0].collective.name if found else None)
     if name is not None:
@@ -91,12 +118,18 @@ def plot_front(
         ring = _ring(topology, name, root)
         if ring is not None:
             right.loglog(
-                xs_mib, [simulate(ring, topology, s).time_us for s in sizes], "k--", label="textbook ring (1 channel)"
+                xs_mib,
+                [simulate(ring, topology, s, params).time_us for s in sizes],
+                "k--",
+                label="textbook ring (1 channel)",
             )
+        _nccl_lines(right, topology, name, root, sizes, params)
         coll = make_collective(name, topology.num_ranks, 1, root)
-        right.loglog(xs_mib, [lower_bound_us(topology, coll, s) for s in sizes], "r:", label="lower bound")
+        right.loglog(
+            xs_mib, [lower_bound_us(topology, coll, s) for s in sizes], "r:", label="lower bound (line rate)"
+        )
     right.set_xlabel("buffer size (MiB)")
-    right.set_ylabel("modeled time (us)")
+    right.set_ylabel(f"modeled time (us), {params.label}")
     right.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
@@ -108,9 +141,11 @@ def plot_times(
     panels: Sequence[tuple[str, Topology, Sequence[tuple[str, Algorithm]]]],
     force: bool = False,
     sizes: Sequence[int] = PLOT_SIZES,
+    params: Params = DEFAULT,
 ) -> Path:
-    """Modeled time against buffer size, one panel per ``(title, topology, [(label, algorithm)])``,
-    each with the lower bound of its collective; saved as PNG (kept unless ``force``)."""
+    """Modeled time (``params``) against buffer size, one panel per ``(title, topology, [(label,
+    algorithm)])``, each with NCCL's two estimates and the lower bound of its collective; saved as
+    PNG (kept unless ``force``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,15 +156,24 @@ def plot_times(
     xs_mib = [s / (1 << 20) for s in sizes]
     for ax, (title, topology, algos) in zip(axes[0], panels, strict=True):
         for i, (label, algo) in enumerate(algos):
-            style = "k--" if label.startswith("ring") else f"C{i}"
-            ax.loglog(xs_mib, [simulate(algo, topology, s).time_us for s in sizes], style, label=label)
+            style = "k--" if label.startswith(("ring", "textbook ring")) else f"C{i}"
+            ax.loglog(
+                xs_mib, [simulate(algo, topology, s, params).time_us for s in sizes], style, label=label
+            )
         if algos:
             coll = algos[0][1].collective
+            drawn = any(a.provenance.method == "baseline:nccl" for _, a in algos)
+            _nccl_lines(ax, topology, coll.name, coll.root, sizes, params, layout=not drawn)
             bound = make_collective(coll.name, coll.num_ranks, 1, coll.root)
-            ax.loglog(xs_mib, [lower_bound_us(topology, bound, s) for s in sizes], "r:", label="lower bound")
+            ax.loglog(
+                xs_mib,
+                [lower_bound_us(topology, bound, s) for s in sizes],
+                "r:",
+                label="lower bound (line rate)",
+            )
         ax.set_title(title)
         ax.set_xlabel("buffer size (MiB)")
-        ax.set_ylabel("modeled time (us)")
+        ax.set_ylabel(f"modeled time (us), {params.label}")
         ax.legend(fontsize=8)
     fig.tight_layout()
     return _save(fig, path, force)

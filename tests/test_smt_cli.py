@@ -91,7 +91,15 @@ def test_pareto_writes_front_table_and_plot(tmp_path, cli):
     proc = cli("pareto", "-t", "ring:4", "-C", "allgather", "-d", str(tmp_path / "out"), "--plot", str(plot))
     assert proc.returncode == 0, proc.stderr
     assert "bandwidth optimal" in proc.stdout
-    for column in ("R/C", "status", "S*alpha us", "time us@1MiB"):
+    assert "modeled: calibrated, Simple" in proc.stdout  # every time in the table is modeled, in this model
+    for column in (
+        "R/C",
+        "status",
+        "S*alpha us",
+        "modeled us@1MiB",
+        "vs NCCL layout@1GiB",
+        "vs NCCL model@1KiB",
+    ):
         assert column in proc.stdout
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["allgather-ring4-s2-r3-c2.json"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -260,8 +260,8 @@ def _compare(
     t = _stage(6, "modeled times against NCCL and the lower bound, the XML in the IR simulator; plots")
     nccl = {m.name: _nccl(m, params) for m in machines}
     table = [_table_row(row, nccl[row.machine.name], params) for row in rows]
-    folder.save(FRONT_PNG, _front_png(machines[0], front))
-    folder.save(TIMES_PNG, _times_png(rows, machines))
+    folder.save(FRONT_PNG, _front_png(machines[0], front, params))
+    folder.save(TIMES_PNG, _times_png(rows, machines, params))
     folder.finish()
     _done(t, f"plots in {folder.path}/")
     return table
@@ -303,7 +303,7 @@ def _table_row(row: Row, nccl: list[NcclReference], params: Params) -> list:
     ]
 
 
-def _front_png(dgx1: Topology, front: Front) -> bytes:
+def _front_png(dgx1: Topology, front: Front, params: Params) -> bytes:
     from synth.bounds import rounds_per_chunk_bound, steps_lower_bound
     from synth.plots import plot_front
 
@@ -316,10 +316,11 @@ def _front_png(dgx1: Topology, front: Front) -> bytes:
         steps_lower_bound(dgx1, coll),
         rounds_per_chunk_bound(dgx1, coll),
         "allgather on dgx1: SMT front",
+        params=params,
     )
 
 
-def _times_png(rows: list[Row], machines: Sequence[Topology]) -> bytes:
+def _times_png(rows: list[Row], machines: Sequence[Topology], params: Params) -> bytes:
     from synth.plots import plot_times
 
     return _plot_bytes(
@@ -328,6 +329,7 @@ def _times_png(rows: list[Row], machines: Sequence[Topology]) -> bytes:
             (f"allgather on {m.name}", m, [(r.label, r.algorithm) for r in rows if r.machine is m])
             for m in machines
         ],
+        params=params,
     )
 
 

@@ -34,7 +34,7 @@ def _rows(front: Front, name: str) -> list[Row]:
 @solving.long_command
 def cmd_pareto(args: argparse.Namespace) -> int:
     from synth.plots import plot_front
-    from synth.report import table
+    from synth.report import legend, table
     from synth.smt import pareto_front
 
     topo = topology_from_args(args)
@@ -49,7 +49,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     headers, cells = table(_rows(front, name), topo)
     title = (
         f"{name} on {topo.name}: steps >= {front.steps_bound}, rounds per chunk >= "
-        f"{front.rounds_per_chunk_bound}; {search.describe()}"
+        f"{front.rounds_per_chunk_bound}; {search.describe()}\n{legend()}"
     )
     print_table(headers, cells, title=title)
     print(front.message())
