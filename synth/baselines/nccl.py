@@ -37,7 +37,7 @@ from dataclasses import replace
 from synth.algorithm import Algorithm, Send
 from synth.baselines.common import BaselineError, hamiltonian_cycle, make_algorithm, schedule_paths
 from synth.collectives import Collective
-from synth.nccl import search
+from synth.nccl import p2p, search
 from synth.nccl.search import RingGraph, nvls_graph
 from topologies.model import Topology
 
@@ -111,9 +111,9 @@ def ring_graph(topology: Topology) -> RingGraph:
 
 
 def p2p_channels_per_peer(topology: Topology) -> int:
-    """NCCL's p2p channels per peer (:func:`synth.nccl.search.p2p_channels_per_peer`)."""
+    """NCCL's p2p channels per peer (:func:`synth.nccl.p2p.p2p_channels_per_peer`)."""
     try:
-        return search.p2p_channels_per_peer(topology)
+        return p2p.p2p_channels_per_peer(topology)
     except search.NcclSearchError as exc:
         raise BaselineError(f"baseline nccl: {exc}") from None
 

@@ -47,7 +47,6 @@ __all__ = [
     "RingGraph",
     "layout",
     "nvls_graph",
-    "p2p_channels_per_peer",
     "ring_graph",
 ]
 
@@ -61,10 +60,6 @@ FALLBACK_GBPS = 0.1
 """NCCL's "simple order" when its search finds no ring: one channel at 0.1 GB/s."""
 MAX_NVLS_CHANNELS = 32
 """``NCCL_MAX_NVLS_ARITY``: NVLS channels are one per GPU, at most this many."""
-P2P_PER_CHANNEL_NET_GBPS = 14.0
-"""``NCCL_P2P_PER_CHANNEL_NET_BW``: a peer across the network gets a channel per this many GB/s."""
-P2P_PEERS_PER_BATCH = 8
-"""``NCCL_MAX_DEV_WORK_P2P_PER_BATCH``."""
 SEARCH_BUDGET = 20_000
 """Steps of the depth-first search allowed per speed before it keeps what it found (NCCL's
 search has a time budget too)."""
@@ -572,53 +567,3 @@ def layout(topology: Topology, version: str = DEFAULT_VERSION, arch: str | None 
         nvls_graph(topology, version, arch),
     )
 
-
-def _pow2_up(x: int) -> int:
-    return 1 << max(0, x - 1).bit_length()
-
-
-def _relay_GBps(view: _View, u: int, v: int) -> float | None:
-    """NCCL's bandwidth of the route from ``u`` to ``v`` in machine 0 over NVLink (directly or through
-    one GPU, NCCL's ``PATH_NVB``), or None where there is none."""
-    links = view.logical.links
-
-    def nvl(a: int, b: int) -> float | None:
-        if (a, b) not in links or any(edge_class(view.kinds, *e) != "NVL" for e in view.edges(a, b)):
-            return None
-        return min(view.believed[e] for e in view.edges(a, b))
-
-    direct = nvl(u, v)
-    if direct is not None:
-        return direct
-    two = [
-        min(a, b)
-        for m in view.logical.successors(u)
-        if m in view.members and (a := nvl(u, m)) is not None and (b := nvl(m, v)) is not None
-    ]
-    return max(two, default=None)
-
-
-def p2p_channels_per_peer(topology: Topology, version: str = DEFAULT_VERSION, arch: str | None = None) -> int:
-    """NCCL's ``p2pnChannelsPerPeer`` (src/graph/paths.cc): over every peer, the fewest of 2 per
-    NVLink of the route (2 for PCIe), and across machines one per NIC or per 14 GB/s of them;
-    rounded up to a power of two, within the (power-of-two) p2p channels, twice the ring's."""
-    arch = _arch(topology, arch)
-    view = _View(topology, VERSIONS[version], arch)
-    rings = ring_graph(topology, version, arch).channels
-    nvlink = view.version.nvlink_bw[arch]
-    counts = []
-    for u in view.ranks:
-        for v in view.ranks:
-            if u != v:
-                bw = _relay_GBps(view, u, v)
-                counts.append(2 * max(1, int(bw / nvlink + 1e-9)) if bw is not None else 2)
-        if view.multi:
-            bw = min(view.believed[e] for e in view.out_side(u)[0])
-            counts.append(max(1, math.ceil(int(bw) / P2P_PER_CHANNEL_NET_GBPS)))
-    per_peer = _pow2_up(min(counts, default=1))
-    p2p = _pow2_up(min(2 * rings, 2 * view.max_ring_channels))
-    if not view.multi:
-        return min(p2p, per_peer)
-    while per_peer * math.ceil(topology.num_ranks / P2P_PEERS_PER_BATCH) > p2p and per_peer > 1:
-        per_peer //= 2
-    return per_peer
