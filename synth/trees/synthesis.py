@@ -130,7 +130,10 @@ def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Soluti
     if name == "reducescatter":
         reduced = DUAL.apply(problem)
         sub = reduced.subproblems[0]
-        inverted = _invert(reduced, [_timed(sub, _solve(sub, shard_bytes, run, role), shard_bytes, run)], run)
+        solution = _timed(sub, _solve(sub, shard_bytes, run, role), shard_bytes, run)
+        # the inverse is verified on the original topology: its pairs routed by source, not one by one
+        problem.topology.logical().route((s.dst, s.src) for st in solution.algorithm.steps for s in st.sends)
+        inverted = _invert(reduced, [solution], run)
         return Solution(_untimed(inverted.algorithm))
     if run.hierarchical and not role:
         return _hierarchical(problem, shard_bytes, run)
