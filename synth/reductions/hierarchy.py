@@ -193,21 +193,25 @@ def lift_between(algo: Algorithm, machines: Machines) -> list[np.ndarray]:
 
 def lift_within(algo: Algorithm, machines: Machines, chunks: int) -> list[np.ndarray]:
     """The machine's schedule in every machine: its chunk ``i*C2 + j`` stands for the j-th of C2
-    equal shares of rail i's ``K * chunks`` chunks, machine m's chunk c being item ``c * K + m``:
-    the shares follow the order in which the rail's pipeline delivers the chunks (chunk-major), so
-    the inner schedule forwards what has arrived and, run backwards (a reducescatter), hands the
-    network part its chunks in the order it sends them."""
+    equal shares of rail i's ``K * chunks`` chunks, in machine m chunk c of machine ``m + d`` (mod
+    K) being item ``c * K + d``: the shares follow the order in which the rail's pipeline delivers
+    the chunks (chunk-major), so the inner schedule forwards what has arrived and, run backwards
+    (a reducescatter), hands the network part its chunks in the order it sends them; counted from
+    each machine's own (``d``), so that run backwards every machine feeds a different machine at
+    a time (counted from machine 0, all fed machine 0, then 1: 0.53x the bound on 8 x 8 H100)."""
     k, g, c2 = machines.count, machines.size, algo.chunks
     share = k * chunks // c2
-    where = np.arange(k) * g
+    machine = np.arange(k)
     out = []
     for rows in _rows(algo):
         i, j = rows[:, 0] // c2, rows[:, 0] % c2
-        item = j[:, np.newaxis] * share + np.arange(share)[np.newaxis, :]  # sends x share
-        chunk = ((item % k) * g + i[:, np.newaxis]) * chunks + item // k
+        item = (j[:, np.newaxis] * share + np.arange(share)[np.newaxis, :])[:, :, np.newaxis]  # sends x share x 1
+        origin = (item % k + machine) % k  # sends x share x machines
+        chunk = (origin * g + i[:, np.newaxis, np.newaxis]) * chunks + item // k
         shape = (len(rows), share, k)
+        where = machine * g
         lifted = [
-            np.broadcast_to(chunk[:, :, np.newaxis], shape),
+            chunk,
             np.broadcast_to(rows[:, 1][:, np.newaxis, np.newaxis] + where, shape),
             np.broadcast_to(rows[:, 2][:, np.newaxis, np.newaxis] + where, shape),
         ]
