@@ -3,6 +3,7 @@ fronts, ForestColl's published throughputs; the pieces (arborescences, symmetry)
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -226,6 +227,18 @@ def test_cli_refuses_bad_input_in_one_line(xccl):
     )
     assert_one_line_error(xccl("synth", "trees", "-t", "dgx1", "-C", "alltoall"), "--collective")
     assert_one_line_error(xccl("synth", "trees", "-t", "dgx1", "-C", "allgather", "-s", "0"), "size")
+
+
+def test_a_schedule_too_large_to_hold_is_refused_before_any_work(xccl, monkeypatch):
+    """4096 GPUs by composition (16.8 M sends) ran out of 7 GB after minutes, with a traceback."""
+    started = time.perf_counter()
+    proc = xccl("synth", "trees", "-t", "dgx-h100x512", "-C", "allgather", "--hierarchical")
+    assert_one_line_error(proc, "allgather on dgx-h100x512", "16773120 sends", "XCCL_MAX_TREES_SENDS")
+    assert time.perf_counter() - started < 10
+    monkeypatch.setenv("XCCL_MAX_TREES_SENDS", "100")
+    assert_one_line_error(xccl("synth", "trees", "-t", "ring:16", "-C", "allreduce"), "480 sends", "limit of 100")
+    monkeypatch.setenv("XCCL_MAX_TREES_SENDS", "480")
+    assert xccl("synth", "trees", "-t", "ring:16", "-C", "allreduce").returncode == 0
 
 
 def test_hierarchical_allgather_on_four_machines_reaches_the_bound():
