@@ -123,6 +123,8 @@ def final_state(algo: Algorithm, topology: Topology | None = None) -> State:
         raise VerificationError(
             f"{algo.name}: the topology has {topology.num_ranks} ranks, the collective {n}"
         )
+    if logical is not None:
+        logical.route({(s.src, s.dst) for step in algo.steps for s in step.sends})
     state = _initial(algo)
     linked: set[tuple[int, int]] = set()
     for index, step in enumerate(algo.steps):
