@@ -21,8 +21,15 @@ from topologies.model import Topology
 __all__ = ["DUAL", "Dual", "invert"]
 
 
-@lru_cache(maxsize=16)
 def _reversed(topology: Topology) -> Topology:
+    """A symmetric topology is its own reverse (equal to it): the dual gets the topology itself,
+    so it shares its logical view and what else is cached on it (a 512-GPU cluster's 261,632
+    logical links are not routed a second time)."""
+    return topology if topology.is_symmetric() else _reverse(topology)
+
+
+@lru_cache(maxsize=16)
+def _reverse(topology: Topology) -> Topology:
     """Kept per topology: a search applies the dual once per instance."""
     return topology.reverse()
 

@@ -47,7 +47,8 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class TreesResult:
-    """A verified algorithm, and the packings it was built from (one per allgather solved)."""
+    """A verified algorithm, and the packings it was built from (one per allgather in it: an
+    allreduce's two on a symmetric topology are one packing, listed twice)."""
 
     algorithm: Algorithm
     packings: tuple[Packing, ...]
@@ -74,6 +75,10 @@ class _Run:
     chunks: dict[str, int] = field(default_factory=dict)
     packings: list[Packing] = field(default_factory=list)
     interrupted: bool = False
+    solved: dict[tuple, tuple[Solution, list[Packing]]] = field(default_factory=dict)
+    """Each allgather solved, by (topology, collective, role), with its packings: an allreduce's
+    reducescatter is the allgather of the reversed topology, which on a symmetric topology is
+    the topology itself (:class:`~synth.reductions.Dual`), so both halves are one solve."""
 
     def say(self, message: str) -> None:
         if self.log is not None:
@@ -132,9 +137,19 @@ def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Soluti
         sub = reduced.subproblems[0]
         inverted = _invert(reduced, [_timed(sub, _solve(sub, shard_bytes, run, role), shard_bytes, run)], run)
         return Solution(_untimed(inverted.algorithm))
+    key = (problem.topology, problem.collective, role)
+    if key in run.solved:
+        solution, packings = run.solved[key]
+        run.packings.extend(packings)
+        run.say(f"{problem.topology.name}: the allgather solved before")
+        return solution
+    before = len(run.packings)
     if run.hierarchical and not role:
-        return _hierarchical(problem, shard_bytes, run)
-    return _allgather(problem, shard_bytes, run, role or "flat")
+        solution = _hierarchical(problem, shard_bytes, run)
+    else:
+        solution = _allgather(problem, shard_bytes, run, role or "flat")
+    run.solved[key] = (solution, run.packings[before:])
+    return solution
 
 
 def _timed(problem: Problem, solution: Solution, shard_bytes: float, run: _Run) -> Solution:
