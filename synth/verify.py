@@ -74,15 +74,20 @@ def _reads(
     num_addresses = algo.collective.num_addresses
     ops = ("copy", "reduce") if algo.collective.combining else ("copy",)
     for send in step.sends:
-        pair = (send.src, send.dst)
+        src, chunk = send.src, send.chunk
+        pair = (src, send.dst)
         known = pair in linked
-        if not (known and 0 <= send.chunk < num_addresses and send.op in ops):
+        if not (known and 0 <= chunk < num_addresses and send.op in ops):
             _check_send(algo, send, where, known, logical)
             linked.add(pair)
-        held = state[send.src].get(send.chunk)
+        held = state[src].get(chunk)
         if not held:
-            raise VerificationError(f"{_what(where, send)}: rank {send.src} does not hold chunk {send.chunk} yet")
-        writes.setdefault((send.dst, send.chunk), []).append((send, held))
+            raise VerificationError(f"{_what(where, send)}: rank {src} does not hold chunk {chunk} yet")
+        key = (send.dst, chunk)
+        if key in writes:
+            writes[key].append((send, held))
+        else:
+            writes[key] = [(send, held)]
     return writes
 
 
@@ -144,7 +149,14 @@ def final_state(algo: Algorithm, topology: Topology | None = None) -> State:
         # written once, from its own value before the step: updating in place replays it exactly
         for (dst, addr), incoming in writes.items():
             held = state[dst]
-            held[addr] = _received(algo, where, dst, addr, held.get(addr, 0), incoming)
+            before = held.get(addr, 0)
+            if len(incoming) == 1:  # the common case, inline: one send, which must not lose or repeat
+                send, mask = incoming[0]
+                copy = send.op == "copy"
+                if not (before & ~mask if copy else before & mask):
+                    held[addr] = mask if copy else before | mask
+                    continue
+            held[addr] = _received(algo, where, dst, addr, before, incoming)
     return state
 
 

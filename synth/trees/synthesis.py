@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from synth.algorithm import Algorithm, Step
+from synth.algorithm import Algorithm, Send, Step
 from synth.baselines import BASELINES, make_baseline
 from synth.collectives import make_collective
 from synth.cost import chunk_bytes, start_times
@@ -172,7 +172,7 @@ def _timed(problem: Problem, solution: Solution, shard_bytes: float, run: _Run) 
 def _untimed(algo: Algorithm) -> Algorithm:
     """``algo`` with its sends in the same order but no start times: the order is what the mirror
     was for; the times are the timing engine's to find (and an allreduce's halves then agree)."""
-    steps = tuple(Step(st.rounds, tuple(replace(x, start_us=None) for x in st.sends)) for st in algo.steps)
+    steps = tuple(Step(st.rounds, tuple(Send(x.chunk, x.src, x.dst, x.op) for x in st.sends)) for st in algo.steps)
     return replace(algo, steps=steps)
 
 
