@@ -14,7 +14,7 @@ show``) builds them then, once.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
@@ -111,8 +111,32 @@ class LogicalLinks(Mapping[tuple[int, int], LogicalLink]):
             for dst in self._view.successors(src):
                 yield (src, dst)
 
+    def items(self) -> ItemsView[tuple[int, int], LogicalLink]:
+        return _Items(self)
+
+    def values(self) -> ValuesView[LogicalLink]:
+        return _Values(self)
+
+    def _pairs(self) -> Iterator[tuple[int, int, LogicalLink]]:
+        """Every link with its pair, in ``__iter__``'s order, without looking each pair up again
+        (the Mapping mixins' ``items`` and ``values`` do: a third of a 512-GPU symmetry search)."""
+        view = self._view
+        for src in range(view.num_ranks):
+            for dst in view.successors(src):
+                yield src, dst, view.link(src, dst)  # type: ignore[misc]  # a successor has a link
+
     def __len__(self) -> int:
         return sum(len(self._view.successors(src)) for src in range(self._view.num_ranks))
+
+
+class _Items(ItemsView):
+    def __iter__(self) -> Iterator[tuple[tuple[int, int], LogicalLink]]:
+        return (((src, dst), link) for src, dst, link in self._mapping._pairs())
+
+
+class _Values(ValuesView):
+    def __iter__(self) -> Iterator[LogicalLink]:
+        return (link for _, _, link in self._mapping._pairs())
 
 
 _UNKNOWN = object()
