@@ -172,7 +172,9 @@ def _timed(problem: Problem, solution: Solution, shard_bytes: float, run: _Run) 
 def _untimed(algo: Algorithm) -> Algorithm:
     """``algo`` with its sends in the same order but no start times: the order is what the mirror
     was for; the times are the timing engine's to find (and an allreduce's halves then agree)."""
-    steps = tuple(Step(st.rounds, tuple(Send(x.chunk, x.src, x.dst, x.op) for x in st.sends)) for st in algo.steps)
+    steps = tuple(
+        Step(st.rounds, tuple(Send(x.chunk, x.src, x.dst, x.op) for x in st.sends)) for st in algo.steps
+    )
     return replace(algo, steps=steps)
 
 
