@@ -135,6 +135,27 @@ class Collective:
             out[chunk.address].add(cid)
         return tuple(frozenset(s) for s in out)
 
+    @cached_property
+    def contribution_bits(self) -> tuple[int, ...]:
+        """``contribution_bits[chunk]``: the chunk's place among the contributions to its address,
+        by id. A set of contributions is then an int with those bits set: n bits per rank and
+        address where a set of ids took n objects (n^3 of them in a replay of an n-rank allreduce)."""
+        bits = [0] * len(self.chunks)
+        for members in self.contributions:
+            for bit, cid in enumerate(sorted(members)):
+                bits[cid] = bit
+        return tuple(bits)
+
+    @cached_property
+    def address_posts(self) -> tuple[frozenset[int], ...]:
+        """``address_posts[address]``: the ranks that must end with it (every contribution reduced
+        in, for combining collectives): the union of its chunks' postconditions, each distinct set
+        once (the builders share them, so an allreduce's n x C take n x C steps, not n^2 x C)."""
+        posts: list[dict[int, frozenset[int]]] = [{} for _ in range(self.num_addresses)]
+        for chunk in self.chunks:
+            posts[chunk.address][id(chunk.post)] = chunk.post
+        return tuple(frozenset().union(*p.values()) for p in posts)
+
     @property
     def input_chunks(self) -> int:
         return len(self.inputs[0])
@@ -190,57 +211,68 @@ def _all(n: int) -> frozenset[int]:
     return frozenset(range(n))
 
 
+def _each(n: int) -> tuple[frozenset[int], ...]:
+    """``{r}`` for every rank r. The builders share these sets (and one ``_all``) among their
+    chunks: an allreduce of n ranks has n x C chunks, each of which held its own n-rank
+    postcondition (n^2 C set entries: 4 GB at 128 ranks) before they were shared."""
+    return tuple(frozenset({r}) for r in range(n))
+
+
 def _allgather(n: int, c: int, root: int | None) -> tuple:
-    chunks = tuple(Chunk(frozenset({cid // c}), _all(n), cid) for cid in range(n * c))
+    each, everyone = _each(n), _all(n)
+    chunks = tuple(Chunk(each[cid // c], everyone, cid) for cid in range(n * c))
     inputs = tuple(tuple(r * c + i for i in range(c)) for r in range(n))
     outputs = tuple(tuple(range(n * c)) for _ in range(n))
     return chunks, inputs, outputs
 
 
 def _alltoall(n: int, c: int, root: int | None) -> tuple:
+    each = _each(n)
     chunks = []
     for cid in range(n * n * c):
         src, rest = divmod(cid, n * c)
-        dst = rest // c
-        chunks.append(Chunk(frozenset({src}), frozenset({dst}), cid))
+        chunks.append(Chunk(each[src], each[rest // c], cid))
     inputs = tuple(tuple(s * n * c + k for k in range(n * c)) for s in range(n))
     outputs = tuple(tuple((k // c) * n * c + d * c + k % c for k in range(n * c)) for d in range(n))
     return tuple(chunks), inputs, outputs
 
 
 def _broadcast(n: int, c: int, root: int) -> tuple:
-    chunks = tuple(Chunk(frozenset({root}), _all(n), i) for i in range(c))
+    source, everyone = frozenset({root}), _all(n)
+    chunks = tuple(Chunk(source, everyone, i) for i in range(c))
     inputs = tuple(tuple(range(c)) if r == root else (None,) * c for r in range(n))
     outputs = tuple(tuple(range(c)) for _ in range(n))
     return chunks, inputs, outputs
 
 
 def _scatter(n: int, c: int, root: int) -> tuple:
-    chunks = tuple(Chunk(frozenset({root}), frozenset({cid // c}), cid) for cid in range(n * c))
+    each = _each(n)
+    chunks = tuple(Chunk(each[root], each[cid // c], cid) for cid in range(n * c))
     inputs = tuple(tuple(range(n * c)) if r == root else (None,) * (n * c) for r in range(n))
     outputs = tuple(tuple(r * c + i for i in range(c)) for r in range(n))
     return chunks, inputs, outputs
 
 
 def _gather(n: int, c: int, root: int) -> tuple:
-    chunks = tuple(Chunk(frozenset({cid // c}), frozenset({root}), cid) for cid in range(n * c))
+    each = _each(n)
+    chunks = tuple(Chunk(each[cid // c], each[root], cid) for cid in range(n * c))
     inputs = tuple(tuple(r * c + i for i in range(c)) for r in range(n))
     outputs = tuple(tuple(range(n * c)) if r == root else (None,) * (n * c) for r in range(n))
     return chunks, inputs, outputs
 
 
 def _allreduce(n: int, c: int, root: int | None) -> tuple:
-    chunks = tuple(Chunk(frozenset({cid // c}), _all(n), cid % c) for cid in range(n * c))
+    each, everyone = _each(n), _all(n)
+    chunks = tuple(Chunk(each[cid // c], everyone, cid % c) for cid in range(n * c))
     inputs = tuple(tuple(r * c + a for a in range(c)) for r in range(n))
     outputs = tuple(tuple(range(c)) for _ in range(n))
     return chunks, inputs, outputs
 
 
 def _reducescatter(n: int, c: int, root: int | None) -> tuple:
-    width = n * c
+    width, each = n * c, _each(n)
     chunks = tuple(
-        Chunk(frozenset({cid // width}), frozenset({(cid % width) // c}), cid % width)
-        for cid in range(n * width)
+        Chunk(each[cid // width], each[(cid % width) // c], cid % width) for cid in range(n * width)
     )
     inputs = tuple(tuple(r * width + a for a in range(width)) for r in range(n))
     outputs = tuple(tuple(d * c + i for i in range(c)) for d in range(n))
@@ -248,7 +280,8 @@ def _reducescatter(n: int, c: int, root: int | None) -> tuple:
 
 
 def _reduce(n: int, c: int, root: int) -> tuple:
-    chunks = tuple(Chunk(frozenset({cid // c}), frozenset({root}), cid % c) for cid in range(n * c))
+    each = _each(n)
+    chunks = tuple(Chunk(each[cid // c], each[root], cid % c) for cid in range(n * c))
     inputs = tuple(tuple(r * c + a for a in range(c)) for r in range(n))
     outputs = tuple(tuple(range(c)) if r == root else (None,) * c for r in range(n))
     return chunks, inputs, outputs

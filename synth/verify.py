@@ -1,10 +1,13 @@
 """Symbolic replay of an algorithm: the proof a user never receives a wrong schedule.
 
-State is, per rank and address, the set of chunk ids (contributions) held there. Every send of a
-step reads the state left by the previous step. Checks, each reported with the step it fails in:
-the chunk is at its source, the link exists, each link and shared resource carries no more than
-its capacity times the step's rounds, no contribution is reduced in twice, no copy discards
-contributions, and at the end every postcondition holds.
+State is, per rank and address, the set of contributions (chunk ids) held there, as a bitmask
+over :attr:`Collective.contribution_bits`: the replay of an n-rank allreduce keeps n bits per rank
+and address (a 512-rank one fits in tens of MB; sets of ids needed n^3 objects). The checks are
+those of sets, exactly: a copy must hold every bit it replaces, a reduce must share none with
+what it lands on. Every send of a step reads the state left by the previous step. Checks, each
+reported with the step it fails in: the chunk is at its source, the link exists, each link and
+shared resource carries no more than its capacity times the step's rounds, no contribution is
+reduced in twice, no copy discards contributions, and at the end every postcondition holds.
 """
 
 from __future__ import annotations
@@ -14,55 +17,81 @@ from typing import TYPE_CHECKING
 from synth.errors import VerificationError
 
 if TYPE_CHECKING:
-    from synth.algorithm import Algorithm, Step
+    from synth.algorithm import Algorithm, Send, Step
     from topologies.model import Topology
 
 __all__ = ["final_state", "verify"]
 
-State = list[dict[int, frozenset[int]]]
+State = list[dict[int, int]]
+"""``state[rank][address]``: the contributions held, bit b for the address's b-th (by id)."""
 
 
-def _fmt(ids: frozenset[int], algo: Algorithm) -> str:
-    ranks = sorted({r for cid in ids for r in algo.collective.chunks[cid].pre})
+def _fmt(mask: int, addr: int, algo: Algorithm) -> str:
+    """The ranks whose contributions to ``addr`` are in ``mask``."""
+    coll = algo.collective
+    members = sorted(coll.contributions[addr])
+    ranks = sorted({r for b, cid in enumerate(members) if mask >> b & 1 for r in coll.chunks[cid].pre})
     return "{" + ",".join(map(str, ranks)) + "}"
 
 
 def _initial(algo: Algorithm) -> State:
     coll = algo.collective
+    bits = coll.contribution_bits
     state: State = [{} for _ in range(coll.num_ranks)]
     for cid, chunk in enumerate(coll.chunks):
+        bit = 1 << bits[cid]
         for r in chunk.pre:
-            state[r][chunk.address] = state[r].get(chunk.address, frozenset()) | {cid}
+            state[r][chunk.address] = state[r].get(chunk.address, 0) | bit
     return state
 
 
-def _reads(algo: Algorithm, step: Step, where: str, state: State, logical) -> dict[tuple[int, int], list]:
-    """What each (destination, address) receives in ``step``: (send, contributions it carries);
-    raises on a send that is malformed, has no link, or sends what its source does not hold."""
+def _what(where: str, send: Send) -> str:
+    return f"{where}: send of chunk {send.chunk} from rank {send.src} to rank {send.dst}"
+
+
+def _check_send(algo: Algorithm, send: Send, where: str, known: bool, logical) -> None:
+    """Raise on a malformed send or one without a link; ``known``: its pair passed before."""
     coll, n = algo.collective, algo.collective.num_ranks
+    if not known and (not (0 <= send.src < n and 0 <= send.dst < n) or send.src == send.dst):
+        raise VerificationError(f"{_what(where, send)}: expected two different ranks in 0..{n - 1}")
+    if not 0 <= send.chunk < coll.num_addresses:
+        raise VerificationError(f"{_what(where, send)}: expected a chunk in 0..{coll.num_addresses - 1}")
+    if send.op not in ("copy", "reduce"):
+        raise VerificationError(f"{_what(where, send)}: unknown op {send.op!r}")
+    if send.op == "reduce" and not coll.combining:
+        raise VerificationError(f"{_what(where, send)}: {coll.name} does not combine; op must be copy")
+    if not known and logical is not None and (send.src, send.dst) not in logical.links:
+        raise VerificationError(f"{_what(where, send)}: no link {send.src} -> {send.dst} in {algo.topology}")
+
+
+def _reads(
+    algo: Algorithm, step: Step, where: str, state: State, logical, linked: set[tuple[int, int]]
+) -> dict[tuple[int, int], list]:
+    """What each (destination, address) receives in ``step``: (send, contributions it carries);
+    raises on a send that is malformed, has no link, or sends what its source does not hold.
+    ``linked`` keeps the pairs already found to be two ranks with a link, checked once each."""
     writes: dict[tuple[int, int], list] = {}
+    num_addresses = algo.collective.num_addresses
+    ops = ("copy", "reduce") if algo.collective.combining else ("copy",)
     for send in step.sends:
-        what = f"{where}: send of chunk {send.chunk} from rank {send.src} to rank {send.dst}"
-        if not (0 <= send.src < n and 0 <= send.dst < n) or send.src == send.dst:
-            raise VerificationError(f"{what}: expected two different ranks in 0..{n - 1}")
-        if not 0 <= send.chunk < coll.num_addresses:
-            raise VerificationError(f"{what}: expected a chunk in 0..{coll.num_addresses - 1}")
-        if send.op not in ("copy", "reduce"):
-            raise VerificationError(f"{what}: unknown op {send.op!r}")
-        if send.op == "reduce" and not coll.combining:
-            raise VerificationError(f"{what}: {coll.name} does not combine; op must be copy")
-        if logical is not None and (send.src, send.dst) not in logical.links:
-            raise VerificationError(f"{what}: no link {send.src} -> {send.dst} in {algo.topology}")
-        held = state[send.src].get(send.chunk)
+        src, chunk = send.src, send.chunk
+        pair = (src, send.dst)
+        known = pair in linked
+        if not (known and 0 <= chunk < num_addresses and send.op in ops):
+            _check_send(algo, send, where, known, logical)
+            linked.add(pair)
+        held = state[src].get(chunk)
         if not held:
-            raise VerificationError(f"{what}: rank {send.src} does not hold chunk {send.chunk} yet")
-        writes.setdefault((send.dst, send.chunk), []).append((send, held))
+            raise VerificationError(f"{_what(where, send)}: rank {src} does not hold chunk {chunk} yet")
+        key = (send.dst, chunk)
+        if key in writes:
+            writes[key].append((send, held))
+        else:
+            writes[key] = [(send, held)]
     return writes
 
 
-def _received(
-    algo: Algorithm, where: str, dst: int, addr: int, before: frozenset[int], incoming: list
-) -> frozenset[int]:
+def _received(algo: Algorithm, where: str, dst: int, addr: int, before: int, incoming: list) -> int:
     """What ``dst`` holds of ``addr`` after the step: one copy (which must keep what it replaces),
     or its sum with every reduction (none counting a contribution twice)."""
     if any(send.op == "copy" for send, _ in incoming):
@@ -71,10 +100,11 @@ def _received(
                 f"{where}: chunk {addr} reaches rank {dst} from several sends in one step"
             )
         send, held = incoming[0]
-        if not before <= held:
+        lost = before & ~held
+        if lost:
             raise VerificationError(
                 f"{where}: copy of chunk {addr} from rank {send.src} to rank {dst} would discard "
-                f"the contributions of ranks {_fmt(before - held, algo)}"
+                f"the contributions of ranks {_fmt(lost, addr, algo)}"
             )
         return held
     acc = before
@@ -83,9 +113,9 @@ def _received(
         if twice:
             raise VerificationError(
                 f"{where}: reduce of chunk {addr} from rank {send.src} into rank {dst} counts the "
-                f"contributions of ranks {_fmt(twice, algo)} twice"
+                f"contributions of ranks {_fmt(twice, addr, algo)} twice"
             )
-        acc = acc | held
+        acc |= held
     return acc
 
 
@@ -98,12 +128,15 @@ def final_state(algo: Algorithm, topology: Topology | None = None) -> State:
         raise VerificationError(
             f"{algo.name}: the topology has {topology.num_ranks} ranks, the collective {n}"
         )
+    if logical is not None:
+        logical.route({(s.src, s.dst) for step in algo.steps for s in step.sends})
     state = _initial(algo)
+    linked: set[tuple[int, int]] = set()
     for index, step in enumerate(algo.steps):
         where = f"{algo.name}: step {index}"
         if step.rounds < 1:
             raise VerificationError(f"{where}: rounds must be >= 1, got {step.rounds}")
-        writes = _reads(algo, step, where, state, logical)
+        writes = _reads(algo, step, where, state, logical, linked)
         if capacity is not None:
             over = capacity.overloaded(((s.src, s.dst) for s in step.sends), step.rounds)
             if over:
@@ -112,11 +145,18 @@ def final_state(algo: Algorithm, topology: Topology | None = None) -> State:
                     f"{where}: {c.used} chunks over {c.name} exceed its capacity "
                     f"{c.capacity} x {step.rounds} round(s) = {c.capacity * step.rounds}"
                 )
-        new_state = [dict(s) for s in state]
+        # every read of this step is taken (the masks are immutable ints), and each (dst, addr) is
+        # written once, from its own value before the step: updating in place replays it exactly
         for (dst, addr), incoming in writes.items():
-            before = state[dst].get(addr, frozenset())
-            new_state[dst][addr] = _received(algo, where, dst, addr, before, incoming)
-        state = new_state
+            held = state[dst]
+            before = held.get(addr, 0)
+            if len(incoming) == 1:  # the common case, inline: one send, which must not lose or repeat
+                send, mask = incoming[0]
+                copy = send.op == "copy"
+                if not (before & ~mask if copy else before & mask):
+                    held[addr] = mask if copy else before | mask
+                    continue
+            held[addr] = _received(algo, where, dst, addr, before, incoming)
     return state
 
 
@@ -125,17 +165,17 @@ def verify(algo: Algorithm, topology: Topology) -> None:
     coll = algo.collective
     state = final_state(algo, topology)
     if coll.combining:
-        for addr, needed in enumerate(coll.contributions):
-            posts = set().union(*(coll.chunks[cid].post for cid in needed))
+        for addr, posts in enumerate(coll.address_posts):
+            needed = (1 << len(coll.contributions[addr])) - 1
             for r in sorted(posts):
-                got = state[r].get(addr, frozenset())
+                got = state[r].get(addr, 0)
                 if got != needed:
                     raise VerificationError(
                         f"{algo.name}: postcondition: rank {r} ends with chunk {addr} reduced over ranks "
-                        f"{_fmt(got, algo)}, expected all of {_fmt(needed, algo)}"
+                        f"{_fmt(got, addr, algo)}, expected all of {_fmt(needed, addr, algo)}"
                     )
         return
     for cid, chunk in enumerate(coll.chunks):
         for r in sorted(chunk.post):
-            if cid not in state[r].get(cid, frozenset()):
+            if not state[r].get(cid, 0):
                 raise VerificationError(f"{algo.name}: postcondition: rank {r} never gets chunk {cid}")

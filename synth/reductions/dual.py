@@ -21,10 +21,23 @@ from topologies.model import Topology
 __all__ = ["DUAL", "Dual", "invert"]
 
 
-@lru_cache(maxsize=16)
 def _reversed(topology: Topology) -> Topology:
+    """A symmetric topology is its own reverse (equal to it): the dual gets the topology itself,
+    so it shares its logical view and what else is cached on it (a 512-GPU cluster's 261,632
+    logical links are not routed a second time)."""
+    return topology if topology.is_symmetric() else _reverse(topology)
+
+
+@lru_cache(maxsize=16)
+def _reverse(topology: Topology) -> Topology:
     """Kept per topology: a search applies the dual once per instance."""
     return topology.reverse()
+
+
+def _order(s: Send) -> tuple:
+    """A send's place in :class:`Send`'s own order, as a key (sorting by ``Send.__lt__`` builds
+    two tuples per comparison: seconds on a 512-rank schedule)."""
+    return (s.chunk, s.src, s.dst, s.op)
 
 
 def invert(dual: Algorithm, primal: Collective) -> Algorithm:
@@ -35,7 +48,7 @@ def invert(dual: Algorithm, primal: Collective) -> Algorithm:
         raise CollectiveError(f"cannot invert {dual.collective!r}: {primal!r} has dual {primal.dual()!r}")
     op = "reduce" if primal.combining else "copy"
     steps = tuple(
-        Step(st.rounds, tuple(sorted(Send(s.chunk, s.dst, s.src, op) for s in st.sends)))
+        Step(st.rounds, tuple(sorted((Send(s.chunk, s.dst, s.src, op) for s in st.sends), key=_order)))
         for st in reversed(dual.steps)
     )
     via = f"inverted {dual.collective.name} on the reversed topology"
@@ -50,9 +63,10 @@ def _mirrored_in_time(
     steps = []
     for st in algo.steps:
         timed = [
-            replace(s, start_us=max(0.0, makespan - finish_us[(s.chunk, s.dst, s.src)])) for s in st.sends
+            Send(s.chunk, s.src, s.dst, s.op, max(0.0, makespan - finish_us[(s.chunk, s.dst, s.src)]))
+            for s in st.sends
         ]
-        steps.append(Step(st.rounds, tuple(sorted(timed, key=lambda s: (s.start_us, s)))))
+        steps.append(Step(st.rounds, tuple(sorted(timed, key=lambda s: (s.start_us, *_order(s))))))
     return replace(algo, steps=tuple(steps))
 
 

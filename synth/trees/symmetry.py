@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from topologies.logical import LogicalLink
     from topologies.model import Topology
 
 __all__ = ["RankGroup", "find_group", "trivial_group"]
@@ -132,21 +131,18 @@ def _candidates(topology: Topology) -> list[tuple[str, Callable[[], np.ndarray],
     return [c[1:] for c in found]
 
 
-def _signature(topology: Topology, link: LogicalLink) -> tuple:
-    """What a symmetry must keep of a logical link: each edge's rate, count and latency."""
-    resources = topology.logical().resources
-    return tuple(
-        (resources[e].bandwidth_GBps, resources[e].count, resources[e].alpha_us) for e in link.edges
-    )
+def _signatures(topology: Topology) -> dict[tuple[int, int], tuple]:
+    """What a symmetry must keep of every logical link: each edge's rate, count and latency."""
+    logical = topology.logical()
+    kept = {e: (r.bandwidth_GBps, r.count, r.alpha_us) for e, r in logical.resources.items()}
+    return {pair: tuple(kept[e] for e in link.edges) for pair, link in logical.links.items()}
 
 
-def _preserves(topology: Topology, perm: np.ndarray, signatures: dict) -> bool:
-    links = topology.logical().links
-    for (u, v), sig in signatures.items():
-        image = links.get((int(perm[u]), int(perm[v])))
-        if image is None or signatures[(image.src, image.dst)] != sig:
-            return False
-    return True
+def _preserves(perm: np.ndarray, signatures: dict) -> bool:
+    """Whether ``perm`` maps every logical link onto one with the same signature (a missing image
+    has none)."""
+    image, get = perm.tolist(), signatures.get
+    return all(get((image[u], image[v])) == sig for (u, v), sig in signatures.items())
 
 
 def find_group(topology: Topology) -> RankGroup:
@@ -155,8 +151,8 @@ def find_group(topology: Topology) -> RankGroup:
     n = topology.num_ranks
     if n == 1:
         return trivial_group(1)
-    signatures = {pair: _signature(topology, link) for pair, link in topology.logical().links.items()}
+    signatures = _signatures(topology)
     for name, elements, generators in _candidates(topology):
-        if generators and all(_preserves(topology, gen, signatures) for gen in generators):
+        if generators and all(_preserves(gen, signatures) for gen in generators):
             return RankGroup(name, elements())
     return trivial_group(n)

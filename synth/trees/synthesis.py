@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from common.limits import Limit
-from synth.algorithm import Algorithm, Step
+from synth.algorithm import Algorithm, Send, Step
 from synth.baselines import BASELINES, make_baseline
 from synth.collectives import make_collective
 from synth.cost import chunk_bytes, start_times
@@ -52,7 +52,8 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class TreesResult:
-    """A verified algorithm, and the packings it was built from (one per allgather solved)."""
+    """A verified algorithm, and the packings it was built from (one per allgather in it: an
+    allreduce's two on a symmetric topology are one packing, listed twice)."""
 
     algorithm: Algorithm
     packings: tuple[Packing, ...]
@@ -79,6 +80,10 @@ class _Run:
     chunks: dict[str, int] = field(default_factory=dict)
     packings: list[Packing] = field(default_factory=list)
     interrupted: bool = False
+    solved: dict[tuple, tuple[Solution, list[Packing]]] = field(default_factory=dict)
+    """Each allgather solved, by (topology, collective, role), with its packings: an allreduce's
+    reducescatter is the allgather of the reversed topology, which on a symmetric topology is
+    the topology itself (:class:`~synth.reductions.Dual`), so both halves are one solve."""
 
     def say(self, message: str) -> None:
         if self.log is not None:
@@ -142,9 +147,19 @@ def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Soluti
         problem.topology.logical().route((s.dst, s.src) for st in solution.algorithm.steps for s in st.sends)
         inverted = _invert(reduced, [solution], run)
         return Solution(_untimed(inverted.algorithm))
+    key = (problem.topology, problem.collective, role)
+    if key in run.solved:
+        solution, packings = run.solved[key]
+        run.packings.extend(packings)
+        run.say(f"{problem.topology.name}: the allgather solved before")
+        return solution
+    before = len(run.packings)
     if run.hierarchical and not role:
-        return _hierarchical(problem, shard_bytes, run)
-    return _allgather(problem, shard_bytes, run, role or "flat")
+        solution = _hierarchical(problem, shard_bytes, run)
+    else:
+        solution = _allgather(problem, shard_bytes, run, role or "flat")
+    run.solved[key] = (solution, run.packings[before:])
+    return solution
 
 
 def _timed(problem: Problem, solution: Solution, shard_bytes: float, run: _Run) -> Solution:
@@ -167,7 +182,9 @@ def _timed(problem: Problem, solution: Solution, shard_bytes: float, run: _Run) 
 def _untimed(algo: Algorithm) -> Algorithm:
     """``algo`` with its sends in the same order but no start times: the order is what the mirror
     was for; the times are the timing engine's to find (and an allreduce's halves then agree)."""
-    steps = tuple(Step(st.rounds, tuple(replace(x, start_us=None) for x in st.sends)) for st in algo.steps)
+    steps = tuple(
+        Step(st.rounds, tuple(Send(x.chunk, x.src, x.dst, x.op) for x in st.sends)) for st in algo.steps
+    )
     return replace(algo, steps=steps)
 
 
