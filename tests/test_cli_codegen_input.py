@@ -227,7 +227,7 @@ def test_unreadable_files_give_one_line(tmp_path, xccl):
         for command in ("check", "compile"):
             start = time.perf_counter()
             proc = xccl(command, str(path))
-            assert time.perf_counter() - start < 5, (command, name)
+            assert time.perf_counter() - start < 30, (command, name)  # refused, not read to the end
             assert_one_line_error(proc, str(path), fragment)
 
 
