@@ -3,7 +3,7 @@
 For each machine and size: the textbook ring (one channel), NCCL's layout (its channels as an
 Algorithm, ``xccl baseline nccl``) timed in the project's engine, NCCL's own model, the best
 synthesized algorithm (the SMT front on dgx1, the MILP from the shipped sketch elsewhere, made at
-that size under the ideal model), and the gain over NCCL (NCCL's time / the best synthesized) for
+that size under the row's model), and the gain over NCCL (NCCL's time / the best synthesized) for
 each estimate. The engine's times are given under both timing models (ideal: SCCL's and TACCL's;
 calibrated: docs/nccl.md). Every time is modeled; none is measured.
 
@@ -23,7 +23,7 @@ from synth.collectives import make_collective
 from synth.cost import simulate
 from synth.nccl import nccl_time
 from synth.nccl.compare import nccl_layout
-from synth.timing import IDEAL, model_params
+from synth.timing import IDEAL, Params, model_params
 from topologies import load
 from topologies.model import Topology
 from xccl.cli.output import print_table, progress
@@ -33,12 +33,13 @@ SKETCHES = {"ndv2x2": "ndv2x2-relay", "dgx2x2": "dgx2x2-relay", "dgx-a100x8": "d
 MODELS = {"ideal": IDEAL, "calibrated": model_params("calibrated")}
 
 
-def synthesized(topo: Topology, size: int) -> list[tuple[str, Algorithm]]:
-    """The synthesized candidates at ``size``: the SMT front on one machine, the MILP across machines."""
+def synthesized(topo: Topology, size: int, params: Params) -> list[tuple[str, Algorithm]]:
+    """The synthesized candidates at ``size``: the SMT front on one machine, the MILP across
+    machines (optimised under ``params``; SMT has no timing model)."""
     if topo.name in SKETCHES:
-        from synth.milp import synthesize
+        from synth.milp import Options, synthesize
 
-        result = synthesize(topo, "allgather", SKETCHES[topo.name], size)
+        result = synthesize(topo, "allgather", SKETCHES[topo.name], size, options=Options(params=params))
         return [(f"MILP {SKETCHES[topo.name]}", result.algorithm)]
     from synth.smt import pareto_front
 
@@ -54,9 +55,9 @@ def rows(machine: str, sizes: Iterable[int]) -> list[list[str]]:
     out = []
     for size in sizes:
         progress(f"{machine} {format_size(size)}: synthesizing")
-        candidates = synthesized(topo, size)
         model = nccl_time(topo, "allgather", size)
         for name, params in MODELS.items():
+            candidates = synthesized(topo, size, params)
             best_name, best = min(
                 ((label, simulate(a, topo, size, params).time_us) for label, a in candidates), key=lambda x: x[1]
             )

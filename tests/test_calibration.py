@@ -105,7 +105,7 @@ def test_milp_and_cost_give_one_time_for_one_file(xccl, tmp_path):
     out = tmp_path / "milp.json"
     made = xccl(
         "synth", "milp", "-t", "ndv2x2", "-k", "ndv2x2-relay", "-C", "allgather", "-s", "64KiB",
-        "--send-us", "2", "-o", str(out),
+        "--model", "ideal", "--send-us", "2", "-o", str(out),
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     said = float(made.stdout.split("modeled ")[1].split(" us")[0])

@@ -17,7 +17,7 @@ from codegen.check import check_ir
 from codegen.compiler import compile_algorithm
 from runtime.numpy import run
 from runtime.sim import simulate as simulate_ir
-from synth.milp import synthesize
+from synth.milp import Options, synthesize
 from synth.timing import IDEAL
 from topologies import load
 
@@ -34,7 +34,7 @@ CASES = {
 @pytest.fixture(scope="module", params=sorted(CASES))
 def compiled_allgather(request):
     topo = load(request.param)
-    result = synthesize(topo, "allgather", CASES[request.param][0], SIZE)
+    result = synthesize(topo, "allgather", CASES[request.param][0], SIZE, options=Options(params=IDEAL))
     return topo, result, compile_algorithm(result.algorithm, topo), CASES[request.param][1]
 
 

@@ -78,6 +78,11 @@ def test_every_shipped_sketch_yields_verified_algorithms(name, solver):
             )
 
 
+IDEAL_OPTIONS = Options(params=IDEAL)
+"""TACCL's model (line rate, no costs), stated: the targets below are TACCL's, in its model; the
+synthesizer's default is the calibrated model (test_milp_calibrated.py)."""
+
+
 def _ratio(topo, algo, size) -> float:
     return lower_bound_us(topo, algo.collective, size) / simulate(algo, topo, size, IDEAL).time_us
 
@@ -85,7 +90,7 @@ def _ratio(topo, algo, size) -> float:
 @pytest.mark.parametrize("collective", ["allgather", "alltoall"])
 def test_ndv2x2_at_1GiB_reaches_95_percent_of_the_bound(collective):
     topo = load("ndv2x2")
-    result = synthesize(topo, collective, "ndv2x2-relay", 1 << 30)
+    result = synthesize(topo, collective, "ndv2x2-relay", 1 << 30, options=IDEAL_OPTIONS)
     assert result.seconds < 60
     assert _ratio(topo, result.algorithm, 1 << 30) >= 0.95
 
@@ -93,7 +98,7 @@ def test_ndv2x2_at_1GiB_reaches_95_percent_of_the_bound(collective):
 @pytest.mark.slow
 def test_dgx2x2_allgather_at_1GiB_reaches_95_percent_of_the_bound():
     topo = load("dgx2x2")
-    result = synthesize(topo, "allgather", "dgx2x2-relay", 1 << 30)
+    result = synthesize(topo, "allgather", "dgx2x2-relay", 1 << 30, options=IDEAL_OPTIONS)
     assert result.seconds < 60
     assert _ratio(topo, result.algorithm, 1 << 30) >= 0.95
 
@@ -101,7 +106,7 @@ def test_dgx2x2_allgather_at_1GiB_reaches_95_percent_of_the_bound():
 @pytest.mark.slow
 def test_dgx_a100x8_allgather_scales_to_64_gpus():
     topo = load("dgx-a100x8")
-    result = synthesize(topo, "allgather", "dgx-a100x8-direct", 1 << 30)
+    result = synthesize(topo, "allgather", "dgx-a100x8-direct", 1 << 30, options=IDEAL_OPTIONS)
     assert result.seconds < 300
     assert _ratio(topo, result.algorithm, 1 << 30) >= 0.90
 
@@ -111,7 +116,7 @@ def test_dgx_a100x8_allgather_scales_to_64_gpus():
 @pytest.mark.parametrize("size", [1 << 10, 1 << 16])
 def test_small_sizes_never_slower_than_the_ring(topology, sketch, collective, size):
     topo = load(topology)
-    algo = synthesize(topo, collective, sketch, size).algorithm
+    algo = synthesize(topo, collective, sketch, size, options=IDEAL_OPTIONS).algorithm
     ring = make_baseline("ring", topo, make_collective(collective, topo.num_ranks, 1))
     assert simulate(algo, topo, size, IDEAL).time_us <= simulate(ring, topo, size, IDEAL).time_us
 
@@ -119,7 +124,7 @@ def test_small_sizes_never_slower_than_the_ring(topology, sketch, collective, si
 def test_model_time_is_the_simulators_and_bounded_by_the_relaxation():
     topo = load("ndv2x2")
     size = 1 << 24
-    result = synthesize(topo, "allgather", "ndv2x2-relay", size)
+    result = synthesize(topo, "allgather", "ndv2x2-relay", size, options=IDEAL_OPTIONS)
     assert simulate(result.algorithm, topo, size, IDEAL).time_us == pytest.approx(result.makespan_us, rel=1e-9)
     routing = next(r for r in result.reports if r.stage == "routing" and r.chunkup == result.chunkup)
     assert routing.value_us <= result.makespan_us + 1e-6
@@ -165,7 +170,7 @@ def test_rooted_and_reducing_collectives(collective):
 
 def test_merging_pays_only_with_a_per_send_overhead():
     topo = load("ndv2x2")
-    plain = synthesize(topo, "allgather", "ndv2x2-relay", 1 << 16, options=Options(chunkup=4))
+    plain = synthesize(topo, "allgather", "ndv2x2-relay", 1 << 16, options=Options(chunkup=4, params=IDEAL))
     merged = synthesize(
         topo, "allgather", "ndv2x2-relay", 1 << 16, options=Options(chunkup=4, params=model_params("ideal", send_us=2.0))
     )

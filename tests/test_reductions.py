@@ -9,7 +9,6 @@ import pytest
 
 import synth.reductions
 import topologies as T
-from common.units import BYTES_PER_US_PER_GBPS
 from sketches import Sketch
 from synth.algorithm import Algorithm, Send, Step
 from synth.baselines import make_baseline
@@ -26,6 +25,7 @@ from synth.reductions import (
     compose,
     invert,
 )
+from synth.timing import DEFAULT
 from topologies.model import Link, Topology
 
 
@@ -107,15 +107,14 @@ def test_an_inverted_milp_schedule_is_causal_on_links_that_differ_by_direction()
     uses (the dual's timing used the opposite link, so the slow direction came out late)."""
     topo = _asymmetric_ring()
     size = 1 << 20
-    result = synthesize(topo, "reducescatter", Sketch("plain"), size_bytes=size)
+    result = synthesize(topo, "reducescatter", Sketch("plain"), size_bytes=size)  # calibrated model
     logical = topo.logical()
     piece = size / result.algorithm.collective.size_chunks
     arrival: dict[tuple[int, int], float] = {}
     for st in result.algorithm.steps:
         for s in st.sends:
             assert s.start_us >= arrival.get((s.src, s.chunk), 0.0) - 1e-9
-            link = logical.links[(s.src, s.dst)]
-            end = s.start_us + link.alpha_us + piece / (link.bandwidth_GBps * BYTES_PER_US_PER_GBPS)
+            end = s.start_us + DEFAULT.delay_us(logical.links[(s.src, s.dst)], piece)
             arrival[(s.dst, s.chunk)] = max(arrival.get((s.dst, s.chunk), 0.0), end)
     assert max(arrival.values()) == pytest.approx(result.makespan_us)
 

@@ -30,7 +30,7 @@ from synth.milp.routing import Routing, route
 from synth.milp.scheduling import Timing, schedule_times
 from synth.milp.solvers import Backend
 from synth.outcome import Outcome, Question, Status
-from synth.timing import IDEAL, Params
+from synth.timing import DEFAULT, IDEAL, Params
 
 __all__ = [
     "DEFAULT_STAGE_TIME_LIMIT_S",
@@ -80,8 +80,9 @@ class Options:
     threads: int = 1
     chunkup: int | None = None
     """Overrides the sketch's chunkup; ``None`` keeps the sketch's (which may be automatic)."""
-    params: Params = IDEAL
-    """The timing model every stage optimizes under (its per-send cost is what merging saves)."""
+    params: Params = DEFAULT
+    """The timing model every stage optimizes under (its per-send cost is what merging saves): the
+    calibrated one by default, so a schedule wins where it will run; ``IDEAL`` is TACCL's model."""
     max_sends: int = MAX_SENDS
 
 

@@ -155,11 +155,14 @@ def schedule_times(
         if i in merged_with:
             run = run_of[merged_with[i]]
             run.append(i)
-            starts[i] = starts[run[0]]
         else:
             run = [i]
             runs.append(run)
         run_of[i] = run
+    for run in runs:  # one call carries the run: it starts when its last piece is there, not its first
+        first = max(starts[i] for i in run)
+        for i in run:
+            starts[i] = first
     return Timing(
         tuple(starts),
         float(x[layout.makespan]),

@@ -32,7 +32,7 @@ from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from synth.errors import InfeasibleError
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution
 from synth.reductions.hierarchy import HIERARCHY, Machines, machines_of
-from synth.timing import model_params
+from synth.timing import DEFAULT, Params, model_params
 from synth.trees.packing import Packing, pack, pair_classes
 from synth.trees.schedule import MAX_CHUNKS, MAX_SENDS, choose_chunks, chunk_choices, schedule
 from synth.trees.symmetry import find_group
@@ -77,6 +77,8 @@ class _Run:
     most_sends: int
     hierarchical: bool
     within: str = "trees"
+    params: Params = DEFAULT
+    """The timing model the chunk counts are chosen in (the calibrated one unless told)."""
     chunks: dict[str, int] = field(default_factory=dict)
     packings: list[Packing] = field(default_factory=list)
     interrupted: bool = False
@@ -100,13 +102,15 @@ def synthesize(
     within: str = "trees",
     max_sends: int = MAX_SENDS,
     log: Log | None = None,
+    params: Params = DEFAULT,
 ) -> TreesResult:
     """A verified ``collective`` (allgather, reducescatter or allreduce) on ``topology`` from tree
     packings, its chunks chosen for buffers of ``size_bytes``; ``time_limit_s`` bounds the packing
     searches in all (each then keeps its best packing). ``hierarchical``: the allgathers on identical
     machines as one between machines (packed) and one inside a machine, by ``within``: ``trees``,
     ``smt`` (fewest steps) or a baseline's name (``ring``). Ctrl-C ends the search in progress, keeps
-    its packing and skips the searches after it, so a valid algorithm still comes out."""
+    its packing and skips the searches after it, so a valid algorithm still comes out. ``params``:
+    the timing model the chunk count is chosen in (default calibrated; ``IDEAL``: line rate)."""
     if collective not in TREES_COLLECTIVES:
         raise InfeasibleError(f"tree packing synthesizes {', '.join(TREES_COLLECTIVES)}, not {collective!r}")
     began = time.perf_counter()
@@ -119,7 +123,7 @@ def synthesize(
     SENDS.check(n * (n - 1) * (2 if collective == "allreduce" else 1), f"{collective} on {topology.name}")
     if hierarchical:
         machines_of(topology)  # refused before any work: one machine, or machines not alike
-    run = _Run(began + time_limit_s, log, max_sends, hierarchical, within)
+    run = _Run(began + time_limit_s, log, max_sends, hierarchical, within, params)
     run.say(f"{collective} on {topology.name} ({n} ranks), time limit {time_limit_s:g} s")
     chunks = n if collective == "allreduce" else 1
     problem = Problem(topology, make_collective(collective, n, chunks))
@@ -254,7 +258,7 @@ def _allgather(
     elif choices is None:
         choices = list(chunk_choices(topo, run.most_sends))
     size = shard_bytes * topo.num_ranks
-    allocation = choose_chunks(packing, topo, size, choices)
+    allocation = choose_chunks(packing, topo, size, choices, run.params)
     run.chunks[role] = allocation.chunks
     n = topo.num_ranks
     run.say(f"{topo.name}: {allocation.chunks} chunks per rank, building {n * (n - 1) * allocation.chunks} sends")

@@ -7,7 +7,7 @@ import argparse
 from common.units import format_size, parse_size
 from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from xccl.cli.choices import RegistryNames
-from xccl.cli.common import positive_seconds, topology_from_args
+from xccl.cli.common import add_model_args, params_from_args, positive_seconds, topology_from_args
 from xccl.cli.output import progress
 from xccl.cli.solving import EXIT_INTERRUPTED, describe_limits, long_command, write_or_print
 
@@ -30,6 +30,7 @@ def cmd_trees(args: argparse.Namespace) -> int:
         check_writable(args.output, args.force, AlgorithmFormatError)
     size = parse_size(args.size)
     topo = topology_from_args(args)
+    params = params_from_args(args)
     limits = describe_limits(args.time_limit)
     try:
         result = synthesize(
@@ -40,13 +41,14 @@ def cmd_trees(args: argparse.Namespace) -> int:
             hierarchical=args.hierarchical,
             within=args.within or "trees",
             log=progress,
+            params=params,
         )
     except KeyboardInterrupt:
         progress("trees: interrupted before an algorithm was verified; nothing written")
         return EXIT_INTERRUPTED
     algo = result.algorithm
     progress(f"trees: timing {algo.num_sends} sends at {format_size(size)} (modeled)")
-    timed = simulate(algo, topo, size)
+    timed = simulate(algo, topo, size, params)
     rate = "rates proven optimal" if result.optimal else "rates not proven optimal"
     note = " (interrupted: best packing kept)" if result.interrupted else ""
     summary = (
@@ -100,6 +102,7 @@ def register(methods: argparse._SubParsersAction) -> None:
         help="seconds of wall time for the packing searches in all; then each keeps its best packing "
         f"(default {TREES_TIME_LIMIT_S:g})",
     )
+    add_model_args(p)  # the chunk count is chosen, and the result timed, in this model
     p.add_argument("-o", "--output", help="algorithm file to write (default: print it)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.set_defaults(func=cmd_trees)
