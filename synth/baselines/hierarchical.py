@@ -1,9 +1,21 @@
-"""The hierarchical baseline: a ring across machines among ranks of the same local index, then a
-ring inside each machine passing everything gathered (allgather; the rest by transformation)."""
+"""The hierarchical baseline on K identical machines of g ranks each (machine m holds ranks
+m*g .. m*g+g-1).
+
+- allgather: a ring across machines among ranks of the same local index, then a ring inside each
+  machine passing everything gathered (the rest of the gather family by transformation).
+- alltoall: rail-aligned, as NCCL's PXN and MSCCL's two-step alltoall. A chunk from local index a
+  to local index b on another machine first moves inside its machine to the rank with index b,
+  which sends it across the network on rail b; chunks inside a machine and chunks between ranks of
+  one index go straight. Every machine then sends its (K-1)/K share of each rank's buffer through
+  every one of its g ways out (g NICs: equal shares), which is the bound of the cut around a
+  machine; the inside moves (7/8 of a buffer per GPU on NVLink, a tenth of the NIC time on DGX
+  H100) overlap the network ones, so at bandwidth-bound sizes it is within one chunk's relay and
+  two latencies of that bound (docs/scale.md, "Alltoall at scale").
+"""
 
 from __future__ import annotations
 
-from synth.algorithm import Algorithm
+from synth.algorithm import Algorithm, Send
 from synth.baselines.common import BaselineError, _search_cycle, make_algorithm, schedule_paths
 from synth.collectives import Collective
 from topologies.model import Topology
@@ -12,16 +24,11 @@ __all__ = ["hierarchical"]
 
 
 def hierarchical(topology: Topology, collective: Collective) -> Algorithm:
-    if collective.name != "allgather":
+    if collective.name not in ("allgather", "alltoall"):
         raise BaselineError(f"baseline hierarchical does not apply to {collective.name}")
-    k = topology.num_machines
-    if k < 2:
-        raise BaselineError(f"baseline hierarchical: {topology.name} has one machine; use ring")
-    g = topology.num_ranks // k
-    if any(topology.node_of[r] != r // g for r in topology.ranks):
-        raise BaselineError(
-            f"baseline hierarchical: {topology.name} must number machine m's ranks m*g .. m*g+g-1"
-        )
+    k, g = _machines(topology)
+    if collective.name == "alltoall":
+        return _alltoall(topology, collective, g)
     local = _search_cycle(topology, list(range(g)), path_only=False) if g > 1 else [0]
     if local is None:
         raise BaselineError(f"baseline hierarchical: found no ring inside machine 0 of {topology.name}")
@@ -40,3 +47,36 @@ def hierarchical(topology: Topology, collective: Collective) -> Algorithm:
             routes.append((cid, ring, k - 1))
     steps = schedule_paths(routes)
     return make_algorithm("hierarchical", topology, collective, steps, local_ring=" ".join(map(str, local)))
+
+
+def _machines(topology: Topology) -> tuple[int, int]:
+    """(machines, ranks per machine), where the machines are numbered as the module says."""
+    k = topology.num_machines
+    if k < 2:
+        raise BaselineError(f"baseline hierarchical: {topology.name} has one machine; use ring")
+    g = topology.num_ranks // k
+    if any(topology.node_of[r] != r // g for r in topology.ranks):
+        raise BaselineError(
+            f"baseline hierarchical: {topology.name} must number machine m's ranks m*g .. m*g+g-1"
+        )
+    return k, g
+
+
+def _alltoall(topology: Topology, collective: Collective, g: int) -> Algorithm:
+    """Step d (1 .. K-1) sends across to the machine d places on, so every rail carries a
+    permutation of the machines in each step (no NIC waits on another's pair); what step d sends
+    across was relayed inside its machine in step d - 1. Step 0 also holds the sends inside a machine.
+    Every rank must link to every rank of its machine (NVSwitch), as for the direct alltoall."""
+    k = topology.num_machines
+    steps: list[list[Send]] = [[] for _ in range(k)]
+    for cid, chunk in enumerate(collective.chunks):
+        src = min(chunk.pre)
+        for dst in chunk.post - chunk.pre:
+            shift = (dst // g - src // g) % k
+            relay = (src // g) * g + dst % g
+            if shift == 0 or relay == src:
+                steps[shift].append(Send(cid, src, dst))
+            else:
+                steps[shift - 1].append(Send(cid, src, relay))
+                steps[shift].append(Send(cid, relay, dst))
+    return make_algorithm("hierarchical", topology, collective, [sorted(s) for s in steps])
