@@ -95,3 +95,12 @@ def test_across_machines_each_step_is_a_permutation_where_direct_sends_queue():
     coll = make_collective("alltoall", 24, 1)
     assert _of_bound(topo, make_baseline("direct", topo, coll)) < 0.7
     assert _of_bound(topo, make_baseline("hierarchical", topo, coll)) > 0.999
+
+
+def test_synth_hierarchical_writes_a_verified_alltoall_at_the_bound(xccl, tmp_path):
+    out = tmp_path / "a2a.json"
+    proc = xccl("synth", "hierarchical", "-t", "dgx-h100x3", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "verified" in proc.stdout and "100.0% of the line-rate lower bound" in proc.stdout
+    again = xccl("synth", "hierarchical", "-t", "dgx-h100x3", "-o", str(out))
+    assert_one_line_error(again, "a2a.json", "exists")
