@@ -74,8 +74,10 @@ def _alltoall(topology: Topology, collective: Collective, g: int) -> Algorithm:
         for dst in chunk.post - chunk.pre:
             shift = (dst // g - src // g) % k
             relay = (src // g) * g + dst % g
-            if shift == 0 or relay == src:
-                steps[shift].append(Send(cid, src, dst))
+            if shift == 0:  # inside the machine: last, on NVLink the relays have left idle
+                steps[-1].append(Send(cid, src, dst))
+            elif relay == src:  # on its own rail: a step early, while the relays move
+                steps[shift - 1].append(Send(cid, src, dst))
             else:
                 steps[shift - 1].append(Send(cid, src, relay))
                 steps[shift].append(Send(cid, relay, dst))
