@@ -5,12 +5,12 @@ m*g .. m*g+g-1).
   machine passing everything gathered (the rest of the gather family by transformation).
 - alltoall: rail-aligned, as NCCL's PXN and MSCCL's two-step alltoall. A chunk from local index a
   to local index b on another machine first moves inside its machine to the rank with index b,
-  which sends it across the network on rail b; chunks inside a machine and chunks between ranks of
-  one index go straight. Every machine then sends its (K-1)/K share of each rank's buffer through
-  every one of its g ways out (g NICs: equal shares), which is the bound of the cut around a
-  machine; the inside moves (7/8 of a buffer per GPU on NVLink, a tenth of the NIC time on DGX
-  H100) overlap the network ones, so at bandwidth-bound sizes it is within one chunk's relay and
-  two latencies of that bound (docs/scale.md, "Alltoall at scale").
+  which sends it across the network on rail b; chunks between ranks of one index go straight.
+  Every NIC then carries exactly its machine's (K-1)/K share of a buffer each way, the bound of
+  the cut around a machine, and each step pairs every NIC with one other machine's, so none
+  waits on another's pair; the moves inside a machine (NVLink, 9x a NIC on DGX H100) run a step
+  ahead. At bandwidth-bound sizes it meets the bound but for one chunk's start and two latencies
+  (docs/scale.md, "Alltoall at scale").
 """
 
 from __future__ import annotations
@@ -63,10 +63,10 @@ def _machines(topology: Topology) -> tuple[int, int]:
 
 
 def _alltoall(topology: Topology, collective: Collective, g: int) -> Algorithm:
-    """Step d (1 .. K-1) sends across to the machine d places on, so every rail carries a
-    permutation of the machines in each step (no NIC waits on another's pair); what step d sends
-    across was relayed inside its machine in step d - 1. Step 0 also holds the sends inside a machine.
-    Every rank must link to every rank of its machine (NVSwitch), as for the direct alltoall."""
+    """Step d (1 .. K-1) sends the relayed chunks across to the machine d places on, so every rail
+    carries a permutation of the machines (no NIC waits on another's pair); they were relayed
+    inside their machine in step d - 1, when a rank also sends its own chunks for that machine.
+    The sends inside a machine come last. Every rank must link to every rank of its machine."""
     k = topology.num_machines
     steps: list[list[Send]] = [[] for _ in range(k)]
     for cid, chunk in enumerate(collective.chunks):
