@@ -34,7 +34,8 @@ GPUS = (16, 64, 128, 512, 4096)
 MACHINES = ("dgx-h100", "dgx-a100")
 COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
 SIZE = 1 << 30
-STAGES = ("topology", "bound", "synth", "model", "compile", "write", "load", "check", "simulate", "nccl")
+XML_STAGES = ("compile", "write", "load", "check", "simulate")
+STAGES = ("topology", "bound", "synth", "model", *XML_STAGES, "nccl")
 METHOD = {"allgather": "trees", "reducescatter": "trees", "allreduce": "trees", "alltoall": "hierarchical"}
 """The best synthesizer at scale per collective."""
 COMPOSE_FROM = 4096
@@ -61,13 +62,33 @@ def _synthesize(topo, collective: str, limit_s: float, compose: bool):
     return synthesize(topo, collective, METHOD[collective], size=SIZE), METHOD[collective]
 
 
-def run_case(topology: str, collective: str, limit_s: float, compose: bool) -> None:
-    """The child: every stage of one case, reported as it finishes."""
+def _xml_stages(algo, topo) -> None:
+    """Compile, write the XML, load it back, check it and simulate it, each reported."""
     from codegen.check import find_problems
     from codegen.compiler import run_compiler
     from codegen.formats import read_ir, write_ir
     from codegen.lower import lower_algorithm
     from runtime.sim import simulate as simulate_ir
+
+    t = time.perf_counter()
+    ir = run_compiler(lower_algorithm(algo, topo), dialect="azure").result
+    _report("compile", t)
+    t = time.perf_counter()
+    text = write_ir(ir, "azure")
+    _report("write", t, xml_MB=len(text) / 1e6)
+    t = time.perf_counter()
+    ir = read_ir(text, "<scale>")
+    _report("load", t)
+    t = time.perf_counter()
+    problems = find_problems(ir, "azure")
+    _report("check", t, problems=len(problems))
+    t = time.perf_counter()
+    ir_us = simulate_ir(ir, topo, SIZE).time_us
+    _report("simulate", t, ir_us=ir_us)
+
+
+def run_case(topology: str, collective: str, limit_s: float, compose: bool, with_xml: bool) -> None:
+    """The child: every stage of one case, reported as it finishes."""
     from synth.bounds import bandwidth_bound_method, lower_bound_us
     from synth.collectives import make_collective
     from synth.cost import simulate
@@ -90,31 +111,20 @@ def run_case(topology: str, collective: str, limit_s: float, compose: bool) -> N
     ideal, calibrated = model_params("ideal"), model_params("calibrated")
     ideal_us = simulate(algo, topo, SIZE, ideal).time_us
     _report("model", t, ideal_us=ideal_us, calibrated_us=simulate(algo, topo, SIZE, calibrated).time_us)
-    t = time.perf_counter()
-    ir = run_compiler(lower_algorithm(algo, topo), dialect="azure").result
-    _report("compile", t)
-    t = time.perf_counter()
-    text = write_ir(ir, "azure")
-    _report("write", t, xml_MB=len(text) / 1e6)
-    t = time.perf_counter()
-    ir = read_ir(text, "<scale>")
-    _report("load", t)
-    t = time.perf_counter()
-    problems = find_problems(ir, "azure")
-    _report("check", t, problems=len(problems))
-    t = time.perf_counter()
-    ir_us = simulate_ir(ir, topo, SIZE).time_us
-    _report("simulate", t, ir_us=ir_us)
+    if with_xml:
+        _xml_stages(algo, topo)
     t = time.perf_counter()
     cal = nccl_reference(topo, lazy, SIZE, calibrated)
     line = nccl_reference(topo, lazy, SIZE, ideal)
     _report("nccl", t, layout_us=cal.layout_us, layout_ideal_us=line.layout_us, model_us=cal.model_us)
 
 
-def _child(topology: str, collective: str, limit_s: float, compose: bool) -> tuple[dict, str | None]:
+def _child(
+    topology: str, collective: str, limit_s: float, compose: bool, with_xml: bool
+) -> tuple[dict, str | None]:
     """Run one case in a child; its stage reports, and the stage it was stopped in (or None)."""
     cmd = [sys.executable, __file__, "--case", topology, collective, "--limit", str(limit_s)]
-    cmd += ["--compose-from", "1"] if compose else []
+    cmd += (["--compose-from", "1"] if compose else []) + ([] if with_xml else ["--no-xml"])
     done: dict = {}
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
         deadline = time.monotonic() + limit_s
@@ -129,7 +139,8 @@ def _child(topology: str, collective: str, limit_s: float, compose: bool) -> tup
         for line in out.splitlines():
             report = json.loads(line)
             done[report.pop("stage")] = report
-    stopped = next((s for s in STAGES if s not in done), None)
+    stages = STAGES if with_xml else tuple(s for s in STAGES if s not in XML_STAGES)
+    stopped = next((s for s in stages if s not in done), None)
     if stopped is not None and time.monotonic() < deadline and child.returncode != 0:
         last = (err.strip().splitlines() or ["failed"])[-1]
         return done, f"{stopped}: {last[:60]}"
@@ -219,10 +230,15 @@ def main() -> None:
         metavar="GPUS",
         help=f"from this many GPUs, tree packing composes machines (default {COMPOSE_FROM})",
     )
+    parser.add_argument(
+        "--no-xml",
+        action="store_true",
+        help="skip compile, write, load, check and simulate (reach NCCL's stage)",
+    )
     parser.add_argument("--case", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:  # the child: the packing searches get half the case's time
-        run_case(*args.case, limit_s=args.limit / 2, compose=args.compose_from <= 1)
+        run_case(*args.case, limit_s=args.limit / 2, compose=args.compose_from <= 1, with_xml=not args.no_xml)
         return
     signal.signal(signal.SIGTERM, _stop)
     rows = []
@@ -231,7 +247,7 @@ def main() -> None:
         for i, (machine, gpus, coll) in enumerate(cases, 1):
             progress(f"[scale {i}/{len(cases)}] {coll} on {machine}x{gpus // 8} ({gpus} GPUs)")
             compose = gpus >= args.compose_from and METHOD[coll] == "trees"
-            done, stopped = _child(f"{machine}x{gpus // 8}", coll, args.limit, compose)
+            done, stopped = _child(f"{machine}x{gpus // 8}", coll, args.limit, compose, not args.no_xml)
             rows.append(_row(machine, gpus, coll, done, stopped))
     except KeyboardInterrupt:
         progress(f"interrupted: {len(rows)} of {len(cases)} cases done")
