@@ -1,14 +1,17 @@
-"""Scale: bounds, baselines and the XML tooling on 16 to 4096 GPUs of dgx-h100xK and dgx-a100xK.
+"""Scale: synthesis, bounds, NCCL and the XML tooling on 16 to 4096 GPUs of dgx-h100xK and dgx-a100xK.
 
 Run: ``.venv/bin/python benchmarks/scale.py`` (``--help`` for the sizes, collectives and the
 per-case time limit). Each case runs in a child process with a wall-clock limit (default 120 s)
 and prints, per stage, its wall time and the child's peak memory: the lower bound (``xccl bound``:
-steps, latency and bandwidth bounds, and how the bandwidth bound was found), synthesis (the ring
-baseline for allgather, reducescatter and allreduce, the direct one for alltoall: what this
-branch has at every size; MILP is not run here), the Algorithm's modeled time at 1 GiB as a
-percentage of the lower bound, then compile, write XML, load it back, check it and simulate it.
+steps, latency and bandwidth bounds, and how the bandwidth bound was found), synthesis by the best
+synthesizer at scale (``synth trees`` for allgather, reducescatter and allreduce, composed over
+the machines (``--hierarchical``) from ``--compose-from`` GPUs; ``synth hierarchical``, the
+rail-aligned alltoall), the Algorithm's modeled time at 1 GiB (ideal: the bound's line rates, as a
+percentage of the bound; calibrated: absolute), then compile, write XML, load it back, check it,
+simulate it, and last NCCL: its layout (``xccl baseline nccl``) timed in both models and its own
+model (synth/nccl), each side's time modeled, as the gain over NCCL (NCCL's time over ours).
 A stage that runs past the limit ends its row (``>LIMIT`` and the stages after it blank).
-Progress goes to stderr; Ctrl-C stops the running case and prints the rows that finished.
+Progress goes to stderr; Ctrl-C or SIGTERM stops the running case and prints the rows that finished.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -30,8 +34,11 @@ GPUS = (16, 64, 128, 512, 4096)
 MACHINES = ("dgx-h100", "dgx-a100")
 COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
 SIZE = 1 << 30
-STAGES = ("topology", "bound", "synth", "model", "compile", "write", "load", "check", "simulate")
-BASELINE = {"allgather": "ring", "reducescatter": "ring", "allreduce": "ring", "alltoall": "direct"}
+XML_STAGES = ("compile", "write", "load", "check", "simulate")
+STAGES = ("topology", "bound", "synth", "model", *XML_STAGES, "nccl")
+METHOD = {"allgather": "trees", "reducescatter": "trees", "allreduce": "trees", "alltoall": "hierarchical"}
+"""The best synthesizer at scale per collective."""
+COMPOSE_FROM = 4096
 
 
 def _report(stage: str, start: float, **extra) -> None:
@@ -42,34 +49,27 @@ def _report(stage: str, start: float, **extra) -> None:
     )
 
 
-def run_case(topology: str, collective: str) -> None:
-    """The child: every stage of one case, reported as it finishes."""
+def _synthesize(topo, collective: str, limit_s: float, compose: bool):
+    """The best synthesizer's verified Algorithm, and how it was made."""
+    from synth.trees import synthesize as trees_synthesize
+    from xccl.api import synthesize
+
+    if METHOD[collective] == "trees":
+        result = trees_synthesize(
+            topo, collective, size_bytes=SIZE, time_limit_s=limit_s, hierarchical=compose
+        )
+        return result.algorithm, "trees --hierarchical" if compose else "trees"
+    return synthesize(topo, collective, METHOD[collective], size=SIZE), METHOD[collective]
+
+
+def _xml_stages(algo, topo) -> None:
+    """Compile, write the XML, load it back, check it and simulate it, each reported."""
     from codegen.check import find_problems
     from codegen.compiler import run_compiler
     from codegen.formats import read_ir, write_ir
     from codegen.lower import lower_algorithm
     from runtime.sim import simulate as simulate_ir
-    from synth.baselines import make_baseline
-    from synth.bounds import bandwidth_bound_method, lower_bound_us
-    from synth.collectives import make_collective
-    from synth.cost import simulate
-    from topologies import load
 
-    t = time.perf_counter()
-    topo = load(topology)
-    n = topo.num_ranks
-    _report("topology", t)
-    t = time.perf_counter()
-    lazy = make_collective(collective, n, lazy=True)
-    bound = lower_bound_us(topo, lazy, SIZE)
-    _report("bound", t, bound_us=bound, how=bandwidth_bound_method(topo, lazy))
-    t = time.perf_counter()
-    kind = BASELINE[collective]
-    algo = make_baseline(kind, topo, make_collective(collective, n, n if collective == "allreduce" else 1))
-    _report("synth", t, method=f"baseline {kind}", sends=algo.num_sends)
-    t = time.perf_counter()
-    modeled = simulate(algo, topo, SIZE).time_us
-    _report("model", t, modeled_us=modeled)
     t = time.perf_counter()
     ir = run_compiler(lower_algorithm(algo, topo), dialect="azure").result
     _report("compile", t)
@@ -87,9 +87,44 @@ def run_case(topology: str, collective: str) -> None:
     _report("simulate", t, ir_us=ir_us)
 
 
-def _child(topology: str, collective: str, limit_s: float) -> tuple[dict, str | None]:
+def run_case(topology: str, collective: str, limit_s: float, compose: bool, with_xml: bool) -> None:
+    """The child: every stage of one case, reported as it finishes."""
+    from synth.bounds import bandwidth_bound_method, lower_bound_us
+    from synth.collectives import make_collective
+    from synth.cost import simulate
+    from synth.nccl.compare import nccl_reference
+    from synth.timing import model_params
+    from topologies import load
+
+    t = time.perf_counter()
+    topo = load(topology)
+    n = topo.num_ranks
+    _report("topology", t)
+    t = time.perf_counter()
+    lazy = make_collective(collective, n, lazy=True)
+    bound = lower_bound_us(topo, lazy, SIZE)
+    _report("bound", t, bound_us=bound, how=bandwidth_bound_method(topo, lazy))
+    t = time.perf_counter()
+    algo, method = _synthesize(topo, collective, limit_s, compose)
+    _report("synth", t, method=method, sends=algo.num_sends)
+    t = time.perf_counter()
+    ideal, calibrated = model_params("ideal"), model_params("calibrated")
+    ideal_us = simulate(algo, topo, SIZE, ideal).time_us
+    _report("model", t, ideal_us=ideal_us, calibrated_us=simulate(algo, topo, SIZE, calibrated).time_us)
+    if with_xml:
+        _xml_stages(algo, topo)
+    t = time.perf_counter()
+    cal = nccl_reference(topo, lazy, SIZE, calibrated)
+    line = nccl_reference(topo, lazy, SIZE, ideal)
+    _report("nccl", t, layout_us=cal.layout_us, layout_ideal_us=line.layout_us, model_us=cal.model_us)
+
+
+def _child(
+    topology: str, collective: str, limit_s: float, compose: bool, with_xml: bool
+) -> tuple[dict, str | None]:
     """Run one case in a child; its stage reports, and the stage it was stopped in (or None)."""
-    cmd = [sys.executable, __file__, "--case", topology, collective]
+    cmd = [sys.executable, __file__, "--case", topology, collective, "--limit", str(limit_s)]
+    cmd += (["--compose-from", "1"] if compose else []) + ([] if with_xml else ["--no-xml"])
     done: dict = {}
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
         deadline = time.monotonic() + limit_s
@@ -104,20 +139,26 @@ def _child(topology: str, collective: str, limit_s: float) -> tuple[dict, str | 
         for line in out.splitlines():
             report = json.loads(line)
             done[report.pop("stage")] = report
-    stopped = next((s for s in STAGES if s not in done), None)
+    stages = STAGES if with_xml else tuple(s for s in STAGES if s not in XML_STAGES)
+    stopped = next((s for s in stages if s not in done), None)
     if stopped is not None and time.monotonic() < deadline and child.returncode != 0:
         last = (err.strip().splitlines() or ["failed"])[-1]
         return done, f"{stopped}: {last[:60]}"
     return done, stopped and f"{stopped}: >{limit_s:g} s"
 
 
+def _gain(nccl_us: float | None, ours_us: float | None) -> str:
+    return f"{nccl_us / ours_us:.2f}x" if nccl_us and ours_us else ""
+
+
 def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | None) -> list:
     def secs(stage: str) -> str:
         return f"{done[stage]['s']:.1f}" if stage in done else ""
 
+    model, nccl = done.get("model", {}), done.get("nccl", {})
     pct = ""
-    if "model" in done and "bound" in done:
-        pct = f"{100 * done['bound']['bound_us'] / done['model']['modeled_us']:.0f}%"
+    if model and "bound" in done:
+        pct = f"{100 * done['bound']['bound_us'] / model['ideal_us']:.1f}%"
     peak = max((d["peak_MiB"] for d in done.values()), default=0)
     return [
         f"{machine}x{gpus // 8}",
@@ -125,10 +166,15 @@ def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | No
         collective,
         secs("bound"),
         done.get("bound", {}).get("how", "")[:28],
+        done.get("synth", {}).get("method", ""),
         secs("synth"),
         done.get("synth", {}).get("sends", ""),
         pct,
-        *(secs(s) for s in ("compile", "write", "load", "check", "simulate")),
+        f"{model['calibrated_us']:.0f}" if model else "",
+        _gain(nccl.get("layout_us"), model.get("calibrated_us")),
+        _gain(nccl.get("layout_ideal_us"), model.get("ideal_us")),
+        _gain(nccl.get("model_us"), model.get("calibrated_us")),
+        *(secs(s) for s in ("compile", "write", "load", "check", "simulate", "nccl")),
         f"{peak:.0f}",
         stopped or "",
     ]
@@ -140,17 +186,33 @@ HEADERS = [
     "collective",
     "bound s",
     "bandwidth bound from",
+    "synthesis",
     "synth s",
     "sends",
     "% of bound",
+    "calibrated us",
+    "vs NCCL layout",
+    "vs NCCL layout (ideal)",
+    "vs NCCL model",
     "compile s",
     "write s",
     "load s",
     "check s",
     "sim s",
+    "nccl s",
     "peak MiB",
     "stopped at",
 ]
+LEGEND = """\
+per-case limit {limit:g} s; 1 GiB; every time is modeled (synth/timing), none measured on GPUs.
+% of bound: line-rate lower bound / the Algorithm's time in the ideal model (the bound's link rates).
+calibrated us: the Algorithm's time in the calibrated model. vs NCCL layout: NCCL's channels as an
+Algorithm (xccl baseline nccl) over ours, both calibrated; (ideal): both ideal; vs NCCL model: NCCL's
+own tuning model over our calibrated time (none for alltoall: NCCL's model has no alltoall)."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main() -> None:
@@ -161,21 +223,35 @@ def main() -> None:
     parser.add_argument(
         "--limit", type=float, default=120.0, help="wall-clock seconds per case (default 120)"
     )
+    parser.add_argument(
+        "--compose-from",
+        type=int,
+        default=COMPOSE_FROM,
+        metavar="GPUS",
+        help=f"from this many GPUs, tree packing composes machines (default {COMPOSE_FROM})",
+    )
+    parser.add_argument(
+        "--no-xml",
+        action="store_true",
+        help="skip compile, write, load, check and simulate (reach NCCL's stage)",
+    )
     parser.add_argument("--case", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.case:
-        run_case(*args.case)
+    if args.case:  # the child: the packing searches get half the case's time
+        run_case(*args.case, limit_s=args.limit / 2, compose=args.compose_from <= 1, with_xml=not args.no_xml)
         return
+    signal.signal(signal.SIGTERM, _stop)
     rows = []
     cases = [(m, g, c) for g in args.gpus for m in args.machines for c in args.collectives]
     try:
         for i, (machine, gpus, coll) in enumerate(cases, 1):
             progress(f"[scale {i}/{len(cases)}] {coll} on {machine}x{gpus // 8} ({gpus} GPUs)")
-            done, stopped = _child(f"{machine}x{gpus // 8}", coll, args.limit)
+            compose = gpus >= args.compose_from and METHOD[coll] == "trees"
+            done, stopped = _child(f"{machine}x{gpus // 8}", coll, args.limit, compose, not args.no_xml)
             rows.append(_row(machine, gpus, coll, done, stopped))
     except KeyboardInterrupt:
         progress(f"interrupted: {len(rows)} of {len(cases)} cases done")
-    print(f"per-case limit {args.limit:g} s; 1 GiB; % of bound = lower bound / modeled time of the Algorithm")
+    print(LEGEND.format(limit=args.limit))
     print(format_table(HEADERS, rows))
 
 

@@ -43,7 +43,7 @@ BASELINES: dict[str, tuple[Builder, frozenset[str]]] = {
     "direct": (direct, frozenset({"allgather", "alltoall", "broadcast", "scatter", "gather"})),
     "recursive-doubling": (recursive_doubling, frozenset({"allgather"})),
     "binomial-tree": (binomial_tree, frozenset({"broadcast"})),
-    "hierarchical": (hierarchical, frozenset({"allgather"})),
+    "hierarchical": (hierarchical, frozenset({"allgather", "alltoall"})),
     "nccl": (nccl, NCCL_COLLECTIVES),
 }
 """kind -> (builder, the collectives it builds directly)."""

@@ -1,9 +1,21 @@
-"""The hierarchical baseline: a ring across machines among ranks of the same local index, then a
-ring inside each machine passing everything gathered (allgather; the rest by transformation)."""
+"""The hierarchical baseline on K identical machines of g ranks each (machine m holds ranks
+m*g .. m*g+g-1).
+
+- allgather: a ring across machines among ranks of the same local index, then a ring inside each
+  machine passing everything gathered (the rest of the gather family by transformation).
+- alltoall: rail-aligned, as NCCL's PXN and MSCCL's two-step alltoall. A chunk from local index a
+  to local index b on another machine first moves inside its machine to the rank with index b,
+  which sends it across the network on rail b; chunks between ranks of one index go straight.
+  Every NIC then carries exactly its machine's (K-1)/K share of a buffer each way, the bound of
+  the cut around a machine, and each step pairs every NIC with one other machine's, so none
+  waits on another's pair; the moves inside a machine (NVLink, 9x a NIC on DGX H100) run a step
+  ahead. At bandwidth-bound sizes it meets the bound but for one chunk's start and two latencies
+  (docs/scale.md, "Alltoall at scale").
+"""
 
 from __future__ import annotations
 
-from synth.algorithm import Algorithm
+from synth.algorithm import Algorithm, Send
 from synth.baselines.common import BaselineError, _search_cycle, make_algorithm, schedule_paths
 from synth.collectives import Collective
 from topologies.model import Topology
@@ -12,16 +24,11 @@ __all__ = ["hierarchical"]
 
 
 def hierarchical(topology: Topology, collective: Collective) -> Algorithm:
-    if collective.name != "allgather":
+    if collective.name not in ("allgather", "alltoall"):
         raise BaselineError(f"baseline hierarchical does not apply to {collective.name}")
-    k = topology.num_machines
-    if k < 2:
-        raise BaselineError(f"baseline hierarchical: {topology.name} has one machine; use ring")
-    g = topology.num_ranks // k
-    if any(topology.node_of[r] != r // g for r in topology.ranks):
-        raise BaselineError(
-            f"baseline hierarchical: {topology.name} must number machine m's ranks m*g .. m*g+g-1"
-        )
+    k, g = _machines(topology)
+    if collective.name == "alltoall":
+        return _alltoall(topology, collective, g)
     local = _search_cycle(topology, list(range(g)), path_only=False) if g > 1 else [0]
     if local is None:
         raise BaselineError(f"baseline hierarchical: found no ring inside machine 0 of {topology.name}")
@@ -40,3 +47,38 @@ def hierarchical(topology: Topology, collective: Collective) -> Algorithm:
             routes.append((cid, ring, k - 1))
     steps = schedule_paths(routes)
     return make_algorithm("hierarchical", topology, collective, steps, local_ring=" ".join(map(str, local)))
+
+
+def _machines(topology: Topology) -> tuple[int, int]:
+    """(machines, ranks per machine), where the machines are numbered as the module says."""
+    k = topology.num_machines
+    if k < 2:
+        raise BaselineError(f"baseline hierarchical: {topology.name} has one machine; use ring")
+    g = topology.num_ranks // k
+    if any(topology.node_of[r] != r // g for r in topology.ranks):
+        raise BaselineError(
+            f"baseline hierarchical: {topology.name} must number machine m's ranks m*g .. m*g+g-1"
+        )
+    return k, g
+
+
+def _alltoall(topology: Topology, collective: Collective, g: int) -> Algorithm:
+    """Step d (1 .. K-1) sends the relayed chunks across to the machine d places on, so every rail
+    carries a permutation of the machines (no NIC waits on another's pair); they were relayed
+    inside their machine in step d - 1, when a rank also sends its own chunks for that machine.
+    The sends inside a machine come last. Every rank must link to every rank of its machine."""
+    k = topology.num_machines
+    steps: list[list[Send]] = [[] for _ in range(k)]
+    for cid, chunk in enumerate(collective.chunks):
+        src = min(chunk.pre)
+        for dst in chunk.post - chunk.pre:
+            shift = (dst // g - src // g) % k
+            relay = (src // g) * g + dst % g
+            if shift == 0:  # inside the machine: last, on NVLink the relays have left idle
+                steps[-1].append(Send(cid, src, dst))
+            elif relay == src:  # on its own rail: a step early, while the relays move
+                steps[shift - 1].append(Send(cid, src, dst))
+            else:
+                steps[shift - 1].append(Send(cid, src, relay))
+                steps[shift].append(Send(cid, relay, dst))
+    return make_algorithm("hierarchical", topology, collective, [sorted(s) for s in steps])

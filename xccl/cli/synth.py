@@ -7,7 +7,7 @@ import importlib
 
 __all__ = ["METHOD_MODULES", "register"]
 
-METHOD_MODULES = ("xccl.cli.synth_smt", "xccl.cli.synth_milp", "xccl.cli.synth_trees")
+METHOD_MODULES = ("xccl.cli.synth_smt", "xccl.cli.synth_milp", "xccl.cli.synth_trees", "xccl.cli.synth_hierarchical")
 """Each module has ``register(subparsers)`` adding ``xccl synth <method>``; absent ones are skipped."""
 
 
