@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from codegen.dsl import ChunkProgram
 from synth.algorithm import Algorithm, Provenance, Send
-from synth.cost import chunk_bytes, start_times
+from synth.cost import chunk_bytes, model_ordered, start_times
 from synth.timing import IDEAL, Params, model_params
 from topologies import Topology, TopologyError, load
 
@@ -65,7 +65,7 @@ def lower_algorithm(
     prog = ChunkProgram(name or algo.name, topology, algo.collective, instances, protocol, inplace)
     topology = prog.topology
     untimed = any(s.start_us is None for step in algo.steps for s in step.sends)
-    if topology is not None and untimed and _model_orders(algo):
+    if topology is not None and untimed and model_ordered(algo):
         algo = _timed(algo, topology, SCHEDULE_SIZE)
         prog.model_timed = True
     times = _schedule_times(algo, topology)
@@ -75,13 +75,6 @@ def lower_algorithm(
         _lower_copies(prog, algo, times)
     prog.verify()
     return prog
-
-
-def _model_orders(algo: Algorithm) -> bool:
-    """Whether the Algorithm model's schedule orders the program: not for the textbook baselines,
-    whose dataflow order is the model's, but for NCCL's layout, whose channels share connections."""
-    method = algo.provenance.method
-    return not method.startswith("baseline") or method == "baseline:nccl"
 
 
 def _made_in(algo: Algorithm) -> Params:
