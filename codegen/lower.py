@@ -69,6 +69,8 @@ def lower_algorithm(
         algo = _timed(algo, topology, SCHEDULE_SIZE)
         prog.model_timed = True
     times = _schedule_times(algo, topology)
+    if times is not None and topology is not None:
+        prog.ports = _ports(algo, topology)
     if algo.collective.combining:
         _Combining(prog, algo, times).run()
     else:
@@ -120,6 +122,15 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
         return (s.start_us, s.start_us + params.delay_us(link, nbytes))
 
     return times
+
+
+def _ports(algo: Algorithm, topology: Topology) -> tuple[tuple[int, int, int], ...]:
+    """``(src, dst, port)`` for every connection ``algo`` sends over: ``port`` numbers the
+    physical edge its logical link leaves ``src`` by (``ProgramInfo.ports``)."""
+    logical = topology.logical()
+    ids: dict[object, int] = {}
+    pairs = sorted({(s.src, s.dst) for step in algo.steps for s in step.sends})
+    return tuple((a, b, ids.setdefault(logical.links[(a, b)].edges[0], len(ids))) for a, b in pairs)
 
 
 class _Scratch:
