@@ -77,11 +77,11 @@ def choose_port_order(
         return compiled(False), None
     model = simulate(algo, topology, size, params).time_us
     plain, ordered = compiled(False), compiled(True)
-    plain_us, ordered_us = (simulate_ir(ir_of(x), topology, size, params=params).time_us for x in (plain, ordered))
-    keep = ordered_us < plain_us
-    choice = Choice(
-        keep, size, model, min(plain_us, ordered_us), max(plain_us, ordered_us), params.label
+    plain_us, ordered_us = (
+        simulate_ir(ir_of(x), topology, size, params=params).time_us for x in (plain, ordered)
     )
+    keep = ordered_us < plain_us
+    choice = Choice(keep, size, model, min(plain_us, ordered_us), max(plain_us, ordered_us), params.label)
     return (ordered if keep else plain), choice
 
 
@@ -96,4 +96,6 @@ def compile_fastest(algo: Algorithm, topology: Topology, **options: object) -> t
     >>> ir.num_ranks, choice  # an untimed schedule: compiled once
     (4, None)
     """
-    return choose_port_order(algo, topology, lambda order: compile_algorithm(algo, topology, port_order=order, **options))
+    return choose_port_order(
+        algo, topology, lambda order: compile_algorithm(algo, topology, port_order=order, **options)
+    )

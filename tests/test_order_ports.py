@@ -41,7 +41,9 @@ def test_sends_through_one_port_are_chained_in_the_global_order(timed):
     sends = [i for i in dag.order if dag.instrs[i].send_to is not None]
     by_port: dict[tuple, list[int]] = {}
     for i in sends:
-        by_port.setdefault((dag.instrs[i].rank, port[(dag.instrs[i].rank, dag.instrs[i].send_to)]), []).append(i)
+        by_port.setdefault(
+            (dag.instrs[i].rank, port[(dag.instrs[i].rank, dag.instrs[i].send_to)]), []
+        ).append(i)
     expected = {(a, b) for chain in by_port.values() for a, b in itertools.pairwise(chain)}
     assert expected and {(e.pred, e.succ) for e in chained} == expected
     assert ordered.order == dag.order  # the edges point forward: the order stays the witness
