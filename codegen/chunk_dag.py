@@ -36,6 +36,8 @@ class DepKind(StrEnum):
     WAW = "waw"
     MATCH = "match"
     """A send and the receive that takes its data (instruction level only)."""
+    ORDER = "order"
+    """A send after the one before it through the same port, in a timed schedule (``order_ports``)."""
 
 
 class Side(StrEnum):
@@ -101,6 +103,9 @@ class ProgramInfo:
     model_timed: bool = False
     """The ops' times are the Algorithm model's list schedule (``codegen.lower``): transfers that
     overlap in time between two ranks ran side by side over the connection's links."""
+    ports: tuple[tuple[int, int, int], ...] = ()
+    """``(src, dst, port)`` per connection of a timed program on a known topology (``codegen.lower``):
+    sends from ``src`` with the same ``port`` leave through one physical edge (``order_ports``)."""
 
     def canonical(self, rank: int, buffer: Buffer, index: int) -> tuple[int, Buffer, int]:
         """The physical slot: in-place programs see the smaller buffer inside the larger one."""

@@ -35,6 +35,7 @@ def run_compiler(
     pipeline: tuple[str, ...] = DEFAULT_PIPELINE,
     verify_each: bool = False,
     print_after: tuple[str, ...] = (),
+    port_order: bool = False,
 ) -> PipelineResult:
     """Compile with the pipeline's records (timings, dumps). ``instances``/``protocol`` override the
     program's. The passes keep within ``dialect``'s limits (channels, counts, steps per threadblock;
@@ -44,7 +45,8 @@ def run_compiler(
     ``channels=None`` (auto) starts with one channel per instance and spreads flows over more while a
     threadblock has more steps than the dialect allows; an integer fixes the count. The plain
     critical-path order is kept when it is deadlock-free with the runtime's bounded FIFOs, else
-    the order within the bound is used (``order_by_critical_path``).
+    the order within the bound is used (``order_by_critical_path``). ``port_order``: a timed
+    program's sends take each port in the schedule's order (``order_ports``).
     """
     program.verify()
     dag = program.chunk_dag()
@@ -57,7 +59,11 @@ def run_compiler(
     max_channels = MAX_CHANNELS if d is None else d.max_channels
     _check_width(program.name, instances, channels, max_channels)
     limit = None if d is None else d.max_steps
-    fixed = {"max_channels": max_channels, "max_count": MAX_COUNT if d is None else d.max_count}
+    fixed = {
+        "max_channels": max_channels,
+        "max_count": MAX_COUNT if d is None else d.max_count,
+        "port_order": port_order,
+    }
 
     def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...]) -> PipelineResult:
         width = channels or 1
@@ -114,8 +120,10 @@ def compile_algorithm(
     protocol: str = "Simple",
     channels: int | None = None,
     dialect: str | Dialect | None = "azure",
+    port_order: bool = False,
 ) -> IR:
-    """The checked IR of a synthesized algorithm: lowered into DSL operations, then compiled.
+    """The checked IR of a synthesized algorithm: lowered into DSL operations, then compiled
+    (``port_order``: see :func:`run_compiler`; ``runtime.choice`` decides it by the IR simulator).
 
     >>> from synth.baselines import make_baseline
     >>> from synth.collectives import make_collective
@@ -126,4 +134,4 @@ def compile_algorithm(
     [1, 1, 1, 1]
     """
     prog = lower_algorithm(algo, topology, inplace=inplace, instances=instances, protocol=protocol)
-    return compile_program(prog, channels=channels, dialect=dialect)
+    return compile_program(prog, channels=channels, dialect=dialect, port_order=port_order)

@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from codegen.dsl import ChunkProgram
 from synth.algorithm import Algorithm, Provenance, Send
-from synth.cost import chunk_bytes, start_times
+from synth.cost import chunk_bytes, model_ordered, start_times
 from synth.timing import IDEAL, Params, model_params
 from topologies import Topology, TopologyError, load
 
@@ -65,23 +65,18 @@ def lower_algorithm(
     prog = ChunkProgram(name or algo.name, topology, algo.collective, instances, protocol, inplace)
     topology = prog.topology
     untimed = any(s.start_us is None for step in algo.steps for s in step.sends)
-    if topology is not None and untimed and _model_orders(algo):
+    if topology is not None and untimed and model_ordered(algo):
         algo = _timed(algo, topology, SCHEDULE_SIZE)
         prog.model_timed = True
     times = _schedule_times(algo, topology)
+    if times is not None and topology is not None:
+        prog.ports = _ports(algo, topology)
     if algo.collective.combining:
         _Combining(prog, algo, times).run()
     else:
         _lower_copies(prog, algo, times)
     prog.verify()
     return prog
-
-
-def _model_orders(algo: Algorithm) -> bool:
-    """Whether the Algorithm model's schedule orders the program: not for the textbook baselines,
-    whose dataflow order is the model's, but for NCCL's layout, whose channels share connections."""
-    method = algo.provenance.method
-    return not method.startswith("baseline") or method == "baseline:nccl"
 
 
 def _made_in(algo: Algorithm) -> Params:
@@ -127,6 +122,15 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
         return (s.start_us, s.start_us + params.delay_us(link, nbytes))
 
     return times
+
+
+def _ports(algo: Algorithm, topology: Topology) -> tuple[tuple[int, int, int], ...]:
+    """``(src, dst, port)`` for every connection ``algo`` sends over: ``port`` numbers the
+    physical edge its logical link leaves ``src`` by (``ProgramInfo.ports``)."""
+    logical = topology.logical()
+    ids: dict[object, int] = {}
+    pairs = sorted({(s.src, s.dst) for step in algo.steps for s in step.sends})
+    return tuple((a, b, ids.setdefault(logical.links[(a, b)].edges[0], len(ids))) for a, b in pairs)
 
 
 class _Scratch:

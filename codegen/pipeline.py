@@ -30,6 +30,8 @@ class CompileOptions:
     max_count: int = MAX_COUNT
     max_channels: int = MAX_CHANNELS
     bounded_fifos: bool = True
+    port_order: bool = False
+    """Each send of a timed program waits for the one before it through its port (``order_ports``)."""
     window: float = 0.02
     """Aggregation's time window in a timed program (``aggregate_chunks``), a fraction of its span."""
 

@@ -5,8 +5,13 @@
 model) at a buffer size: every send is one transfer of one chunk over its logical link, ready once
 its chunk is final at the source (every earlier step's write there has arrived), with the send's
 place in the schedule (step order) as its priority; the call's launch cost comes first. Where sends
-cost time (``Params.send_us``), the sends of a step on one connection (that a timed schedule, a
-MILP's, starts together) are one send of their chunks, as the compiler merges them into one call.
+cost time (``Params.send_us``), each send pays it once per call of the compiled schedule: the sends
+of a step on one connection that a timed schedule (a MILP's) starts together are one call of their
+chunks, as the compiler merges them; so are those of a step on one connection in a textbook
+baseline, whose dataflow order the compiler keeps (and whose same-step chunks it merges); every send
+of another untimed schedule (SMT, NCCL's layout: :func:`model_ordered`) is a call of its own, as
+the compiler keeps them apart (it times them by this model's list schedule, in which a step's chunks
+on one link follow each other or take a link each).
 Sizes follow nccl-tests: ``size_bytes`` is the buffer nccl-tests reports (allgather: the output).
 """
 
@@ -29,6 +34,7 @@ __all__ = [
     "SimResult",
     "algbw_GBps",
     "chunk_bytes",
+    "model_ordered",
     "sccl_cost",
     "simulate",
     "simulate_best",
@@ -98,6 +104,14 @@ def start_times(
     return _list_schedule(algo, topology, size_bytes, params)[0]
 
 
+def model_ordered(algo: Algorithm) -> bool:
+    """Whether an untimed ``algo`` is compiled in the order of this model's list schedule
+    (``codegen.lower``): every synthesized one and NCCL's layout, whose channels share connections;
+    not the textbook baselines, whose dataflow order is already the model's."""
+    method = algo.provenance.method if algo.provenance else ""
+    return not method.startswith("baseline") or method == "baseline:nccl"
+
+
 def _list_schedule(
     algo: Algorithm, topology: Topology, size_bytes: float, params: Params
 ) -> tuple[tuple[float, ...], float]:
@@ -107,7 +121,8 @@ def _list_schedule(
     network = Network(topology, params)
     nbytes = chunk_bytes(algo.collective, size_bytes)
     sends = [(k, send) for k, step in enumerate(algo.steps) for send in step.sends]
-    groups, group_of = _groups(sends, network.connection_servers if params.send_us > 0 else None)
+    apart = model_ordered(algo) and any(send.start_us is None for _, send in sends)
+    groups, group_of = _groups(sends, network.connection_servers if params.send_us > 0 and not apart else None)
     waiting, dependents = _dependencies(sends, groups, group_of)
     transfers = [network.transfer(sends[g[0]][1].src, sends[g[0]][1].dst, nbytes * len(g)) for g in groups]
     ready = [0.0] * len(groups)
@@ -137,9 +152,9 @@ def _list_schedule(
 def _groups(
     sends: list[tuple[int, Send]], servers: Callable[[int, int], int] | None
 ) -> tuple[list[list[int]], list[int]]:
-    """Sends that travel as one call: where sends cost time (``servers`` given), those of a step
-    with one connection and the same recorded start (or none), spread round robin over the
-    connection's ``servers(src, dst)`` parallel links, as the compiler's ``aggregate_chunks``
+    """Sends that travel as one call: where sends cost time and the compiler merges them
+    (``servers`` given), those of a step with one connection and the same recorded start (or none),
+    spread round robin over the connection's ``servers(src, dst)`` parallel links, as the compiler's ``aggregate_chunks``
     merges ops that can run at the same time; otherwise each send alone. Groups are in the order
     of their first send."""
     groups: list[list[int]] = []

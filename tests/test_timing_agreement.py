@@ -1,6 +1,7 @@
 """One schedule, two timings, one engine: an Algorithm timed by the Algorithm model
 (``synth.cost.simulate``) and its compiled IR timed by the IR simulator (``runtime.sim``) agree within
-the tolerances of ``agreement`` (docs/runtime.md, "Agreement"). The shipped NDv2 x2 and DGX-A100 x2
+the tolerances of ``agreement`` (docs/runtime.md, "Agreement"), in the ideal and in the calibrated
+model. The shipped NDv2 x2 and DGX-A100 x2
 MILP schedules are checked in ``test_compiled_milp.py``, the demo's two columns in ``test_demo.py``.
 
 The DGX-1 fronts are the Pareto fronts ``pareto_front(dgx1, "allgather" | "allreduce")`` returned,
@@ -20,21 +21,27 @@ from synth.algorithm import Algorithm
 from synth.baselines import default_chunks, make_baseline
 from synth.collectives import make_collective
 from synth.cost import simulate
-from synth.timing import IDEAL
+from synth.timing import DEFAULT, IDEAL
 from topologies import load
 
 GIB, MIB = 1 << 30, 1 << 20
 FRONTS = sorted((Path(__file__).parent / "data" / "dgx1-fronts").glob("*.json"))
 
 
-def _agree(algo: Algorithm, topology, sizes: tuple[int, ...], tolerance: float) -> None:
+MODELS = (IDEAL, DEFAULT)
+"""Both timing models: the ideal one (line rate, nothing per call) and the calibrated default,
+whose launch and per-send costs both sides must charge the same way (one per call)."""
+
+
+def _agree(algo: Algorithm, topology, sizes: tuple[int, ...], tolerance: float, models=MODELS) -> None:
     ir = compile_algorithm(algo, topology)
-    for size in sizes:
-        model = simulate(algo, topology, size, IDEAL).time_us  # agreement is the ideal model's (docs/nccl.md)
-        compiled = simulate_ir(ir, topology, size, params=IDEAL).time_us
-        assert compiled == pytest.approx(model, rel=tolerance), (
-            f"{algo.name} at {size} B: compiled {compiled:.2f} us vs model {model:.2f} us"
-        )
+    for params in models:
+        for size in sizes:
+            model = simulate(algo, topology, size, params).time_us
+            compiled = simulate_ir(ir, topology, size, params=params).time_us
+            assert compiled == pytest.approx(model, rel=tolerance), (
+                f"{algo.name} at {size} B ({params.label}): compiled {compiled:.2f} us vs model {model:.2f} us"
+            )
 
 
 def test_the_stored_fronts_are_dgx1s():
@@ -71,6 +78,11 @@ RINGS = [
     ("bidir-ring", "alltoall", "switch:6"),
     ("bidir-ring", "alltoall", "dgx-a100x2"),
 ]
+IDEAL_ONLY = {"alltoall"}
+"""The ring alltoalls agree in the ideal model only: under the calibrated one the Algorithm model
+makes a step's chunks on a connection one call, the compiler one call per run of contiguous chunks
+(switch:6 at 1 GiB: 98,437 us model, 80,548 us compiled; benchmarks/RESULTS.md, "Compiled schedules
+keep their speed")."""
 
 
 @pytest.mark.parametrize(("kind", "coll", "name"), RINGS, ids=["-".join(c) for c in RINGS])
@@ -78,4 +90,4 @@ def test_ring_baselines(kind, coll, name):
     topology = load(name)
     n = topology.num_ranks
     algo = make_baseline(kind, topology, make_collective(coll, n, default_chunks(kind, coll, n)))
-    _agree(algo, topology, (MIB, GIB), TOLERANCE)
+    _agree(algo, topology, (MIB, GIB), TOLERANCE, (IDEAL,) if coll in IDEAL_ONLY else MODELS)

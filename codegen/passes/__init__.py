@@ -22,6 +22,7 @@ from codegen.passes.fuse_recv_send import fuse_recv_send
 from codegen.passes.insert_dependencies import insert_dependencies
 from codegen.passes.mark_has_dep import mark_has_dep
 from codegen.passes.order_by_critical_path import order_by_critical_path
+from codegen.passes.order_ports import order_ports
 from codegen.passes.replicate_instances import replicate_instances
 from codegen.passes.size_buffers import size_buffers
 from codegen.schedule import ChannelDAG, ScheduledDAG
@@ -50,6 +51,7 @@ PASSES: dict[str, Pass] = {
         Pass("aggregate_chunks", aggregate_chunks, InstrDAG, InstrDAG, ("max_count", "window")),
         Pass("fuse_recv_send", fuse_recv_send, InstrDAG, InstrDAG),
         Pass("order_by_critical_path", order_by_critical_path, InstrDAG, InstrDAG, ("bounded_fifos",)),
+        Pass("order_ports", order_ports, InstrDAG, InstrDAG, ("port_order",)),
         Pass("assign_channels", assign_channels, InstrDAG, ChannelDAG, ("channels", "max_channels")),
         Pass("assign_threadblocks", assign_threadblocks, ChannelDAG, ScheduledDAG),
         Pass("insert_dependencies", insert_dependencies, ScheduledDAG, IR),

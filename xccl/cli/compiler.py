@@ -85,6 +85,7 @@ def _compile_ir(args: argparse.Namespace) -> Compiled:
         ("--instances", args.instances),
         ("--channels", args.channels),
         ("--inplace", args.inplace),
+        ("--port-order", args.port_order != "auto"),
     ):
         if value:
             raise DslError(f"{args.input}: {flag} applies to programs and algorithms, not to an IR")
@@ -102,7 +103,7 @@ def _compile_program(args: argparse.Namespace) -> Compiled:
     prog = load_program(args.input, parse_params(args.define))
     if args.inplace:
         raise DslError(f"{args.input}: --inplace applies to algorithms; a program declares inplace itself")
-    return _run_compiler(prog, args), prog.topology
+    return _run_compiler(prog, args, args.port_order == "on"), prog.topology
 
 
 def _compile_algorithm(args: argparse.Namespace) -> Compiled:
@@ -113,7 +114,15 @@ def _compile_algorithm(args: argparse.Namespace) -> Compiled:
     algo = Algorithm.load(args.input)
     topo = algorithm_topology(algo, args.topology, args.input)
     algo.verify(topo)
-    return _run_compiler(lower_algorithm(algo, topo, inplace=args.inplace), args), topo
+    prog = lower_algorithm(algo, topo, inplace=args.inplace)
+    if args.port_order != "auto":
+        return _run_compiler(prog, args, args.port_order == "on"), topo
+    from runtime.choice import choose_port_order
+
+    result, choice = choose_port_order(algo, topo, lambda order: _run_compiler(prog, args, order), _result_ir)
+    if choice is not None:
+        _stderr(choice.describe())
+    return result, topo
 
 
 Compiled = tuple["PipelineResult", "Topology | None"]
@@ -127,7 +136,7 @@ COMPILERS: dict[str, Callable[[argparse.Namespace], Compiled]] = {
 """What ``xccl compile`` does with each kind of input (``xccl.cli.common.input_kind``)."""
 
 
-def _run_compiler(prog: ChunkProgram, args: argparse.Namespace) -> PipelineResult:
+def _run_compiler(prog: ChunkProgram, args: argparse.Namespace, port_order: bool = False) -> PipelineResult:
     from codegen.compiler import run_compiler
 
     return run_compiler(
@@ -138,6 +147,7 @@ def _run_compiler(prog: ChunkProgram, args: argparse.Namespace) -> PipelineResul
         dialect=None if args.dialect == "json" else args.dialect,
         verify_each=args.verify_each,
         print_after=tuple(args.print_after),
+        port_order=port_order,
     )
 
 
@@ -350,6 +360,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="spread flows over N channels (default: as few as the dialect allows)",
     )
     p.add_argument("--inplace", action="store_true", help="algorithms: compile for in-place calls")
+    p.add_argument(
+        "--port-order",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="a timed schedule's sends take each port in the schedule's order (auto: compile both ways and "
+        "keep the faster in the IR simulator at the synthesized size, said on stderr; default auto)",
+    )
     p.add_argument("--topology", "-t", help="algorithms: topology file, when the algorithm's is not shipped")
     p.add_argument(
         "-D", "--define", action="append", default=[], metavar="NAME=VALUE", help="program() parameter"
