@@ -29,6 +29,7 @@ from codegen.rules import (
     ranks_in_order,
 )
 from codegen.rules import structure_problems as _structure_problems
+from common.gc_pause import gc_paused
 
 if TYPE_CHECKING:
     from codegen.formats.xml_reader import XmlFacts
@@ -44,6 +45,7 @@ def check_ir(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -
         raise IRCheckError(f"{ir.name}: {problems[0]}{more}")
 
 
+@gc_paused()
 def find_problems(
     ir: IR, dialect: str | Dialect | None = None, final: bool = True, facts: XmlFacts | None = None
 ) -> list[Problem]:

@@ -22,10 +22,9 @@ instruction takes the run's latest time.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
-from codegen.ir import OpType, Ref
+from codegen.ir import OpType, Ref, evolve
 from codegen.rules import MAX_COUNT
 
 __all__ = ["aggregate_chunks"]
@@ -140,7 +139,7 @@ def _rebuild(dag: InstrDAG, merged_into: dict[int, int], counts: dict[int, int])
         for i, head in merged_into.items():
             latest[head] = max(latest.get(head, times[head]), times[i])
     new_instrs = [
-        replace(
+        evolve(
             instrs[i],
             count=counts.get(i, instrs[i].count),
             time=latest.get(i, instrs[i].time),

@@ -210,14 +210,11 @@ def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owne
         added[(b, inst, ch, "recv")].add(a)
     if any(len(peers[key] | new) > MAX_PEERS_PER_CHANNEL for key, new in added.items()):
         return False
-    trial: dict[tuple, list[tuple[int, int]]] = {}
+    new: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
     for s, r in transfers:
-        key = (dag.instrs[s].rank, dag.instrs[r].rank, inst, ch)
-        pairs = trial.setdefault(key, list(fifo.get(key, ())))
-        bisect.insort(pairs, (pos[s], pos[r]))
-    for pairs in trial.values():
-        if any(a[1] > b[1] for a, b in itertools.pairwise(pairs)):
-            return False
+        new[(dag.instrs[s].rank, dag.instrs[r].rank, inst, ch)].append((pos[s], pos[r]))
+    if not all(_in_order(fifo.get(key, ()), pairs) for key, pairs in new.items()):
+        return False
     claims: dict[tuple, tuple] = {}
     for rank, key, send, recv in pinned:
         for side, peer in (("send", send), ("recv", recv)):
@@ -228,6 +225,21 @@ def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owne
             if holder != key:
                 return False
             claims[slot] = key
+    return True
+
+
+def _in_order(placed: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> bool:
+    """Whether a connection whose transfers ``placed`` (send, receive positions, sorted, received in
+    send order) gains ``pairs`` still receives in send order: the new pairs among themselves, and
+    each against its neighbours in ``placed`` (a search, not a scan: a ring's connections carry
+    thousands of transfers at 512 ranks)."""
+    pairs.sort()
+    if any(a[1] > b[1] for a, b in itertools.pairwise(pairs)):
+        return False
+    for pair in pairs:
+        k = bisect.bisect(placed, pair)
+        if (k > 0 and placed[k - 1][1] > pair[1]) or (k < len(placed) and pair[1] > placed[k][1]):
+            return False
     return True
 
 
