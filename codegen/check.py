@@ -29,6 +29,7 @@ from codegen.rules import (
     ranks_in_order,
 )
 from codegen.rules import structure_problems as _structure_problems
+from common.gc_pause import gc_paused
 
 if TYPE_CHECKING:
     from codegen.formats.xml_reader import XmlFacts
@@ -44,6 +45,7 @@ def check_ir(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -
         raise IRCheckError(f"{ir.name}: {problems[0]}{more}")
 
 
+@gc_paused()
 def find_problems(
     ir: IR, dialect: str | Dialect | None = None, final: bool = True, facts: XmlFacts | None = None
 ) -> list[Problem]:
@@ -132,7 +134,7 @@ def find_deadlock(ir: IR) -> Problem | None:
 
 def _check_deadlock(ir: IR) -> list[Problem]:
     """A cycle through program order, dependencies and connection order, with unbounded FIFOs; else
-    one that NCCL's bounded FIFOs add (see :func:`_calls_graph`)."""
+    one that NCCL's bounded FIFOs add (see :class:`_Calls`)."""
     transfers = sum(
         op.count
         for g in ir.gpus
@@ -141,8 +143,9 @@ def _check_deadlock(ir: IR) -> list[Problem]:
         if op.type.sends or op.type.receives
     )
     TRANSFERS.check(transfers, f"{ir.name}: the deadlock check", IRCheckError)
+    calls = _Calls(ir)
     for depth in (None, fifo_calls(ir.protocol) if ir.protocol in PROTOCOLS else None):
-        name, preds = _calls_graph(ir, depth)
+        name, preds = calls.name, calls.graph(depth)
         cycle = _find_cycle(preds)
         if cycle is None:
             continue
@@ -162,39 +165,58 @@ def _check_deadlock(ir: IR) -> list[Problem]:
     return []
 
 
-def _calls_graph(ir: IR, depth: int | None) -> tuple[list[tuple[int, int, int]], list[list[int]]]:
+class _Calls:
     """Each step's primitive calls (one per chunk for steps that send or receive: how a step runs at
-    large sizes, which is also when it needs most FIFO room) and what each call waits for: the
-    previous call of its threadblock, its dependencies, the matching call on its connection and,
-    with a ``depth``, the call received ``depth`` calls earlier on the connection it sends on."""
-    name: list[tuple[int, int, int]] = []
-    first: dict[tuple[int, int, int], int] = {}
-    preds: list[list[int]] = []
-    for gpu in ir.gpus:
-        for tb in gpu.threadblocks:
-            for k, op in enumerate(tb.ops):
-                first[(gpu.rank, tb.id, k)] = len(name)
-                calls = op.count if op.type.sends or op.type.receives else 1
-                for _ in range(max(1, calls)):
-                    preds.append([len(name) - 1] if name and name[-1][:2] == (gpu.rank, tb.id) else [])
-                    name.append((gpu.rank, tb.id, k))
-    ends = {key: i for i, key in enumerate(name)}  # the last call of each step
-    for gpu in ir.gpus:
-        for tb in gpu.threadblocks:
-            for k, op in enumerate(tb.ops):
-                preds[first[(gpu.rank, tb.id, k)]].extend(ends[(gpu.rank, d.tb, d.op)] for d in op.deps)
-    for (a, b, _ch), (stb, rtb) in connections(ir).items():
-        sent = [i for k, _ in _transfers(ir, a, stb, True) for i in _span(first, ends, (a, stb, k))]
-        got = [i for k, _ in _transfers(ir, b, rtb, False) for i in _span(first, ends, (b, rtb, k))]
-        for m, (s, r) in enumerate(zip(sent, got, strict=False)):
-            preds[r].append(s)
-            if depth is not None and m + depth < len(sent):
-                preds[sent[m + depth]].append(r)
-    return name, preds
+    large sizes, which is also when it needs most FIFO room), built once for both graphs of
+    :func:`_check_deadlock`: ``name[i]`` is call ``i``'s step, ``sent``/``got`` the calls on each end
+    of every connection, in order."""
 
+    def __init__(self, ir: IR) -> None:
+        self.name: list[tuple[int, int, int]] = []
+        self.base: list[list[int]] = []
+        """What each call waits for on its rank: the previous call of its threadblock, and (its
+        step's first call) the last calls of its dependencies."""
+        first: dict[tuple[int, int, int], int] = {}
+        last: dict[tuple[int, int, int], int] = {}
+        moves: dict[tuple[int, int, bool], list[int]] = {}
+        for gpu in ir.gpus:
+            for tb in gpu.threadblocks:
+                start = len(self.name)
+                sends: list[int] = []
+                receives: list[int] = []
+                moves[(gpu.rank, tb.id, True)], moves[(gpu.rank, tb.id, False)] = sends, receives
+                for k, op in enumerate(tb.ops):
+                    key = (gpu.rank, tb.id, k)
+                    first[key] = at = len(self.name)
+                    moved = op.type.sends or op.type.receives
+                    self.name.extend([key] * max(1, op.count if moved else 1))
+                    last[key] = len(self.name) - 1
+                    span = range(at, len(self.name))
+                    if op.type.sends:
+                        sends.extend(span)
+                    if op.type.receives:
+                        receives.extend(span)
+                self.base.extend([[i - 1] if i > start else [] for i in range(start, len(self.name))])
+        for gpu in ir.gpus:
+            for tb in gpu.threadblocks:
+                for k, op in enumerate(tb.ops):
+                    if op.deps:
+                        self.base[first[(gpu.rank, tb.id, k)]].extend(last[(gpu.rank, d.tb, d.op)] for d in op.deps)
+        self.links = [
+            (moves[(a, stb, True)] if stb is not None else [], moves[(b, rtb, False)] if rtb is not None else [])
+            for (a, b, _ch), (stb, rtb) in connections(ir).items()
+        ]
 
-def _span(first: dict, ends: dict, key: tuple[int, int, int]) -> range:
-    return range(first[key], ends[key] + 1)
+    def graph(self, depth: int | None) -> list[list[int]]:
+        """What each call waits for: on its rank (``base``), the matching call on its connection and,
+        with a ``depth``, the call received ``depth`` calls earlier on the connection it sends on."""
+        preds = [list(p) for p in self.base]
+        for sent, got in self.links:
+            for m, (s, r) in enumerate(zip(sent, got, strict=False)):
+                preds[r].append(s)
+                if depth is not None and m + depth < len(sent):
+                    preds[sent[m + depth]].append(r)
+        return preds
 
 
 def _find_cycle(preds: list[list[int]]) -> list[int] | None:

@@ -19,12 +19,14 @@ from codegen.passes import DEFAULT_PIPELINE
 from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
 from codegen.rules import MAX_CHANNELS, MAX_COUNT, Dialect, get_dialect
 from common.fields import is_integer
+from common.gc_pause import gc_paused
 from synth.algorithm import Algorithm
 from topologies import Topology
 
 __all__ = ["compile_algorithm", "compile_program", "run_compiler"]
 
 
+@gc_paused()
 def run_compiler(
     program: ChunkProgram,
     *,

@@ -74,7 +74,17 @@ class InstrEdge:
 def topological_order(
     n: int, edges: Iterable[InstrEdge], key: Callable[[int], object], what: str = "instruction DAG"
 ) -> tuple[int, ...]:
-    """Kahn's algorithm taking the ready node with the smallest ``key`` first."""
+    """Kahn's algorithm taking the ready node with the smallest ``key`` first (ties: the smaller
+    index). Where the nodes sorted by key already put every edge forward, that sort is what Kahn's
+    algorithm would give (the smallest remaining node is always ready) and is returned without the
+    heap: passes that keep the previous order as the key mostly get this case."""
+    edges = edges if isinstance(edges, Sequence) else tuple(edges)
+    order = sorted(range(n), key=key)
+    position = [0] * n
+    for p, i in enumerate(order):
+        position[i] = p
+    if all(position[e.pred] < position[e.succ] for e in edges):
+        return tuple(order)
     indegree = [0] * n
     succs: list[list[int]] = [[] for _ in range(n)]
     for e in edges:

@@ -33,8 +33,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
-__all__ = ["IR", "Buffer", "Dep", "Gpu", "Op", "OpType", "Ref", "Threadblock"]
+_T = TypeVar("_T")
+
+
+def evolve(obj: _T, **changes: object) -> _T:
+    """``dataclasses.replace`` for the IR's and the compiler's frozen dataclasses (no
+    ``__post_init__``, no slots, no cached properties), several times faster: the passes copy every instruction and step
+    of a schedule (half a million at 512 ranks), where ``replace``'s generic field walk dominated."""
+    new = object.__new__(type(obj))
+    fields = new.__dict__
+    fields.update(obj.__dict__)
+    fields.update(changes)
+    return new
+
+__all__ = ["IR", "Buffer", "Dep", "Gpu", "Op", "OpType", "Ref", "Threadblock", "evolve"]
 
 
 class Buffer(StrEnum):

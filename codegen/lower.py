@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from codegen.dsl import ChunkProgram
+from common.gc_pause import gc_paused
 from synth.algorithm import Algorithm, Provenance, Send
 from synth.cost import chunk_bytes, model_ordered, start_times
 from synth.timing import IDEAL, Params, model_params
@@ -47,6 +48,7 @@ bandwidth-bound regime, where the order of transfers matters most)."""
 Where = tuple[str, int]
 
 
+@gc_paused()
 def lower_algorithm(
     algo: Algorithm,
     topology: Topology | str | None = None,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from codegen.ir import IR
 from codegen.rules import MAX_COUNT
+from common.gc_pause import gc_paused
 from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
 from runtime.program import Program, TbProgram, build_program
@@ -214,6 +215,7 @@ def _blocked(sim: _Sim, tb: _Tb, why: tuple) -> BlockedStep:
     return BlockedStep(prog.rank, prog.id, tx.op, tb.tile, f"({tx.label()}) {reason}")
 
 
+@gc_paused()
 def simulate(
     ir: IR,
     topology: Topology,

@@ -24,6 +24,7 @@ from codegen.formats.xml_writer import write_xml
 from codegen.ir import IR
 from codegen.rules import DIALECTS, machine_problems, reduction_problems
 from common.files import read_text, save_text
+from common.gc_pause import gc_paused
 
 if TYPE_CHECKING:
     from topologies import Topology
@@ -70,6 +71,7 @@ def _format(fmt: str) -> Format:
     return FORMATS[fmt]
 
 
+@gc_paused()
 def write_ir(ir: IR, fmt: str = "azure", reduction: str = "sum", topology: Topology | None = None) -> str:
     """The text of ``ir`` in format ``fmt``; ``topology``, where known, lets a format for a runtime
     that joins the ranks of one machine only refuse a schedule that crosses machines."""
@@ -83,6 +85,7 @@ def write_ir(ir: IR, fmt: str = "azure", reduction: str = "sum", topology: Topol
     return form.write(ir)
 
 
+@gc_paused()
 def read_ir(text: str, where: str = "<ir>") -> IR:
     """Parse our JSON IR or MSCCL XML (either dialect)."""
     if _is_json(text):
@@ -90,6 +93,7 @@ def read_ir(text: str, where: str = "<ir>") -> IR:
     return read_xml(text, where)
 
 
+@gc_paused()
 def read_ir_facts(text: str, where: str = "<ir>") -> tuple[IR, XmlFacts | None]:
     """As :func:`read_ir`, with what an XML file says beyond its IR (None for JSON)."""
     if _is_json(text):

@@ -22,10 +22,9 @@ instruction takes the run's latest time.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
-from codegen.ir import OpType, Ref
+from codegen.ir import OpType, Ref, evolve
 from codegen.rules import MAX_COUNT
 
 __all__ = ["aggregate_chunks"]
@@ -52,9 +51,10 @@ def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT, window: float = 
     time in a timed program."""
     merged_into: dict[int, int] = {}  # member -> the run's first member (same position in the tuple)
     counts: dict[int, int] = {}
+    span = window * max(dag.times, default=0.0) if dag.times is not None else 0.0
     for members in _candidates(dag).values():
         if len(members) > 1:
-            _merge_runs(dag, members, max_count, window, merged_into, counts)
+            _merge_runs(dag, members, max_count, span, merged_into, counts)
     if not merged_into:
         return dag
     return _rebuild(dag, merged_into, counts)
@@ -82,12 +82,12 @@ def _candidates(dag: InstrDAG) -> dict[tuple, list[tuple[int, ...]]]:
 
 
 def _merge_runs(
-    dag: InstrDAG, members: list[tuple[int, ...]], max_count: int, window: float, merged_into: dict, counts: dict
+    dag: InstrDAG, members: list[tuple[int, ...]], max_count: int, span: float, merged_into: dict, counts: dict
 ) -> None:
-    """Cut one group, in the order of its chunks, into runs that fit (:func:`_fits`) and merge each."""
+    """Cut one group, in the order of its chunks, into runs that fit (:func:`_fits`: ``span`` is the
+    window in time units, computed once per DAG) and merge each."""
     instrs = dag.instrs
     members.sort(key=lambda m: (instrs[m[0]].src.index, m))
-    span = window * max(dag.times, default=0.0) if dag.times is not None else 0.0
     run = [members[0]]
     for m in members[1:]:
         if _fits(dag, run, m, max_count, span):
@@ -140,7 +140,7 @@ def _rebuild(dag: InstrDAG, merged_into: dict[int, int], counts: dict[int, int])
         for i, head in merged_into.items():
             latest[head] = max(latest.get(head, times[head]), times[i])
     new_instrs = [
-        replace(
+        evolve(
             instrs[i],
             count=counts.get(i, instrs[i].count),
             time=latest.get(i, instrs[i].time),

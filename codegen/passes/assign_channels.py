@@ -81,6 +81,13 @@ class _Taken:
     """(rank, inst, ch, "send"|"recv") -> its peers."""
     held: dict[tuple, list[int]] = field(default_factory=lambda: defaultdict(list))
     """(src, dst, inst, ch) -> the sends on it, in a program timed by the Algorithm model."""
+    spans: dict[tuple, tuple[list[float], list[float]]] = field(default_factory=dict)
+    """(src, dst, inst, ch) -> the sorted starts and the sorted ends of what its sends hold
+    (``InstrDAG.holds``), to count overlaps by search instead of a scan."""
+    inverted: set[tuple] = field(default_factory=set)
+    """The connections of ``spans`` holding a send whose hold ends before it starts (then scanned)."""
+    by_depth: dict[tuple, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    """(src, dst, inst, ch, depth of the send) -> (send position, receive position) of its transfers."""
 
 
 def assign_channels(dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS) -> ChannelDAG:
@@ -154,15 +161,15 @@ def _place(
     inst = first.instance
     timed = dag.info.model_timed and dag.times is not None
     if timed and not hinted:  # a connection busy while the flow's transfers run is the last resort
-        candidates = sorted(candidates, key=lambda ch: any(_busy(dag, s, inst, ch, taken.held) for s, _ in transfers))
+        candidates = sorted(candidates, key=lambda ch: any(_busy(dag, s, inst, ch, taken) for s, _ in transfers))
     for ch in candidates:
         if _fits(dag, transfers, pinned, inst, ch, taken.fifo, taken.owner, taken.peers) and (
-            hinted or not _serializes(dag, transfers, inst, ch, taken.fifo)
+            hinted or not _serializes(dag, transfers, inst, ch, taken.by_depth)
         ):
-            _commit(dag, transfers, pinned, inst, ch, taken.fifo, taken.owner, taken.peers)
+            _commit(dag, transfers, pinned, inst, ch, taken)
             if timed:
                 for s, _ in transfers:
-                    taken.held[(dag.instrs[s].rank, dag.instrs[s].send_to, inst, ch)].append(s)
+                    _hold(dag, s, (dag.instrs[s].rank, dag.instrs[s].send_to, inst, ch), taken)
             return ch
     raise CodegenError(
         f"{dag.info.name}: rank {first.rank}: no channel below {max_channels} can carry the flow of "
@@ -210,14 +217,11 @@ def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owne
         added[(b, inst, ch, "recv")].add(a)
     if any(len(peers[key] | new) > MAX_PEERS_PER_CHANNEL for key, new in added.items()):
         return False
-    trial: dict[tuple, list[tuple[int, int]]] = {}
+    new: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
     for s, r in transfers:
-        key = (dag.instrs[s].rank, dag.instrs[r].rank, inst, ch)
-        pairs = trial.setdefault(key, list(fifo.get(key, ())))
-        bisect.insort(pairs, (pos[s], pos[r]))
-    for pairs in trial.values():
-        if any(a[1] > b[1] for a, b in itertools.pairwise(pairs)):
-            return False
+        new[(dag.instrs[s].rank, dag.instrs[r].rank, inst, ch)].append((pos[s], pos[r]))
+    if not all(_in_order(fifo.get(key, ()), pairs) for key, pairs in new.items()):
+        return False
     claims: dict[tuple, tuple] = {}
     for rank, key, send, recv in pinned:
         for side, peer in (("send", send), ("recv", recv)):
@@ -231,14 +235,49 @@ def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owne
     return True
 
 
-def _busy(dag: InstrDAG, send: int, inst: int, ch: int, held: dict) -> bool:
+def _in_order(placed: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> bool:
+    """Whether a connection whose transfers ``placed`` (send, receive positions, sorted, received in
+    send order) gains ``pairs`` still receives in send order: the new pairs among themselves, and
+    each against its neighbours in ``placed`` (a search, not a scan: a ring's connections carry
+    thousands of transfers at 512 ranks)."""
+    pairs.sort()
+    if any(a[1] > b[1] for a, b in itertools.pairwise(pairs)):
+        return False
+    for pair in pairs:
+        k = bisect.bisect(placed, pair)
+        if (k > 0 and placed[k - 1][1] > pair[1]) or (k < len(placed) and pair[1] > placed[k][1]):
+            return False
+    return True
+
+
+def _busy(dag: InstrDAG, send: int, inst: int, ch: int, taken: _Taken) -> bool:
     """Whether a transfer on the connection ``send`` would use on channel ``ch`` holds it while
-    ``send`` runs (``InstrDAG.overlap``)."""
+    ``send`` runs (``InstrDAG.overlap``). Those that start before ``send``'s hold ends, less those
+    that end before it starts (a subset of them when holds do not end before they start): a
+    search in the sorted starts and ends, where a scan made a timed 512-rank schedule quadratic."""
     ins = dag.instrs[send]
-    return any(dag.overlap(send, other) for other in held.get((ins.rank, ins.send_to, inst, ch), ()))
+    key = (ins.rank, ins.send_to, inst, ch)
+    start, end = dag.holds(send)
+    if key not in taken.spans:
+        return False
+    starts, ends = taken.spans[key]
+    if start < end and key not in taken.inverted:
+        return bisect.bisect_left(starts, end) - bisect.bisect_right(ends, start) > 0
+    return any(dag.overlap(send, other) for other in taken.held[key])
 
 
-def _serializes(dag: InstrDAG, transfers, inst: int, ch: int, fifo: dict) -> bool:
+def _hold(dag: InstrDAG, send: int, key: tuple, taken: _Taken) -> None:
+    """Record that ``send`` holds connection ``key`` (see :func:`_busy`)."""
+    start, end = dag.holds(send)
+    taken.held[key].append(send)
+    starts, ends = taken.spans.setdefault(key, ([], []))
+    bisect.insort(starts, start)
+    bisect.insort(ends, end)
+    if end < start:
+        taken.inverted.add(key)
+
+
+def _serializes(dag: InstrDAG, transfers, inst: int, ch: int, by_depth: dict) -> bool:
     """Whether a transfer of the flow and one the other way between the same ranks, of the same
     depth (meant to run together), would share the channel while one of them has more calls than
     the FIFO holds and runs with its receive (next in the order, see ``order_by_critical_path``):
@@ -251,23 +290,21 @@ def _serializes(dag: InstrDAG, transfers, inst: int, ch: int, fifo: dict) -> boo
 
     for s, r in transfers:
         a, b = instrs[s].rank, instrs[s].send_to
-        for p, q in fifo.get((b, a, inst, ch), ()):
-            other = dag.order[p]
-            if depth[other] == depth[s] and (drained(s, pos[r]) or drained(other, q)):
+        for p, q in by_depth.get((b, a, inst, ch, depth[s]), ()):
+            if drained(s, pos[r]) or drained(dag.order[p], q):
                 return True
     return False
 
 
-def _commit(
-    dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owner: dict, peers: dict
-) -> None:
-    pos = dag.position
+def _commit(dag: InstrDAG, transfers, pinned, inst: int, ch: int, taken: _Taken) -> None:
+    pos, depth = dag.position, dag.depth
     for s, r in transfers:
         a, b = dag.instrs[s].rank, dag.instrs[r].rank
-        bisect.insort(fifo[(a, b, inst, ch)], (pos[s], pos[r]))
-        peers[(a, inst, ch, "send")].add(b)
-        peers[(b, inst, ch, "recv")].add(a)
+        bisect.insort(taken.fifo[(a, b, inst, ch)], (pos[s], pos[r]))
+        taken.by_depth[(a, b, inst, ch, depth[s])].append((pos[s], pos[r]))
+        taken.peers[(a, inst, ch, "send")].add(b)
+        taken.peers[(b, inst, ch, "recv")].add(a)
     for rank, key, send, recv in pinned:
         for side, peer in (("send", send), ("recv", recv)):
             if peer is not None:
-                owner[(rank, inst, ch, side, peer)] = key
+                taken.owner[(rank, inst, ch, side, peer)] = key

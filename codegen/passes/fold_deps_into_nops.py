@@ -7,9 +7,7 @@ which must itself carry one (it does). Steps shift, so every dependency on the r
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from codegen.ir import IR, Dep, Op, OpType
+from codegen.ir import IR, Dep, Op, OpType, evolve
 
 __all__ = ["fold_deps_into_nops"]
 
@@ -32,7 +30,7 @@ def fold_deps_into_nops(ir: IR) -> IR:
             for op in tb.ops:
                 deps = [Dep(d.tb, new_pos[(d.tb, d.op)]) for d in op.deps]
                 ops.extend(Op(OpType.NOP, count=0, deps=(d,)) for d in deps[:-1])
-                ops.append(replace(op, deps=tuple(deps[-1:])))
-            tbs.append(replace(tb, ops=tuple(ops)))
-        gpus.append(replace(gpu, threadblocks=tuple(tbs)))
-    return replace(ir, gpus=tuple(gpus))
+                ops.append(evolve(op, deps=tuple(deps[-1:])))
+            tbs.append(evolve(tb, ops=tuple(ops)))
+        gpus.append(evolve(gpu, threadblocks=tuple(tbs)))
+    return evolve(ir, gpus=tuple(gpus))

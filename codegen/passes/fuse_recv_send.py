@@ -11,11 +11,10 @@ peer pairs could not share threadblocks on one channel are left out (see ``_comp
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 
 from codegen.chunk_dag import DepKind
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
-from codegen.ir import Buffer, OpType
+from codegen.ir import Buffer, OpType, evolve
 
 __all__ = ["fuse_recv_send"]
 
@@ -139,8 +138,8 @@ def fuse_recv_send(dag: InstrDAG) -> InstrDAG:
                 kind, src, dst = OpType.RECV_REDUCE_SEND, ins.src, None
             else:
                 kind, src, dst = OpType.RECV_REDUCE_COPY_SEND, ins.src, ins.dst
-            ins = replace(ins, type=kind, src=src, dst=dst, send_to=send.send_to, send_match=send.send_match)
-        instrs.append(replace(ins, send_match=remap(ins.send_match), recv_match=remap(ins.recv_match)))
+            ins = evolve(ins, type=kind, src=src, dst=dst, send_to=send.send_to, send_match=send.send_match)
+        instrs.append(evolve(ins, send_match=remap(ins.send_match), recv_match=remap(ins.recv_match)))
     edges = [InstrEdge(new_index[e.pred], new_index[e.succ], e.kind) for e in dag.edges]
     hint = [dag.position[i] for i in kept]
     return InstrDAG.build(dag.info, instrs, edges, hint)

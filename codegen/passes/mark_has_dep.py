@@ -7,9 +7,7 @@ Marks on steps nobody waits for are removed (each costs a memory fence and a fla
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from codegen.ir import IR
+from codegen.ir import IR, evolve
 
 __all__ = ["mark_has_dep"]
 
@@ -20,8 +18,8 @@ def mark_has_dep(ir: IR) -> IR:
     for gpu in ir.gpus:
         awaited = {(d.tb, d.op) for tb in gpu.threadblocks for op in tb.ops for d in op.deps}
         tbs = tuple(
-            replace(tb, ops=tuple(replace(op, has_dep=(tb.id, k) in awaited) for k, op in enumerate(tb.ops)))
+            evolve(tb, ops=tuple(evolve(op, has_dep=(tb.id, k) in awaited) for k, op in enumerate(tb.ops)))
             for tb in gpu.threadblocks
         )
-        gpus.append(replace(gpu, threadblocks=tbs))
-    return replace(ir, gpus=tuple(gpus))
+        gpus.append(evolve(gpu, threadblocks=tbs))
+    return evolve(ir, gpus=tuple(gpus))

@@ -26,7 +26,7 @@ from runtime.torch.launch import DEFAULT_TIMEOUT_S, DIST_BACKENDS
 from synth.timing.calibration import DEFAULT_MODEL, MODELS
 from xccl.cli.algorithms import algorithm_topology
 from xccl.cli.common import input_kind
-from xccl.cli.output import format_table, print_json, print_table, progress
+from xccl.cli.output import format_table, print_json, print_table, progress, slow_stage
 from xccl.cli.solving import long_command
 
 if TYPE_CHECKING:
@@ -126,7 +126,8 @@ def _call(args: argparse.Namespace) -> tuple[Runnable, bool, dict]:
 
     options = _backend_options(args)
     parse_dtype(args.dtype)
-    runnable = load_runnable(args.file, parse_params(args.define), args.inplace, args.topology)
+    with slow_stage(f"loading {args.file}"):
+        runnable = load_runnable(args.file, parse_params(args.define), args.inplace, args.topology)
     inplace = _placement(runnable.ir, args.inplace)
     return runnable, inplace, _bench_args(args, runnable, inplace, options)
 
@@ -373,7 +374,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     size = _sizes("--size", parse_size, args.size)
     runnable, inplace, kwargs = _call(args)
-    report = bench(runnable.ir, [size], warmup=0, repeats=1, skip=False, peer=False, **kwargs)
+    with slow_stage(f"running {args.file} on {args.backend}"):
+        report = bench(runnable.ir, [size], warmup=0, repeats=1, skip=False, peer=False, **kwargs)
     if report.interrupted:
         progress("interrupted")
         return INTERRUPTED

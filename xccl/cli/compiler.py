@@ -66,7 +66,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         result, topology = COMPILERS[input_kind(args.input)](args)
     ir = _selected(_result_ir(result), args.min_bytes, args.max_bytes)
     _report_passes(result.records, args.time_passes)
-    text = write_ir(ir, args.dialect, args.op, topology)
+    with slow_stage(f"writing {args.dialect}"):
+        text = write_ir(ir, args.dialect, args.op, topology)
     if args.output:
         with slow_stage(f"writing {args.output}"):
             save_text(args.output, text, force=args.force, error=CodegenError)
