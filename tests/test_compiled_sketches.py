@@ -1,7 +1,7 @@
 """Issue 17 item 4: the compiled XML of every shipped multi-machine sketch's MILP allgather (and the
 DGX H100 x2 reducescatter, the fast representative), at the size the sketch synthesizes for, takes
-within 10% of its Algorithm's time in the IR simulator, in the model the MILP was made in (ideal)
-and the calibrated default, as ``xccl compile`` compiles it (``runtime.choice``: the port order
+within 10% of its Algorithm's time in the IR simulator, in the ideal model and the calibrated one
+(the MILP's default, which it is made in), as ``xccl compile`` compiles it (``runtime.choice``: the port order
 kept where it is faster); or it is listed with why not.
 
 Measured ratios and causes: benchmarks/RESULTS.md, "Compiled schedules keep their speed". The
