@@ -97,6 +97,11 @@ def main() -> None:
     parser.add_argument("--case-timeout", type=float, default=900.0, help="seconds per case (default 900)")
     parser.add_argument("--one", nargs=2, metavar=("TOPOLOGY", "COLLECTIVE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.hierarchical and args.bound == "packing":
+        parser.error(
+            "--bound packing is not a lower bound for --hierarchical (the parts' bounds add up to "
+            "more than the whole's): use --bound flow"
+        )
     if args.one:
         print(json.dumps(one(*args.one, args.hierarchical, args.bound)))
         return
