@@ -15,7 +15,7 @@ from codegen.dsl import PROTOCOLS, ChunkProgram
 from codegen.errors import CodegenError, DslError
 from codegen.ir import IR
 from codegen.lower import lower_algorithm
-from codegen.passes import DEFAULT_PIPELINE
+from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
 from codegen.rules import MAX_CHANNELS, MAX_COUNT, Dialect, get_dialect
 from common.fields import is_integer
@@ -24,6 +24,9 @@ from synth.algorithm import Algorithm
 from topologies import Topology
 
 __all__ = ["compile_algorithm", "compile_program", "run_compiler"]
+
+_VARIED = frozenset({"bounded_fifos", "channels"})
+"""The options ``run_compiler`` changes between attempts."""
 
 
 @gc_paused()
@@ -67,11 +70,17 @@ def run_compiler(
         "port_order": port_order,
     }
 
+    # the passes before the first that takes the FIFO bound or the channel count run once; only the
+    # rest is rerun for another order or width (passes return new stages, never change their input)
+    prefix, rest = _split(pipeline)
+    head = run_pipeline(dag, prefix, CompileOptions(instances=instances, **fixed), verify_each, print_after)
+
     def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...]) -> PipelineResult:
         width = channels or 1
         while True:
             options = CompileOptions(instances=instances, channels=width, bounded_fifos=bounded, **fixed)
-            result = run_pipeline(dag, pipeline, options, verify, dumps)
+            tail = run_pipeline(head.result, rest, options, verify, dumps)
+            result = PipelineResult(tail.result, head.records + tail.records)
             ir = result.result
             if not isinstance(ir, IR):
                 return result
@@ -91,6 +100,17 @@ def run_compiler(
     if isinstance(result.result, IR):
         check_ir(result.result, d)
     return result
+
+
+def _split(pipeline: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The leading passes whose output does not depend on the order or width being tried, the rest
+    (with an unknown name all is rest, so ``run_pipeline`` refuses it before any work)."""
+    if any(name not in PASSES for name in pipeline):
+        return (), pipeline
+    k = 0
+    while k < len(pipeline) and not _VARIED & set(PASSES[pipeline[k]].options):
+        k += 1
+    return pipeline[:k], pipeline[k:]
 
 
 def _check_width(name: str, instances: int, channels: int | None, max_channels: int) -> None:
