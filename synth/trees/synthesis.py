@@ -147,9 +147,7 @@ def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Soluti
         reduced = DUAL.apply(problem)
         sub = reduced.subproblems[0]
         solution = _timed(sub, _solve(sub, shard_bytes, run, role), shard_bytes, run)
-        # the inverse is verified on the original topology: its pairs routed by source, not one by one
-        problem.topology.logical().route((s.dst, s.src) for st in solution.algorithm.steps for s in st.sends)
-        inverted = _invert(reduced, [solution], run)
+        inverted = _invert(reduced, [solution], run)  # its verification routes the pairs by source
         return Solution(_untimed(inverted.algorithm))
     key = (problem.topology, problem.collective, role)
     if key in run.solved:
