@@ -36,7 +36,7 @@ from synth.reductions.base import Problem, Reduced, Reduction, ReductionError, S
 from synth.reductions.composition import refine
 from topologies.model import Link, Topology, Vertex
 
-__all__ = ["HIERARCHY", "Hierarchy", "Machines", "machines_of"]
+__all__ = ["HIERARCHY", "Composition", "Hierarchy", "Machines", "compose", "machines_of", "ordered", "to_steps"]
 
 OUTSIDE = ("nic", "network")
 """Switch kinds that belong to the way out of a machine, not to the machine."""
@@ -164,22 +164,60 @@ def _rows(algo: Algorithm) -> list[np.ndarray]:
     return [np.array([(s.chunk, s.src, s.dst) for s in st.sends], dtype=np.int64).reshape(-1, 3) for st in algo.steps]
 
 
-def _steps(blocks: list[np.ndarray], topology: Topology, machines: Machines) -> tuple[Step, ...]:
-    """Steps of the lifted sends, each with the rounds its loads need on ``topology``; sorted by
-    how far ahead of its source machine the destination's is (mod K), then chunk, source and
-    destination: the timing engine starts sends in this order, so every machine feeds machine
-    ``m + 1``, then ``m + 2``, ... (one NIC each at a time), the order in which :func:`lift_within`
-    takes the rails' chunks and, run backwards (a reducescatter), hands them over. Sorted by
-    absolute destination, all machines fed machine 0 first; the reducescatter's mirror of that
-    timing did not match the inner order: 80.7% of the flat packing on 16 x 8 H100, one chunk."""
-    n, k, g = topology.num_ranks, machines.count, machines.size
+@dataclass(frozen=True)
+class Composition:
+    """The composed allgather held as arrays, before any :class:`Send` is made: per step its rows
+    ``(chunk, src, dst)`` in the order the timing engine starts them (:func:`ordered`); the first
+    ``rail_steps`` steps are the rails' (the network part), the rest the machines'. At 4096 GPUs
+    it is 16.8 M rows (about 400 MB as arrays; as Python objects it ran out of 7 GB)."""
+
+    machines: Machines
+    chunks: int
+    """Chunks per rank of the composed allgather."""
+    rail_steps: int
+    blocks: tuple[np.ndarray, ...]
+
+    @property
+    def num_sends(self) -> int:
+        return sum(len(b) for b in self.blocks)
+
+
+def compose(first: Algorithm, second: Algorithm, machines: Machines) -> Composition:
+    """The machine graph's schedule ``first`` refined until the machine's (``second``) chunks divide
+    each rail's, lifted onto every rail, then ``second`` onto every machine, in the engine's order."""
+    refine_by = second.chunks // math.gcd(second.chunks, machines.count * first.chunks)
+    first = refine(first, refine_by)
+    rails = lift_between(first, machines)
+    blocks = ordered(rails + lift_within(second, machines, first.chunks), machines)
+    return Composition(machines, first.chunks, len(rails), tuple(blocks))
+
+
+def ordered(blocks: list[np.ndarray], machines: Machines) -> list[np.ndarray]:
+    """Each step's rows sorted by how far ahead of its source machine the destination's is (mod
+    K), then chunk, source and destination: the timing engine starts sends in this order, so every
+    machine feeds machine ``m + 1``, then ``m + 2``, ... (one NIC each at a time), the order in
+    which :func:`lift_within` takes the rails' chunks and, run backwards (a reducescatter), hands
+    them over. Sorted by absolute destination, all machines fed machine 0 first; the
+    reducescatter's mirror of that timing did not match the inner order: 80.7% of the flat packing
+    on 16 x 8 H100, one chunk."""
+    k, g = machines.count, machines.size
+    out = []
+    for block in blocks:
+        ahead = (block[:, 2] // g - block[:, 1] // g) % k
+        out.append(block[np.lexsort((block[:, 2], block[:, 1], block[:, 0], ahead))])
+    return out
+
+
+def to_steps(composition: Composition, topology: Topology) -> tuple[Step, ...]:
+    """The composition's steps as :class:`Step` objects, each with the rounds its loads need on
+    ``topology`` (its rank pairs routed first, one search per source)."""
+    n = topology.num_ranks
+    blocks = composition.blocks
     codes = np.unique(np.concatenate([b[:, 1] * n + b[:, 2] for b in blocks]))
     topology.logical().route(zip((codes // n).tolist(), (codes % n).tolist(), strict=True))
     capacity = topology.chunk_capacity()
     out = []
     for block in blocks:
-        ahead = (block[:, 2] // g - block[:, 1] // g) % k
-        block = block[np.lexsort((block[:, 2], block[:, 1], block[:, 0], ahead))]
         sends = tuple(Send(c, s, d) for c, s, d in block.tolist())
         out.append(Step(capacity.rounds_needed((x.src, x.dst) for x in sends), sends))
     return tuple(out)
@@ -260,11 +298,8 @@ class Hierarchy(Reduction):
         lifted onto every rail, then the machine's onto every machine; verified as a whole."""
         machines: Machines = reduced.data
         first, second = (s.algorithm for s in solutions)
-        refine_by = second.chunks // math.gcd(second.chunks, machines.count * first.chunks)
-        first = refine(first, refine_by)
-        chunks = first.chunks
-        blocks = lift_between(first, machines) + lift_within(second, machines, chunks)
-        collective = make_collective("allgather", reduced.original.collective.num_ranks, chunks)
+        composition = compose(first, second, machines)
+        collective = make_collective("allgather", reduced.original.collective.num_ranks, composition.chunks)
         p1, p2 = first.provenance, second.provenance
         t1, t2 = p1.solve_time_s, p2.solve_time_s
         provenance = Provenance(
@@ -273,9 +308,9 @@ class Hierarchy(Reduction):
             None if t1 is None or t2 is None else t1 + t2,
             None,
             reduced.via,
-            (("machine_chunks", second.chunks), ("network_chunks", chunks)),
+            (("machine_chunks", second.chunks), ("network_chunks", composition.chunks)),
         )
-        steps = _steps(blocks, reduced.original.topology, machines)
+        steps = to_steps(composition, reduced.original.topology)
         algo = Algorithm(collective, reduced.original.topology.name, steps, provenance)
         algo.verify(reduced.original.topology)
         return Solution(algo)
