@@ -41,6 +41,11 @@ def test_smt_finds_the_fewest_steps_and_milp_follows_a_sketch():
     assert xccl.lower_bound(ndv2x2, "allgather", size) <= simulate(milp, ndv2x2, size).time_us
 
 
+def test_least_steps_cut_short_by_its_time_limit_is_a_timeout_not_infeasible():
+    with pytest.raises(SolverTimeout, match="within the time limit"):
+        xccl.synthesize("ring:4", "allgather", time_limit_s=1e-9)
+
+
 def test_an_smt_instance_with_chunks_and_rounds():
     algo = xccl.synthesize("dgx1", "allgather", steps=3, rounds=7, chunks=6)
     assert (algo.num_steps, algo.rounds, algo.chunks) == (3, 7, 6)

@@ -52,6 +52,18 @@ def test_interrupted_least_steps_keeps_the_algorithm_it_just_found():
     assert result.stop == "found" and result.algorithm.num_steps == 3
 
 
+def test_least_steps_stopped_by_its_time_limit_between_instances_proves_nothing(xccl):
+    """The deadline passed before the next S was tried: the S it never tried may be infeasible,
+    so the search is open (exit 1), not proven (it exited 0 when every instance it ran had
+    answered: under load the 2 s case of test_solver_limits.py did so)."""
+    result = least_steps(load("ring:4"), make_collective("allgather", 4, 1), time_limit_s=1e-9)
+    assert result.stop == "time limit" and result.outcomes == () and not result.proven
+    proc = xccl("synth", "smt", "least-steps", "-t", "ring:4", "-C", "allgather", "--no-save",
+                "--time-limit", "1e-9")  # fmt: skip
+    assert proc.returncode == 1, proc.stdout
+    assert "no algorithm found within the time limit" in proc.stdout
+
+
 def test_ctrl_c_on_the_command_line_writes_the_front_so_far(tmp_path):
     """The 4x4-torus allgather walk finds C=1 in about a second, then works long on the
     bandwidth-optimal C=4 (C=2 and C=3 would only match R/C = 4)."""

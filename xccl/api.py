@@ -171,7 +171,8 @@ def _smt(topo: Topology, coll: str | Collective, request: _Request) -> Algorithm
     if steps is None:
         result = least_steps(topo, c, time_limit_s=time_limit_s)
         if result.algorithm is None:
-            raise InfeasibleError(f"{c.name} on {topo.name}: {result.message()}")
+            error = InfeasibleError if result.proven else SolverTimeout
+            raise error(f"{c.name} on {topo.name}: {result.message()}")
         return result.algorithm
     outcome = solve_instance(topo, c, steps, rounds, time_limit_s=time_limit_s)
     if outcome.algorithm is not None:

@@ -46,8 +46,10 @@ class LeastSteps:
 
     @property
     def proven(self) -> bool:
-        """Every smaller S was proven unsatisfiable (none timed out)."""
-        return all(o.status.answered for o in self.outcomes)
+        """Every smaller S was proven unsatisfiable (none timed out), and the search ended by
+        finding an algorithm or trying every S up to ``max_steps``: one cut short by its time limit
+        or Ctrl-C between two answered instances proved nothing about the S it never tried."""
+        return self.stop in ("found", "limit") and all(o.status.answered for o in self.outcomes)
 
     def message(self) -> str:
         if self.algorithm is not None:
