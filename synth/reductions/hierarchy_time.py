@@ -104,7 +104,7 @@ def _finish(composition: Composition, run: _Run) -> tuple[float, str]:
     if why:
         return _whole(composition.blocks, run), f"one run of all {composition.num_sends:,} sends ({why})"
     logical = run.network.topology.logical()
-    ways = _Ways(logical, rails)
+    ways = _Ways(logical, rails, run.size)
     routes = _inner_routes(logical, inner, run)
     owners = {m: edges for m, (edges, _) in routes.items()}
     if any(e in ways.edges for edges in owners.values() for e in edges):
@@ -157,7 +157,7 @@ class _Ways:
     down (vertex ids, the network switch in both), whether every route is up(src) + down(dst)
     (``split``), and the edges the rails use."""
 
-    def __init__(self, logical: LogicalTopology, rails: tuple[np.ndarray, ...]) -> None:
+    def __init__(self, logical: LogicalTopology, rails: tuple[np.ndarray, ...], g: int) -> None:
         self.logical = logical
         self.up: dict[int, tuple[int, ...]] = {}
         self.down: dict[int, tuple[int, ...]] = {}
@@ -169,10 +169,14 @@ class _Ways:
             if rails
             else np.zeros(0, np.int64)
         )
-        for src in np.unique(pairs // n).tolist():
+        sources, first = np.unique(pairs // n, return_index=True)
+        ends = [*first[1:].tolist(), len(pairs)]
+        for src, lo, hi in zip(sources.tolist(), first.tolist(), ends, strict=True):
             table = logical.table(src)  # one search per source
-            for dst in (pairs[(pairs >= src * n) & (pairs < src * n + n)] % n).tolist():
+            for dst in (pairs[lo:hi] % n).tolist():
                 ids = table[dst]
+                if src % g == 0:
+                    logical.link(src, dst)  # rail 0's links, read off the table: one rail's run needs them
                 at = next((k for k, v in enumerate(ids) if kind[v] == NETWORK), None)
                 if (
                     at is None
@@ -228,6 +232,7 @@ def _rails(
     g = run.size
     blocks = [b[b[:, 1] % g == 0] for b in rails] if one_rail else list(rails)
     sends = _sends(blocks, 0)
+    run.network.topology.logical().route((s.src, s.dst) for _, s in sends)  # one search per source
     arrived = np.array(feed(sends, run.network, run.nbytes, run.merge)[1], dtype=np.float64)
     rows = np.concatenate(blocks) if blocks else np.zeros((0, 3), np.int64)
     codes = rows[:, 2] * (run.num_ranks * run.chunks) + rows[:, 0]
@@ -268,10 +273,9 @@ def _inner_routes(
     pairs = (
         np.unique(np.concatenate([b[:, 1] * n + b[:, 2] for b in inner])) if inner else np.zeros(0, np.int64)
     )
-    logical.route(zip((pairs // n).tolist(), (pairs % n).tolist(), strict=True))
     edges: dict[int, dict[Edge, int]] = {}
     shapes: dict[int, list] = {}
-    for code in pairs.tolist():  # ascending: machine by machine, pairs in order
+    for code in pairs.tolist():  # ascending: machine by machine; a search each, ended at the target
         src, dst = divmod(code, n)
         seen, shape = edges.setdefault(src // g, {}), shapes.setdefault(src // g, [])
         route = []
