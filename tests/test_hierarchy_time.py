@@ -38,7 +38,9 @@ def _parts(name: str, within: str, between: str = "trees"):
             from synth.smt import least_steps
 
             return least_steps(problem.topology, problem.collective, time_limit_s=60).algorithm
-        return make_baseline(how, problem.topology, make_collective("allgather", problem.topology.num_ranks, 2))
+        return make_baseline(
+            how, problem.topology, make_collective("allgather", problem.topology.num_ranks, 2)
+        )
 
     first, second = part(outer, between), part(inner, within)
     algo = reduced.invert([Solution(first), Solution(second)]).algorithm
@@ -125,14 +127,18 @@ def _two_by_two(shared: str) -> Topology:
     return Topology.build(f"two-by-two-{shared}", 4, links, switches, (0, 0, 1, 1))
 
 
-@pytest.mark.parametrize(("shared", "path"), [("machines", "machines share an edge"), ("rail", "one run of all")])
+@pytest.mark.parametrize(
+    ("shared", "path"), [("machines", "machines share an edge"), ("rail", "one run of all")]
+)
 def test_parts_that_meet_run_together(shared, path):
     topo = _two_by_two(shared)
     machines = Machines(2, 2, Link(25.0, 1.0), Link(25.0, 1.0))
     first = make_baseline("ring", machine_graph(topo, machines), make_collective("allgather", 2, 2))
     second = make_baseline("ring", machine_topology(topo, machines), make_collective("allgather", 2, 4))
     composition = compose(first, second, machines)
-    algo = Algorithm(make_collective("allgather", 4, composition.chunks), topo.name, to_steps(composition, topo))
+    algo = Algorithm(
+        make_collective("allgather", 4, composition.chunks), topo.name, to_steps(composition, topo)
+    )
     algo.verify(topo)
     for model in MODELS:
         want, got, how = _both(topo, algo, composition, float(1 << 20), model)
