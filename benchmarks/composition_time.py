@@ -6,7 +6,7 @@ machine packed by ``synth.trees``, then ``compose``), without the whole's verifi
 engine's run of the whole Algorithm (``synth.cost.simulate``) times it too, to compare. Prints one
 JSON document (wall seconds, peak RSS, which runs were made, the modeled time); progress to stderr.
 
-    .venv/bin/python benchmarks/composition_time.py --machines 512 --size 1GiB --model ideal
+    .venv/bin/python benchmarks/composition_time.py --machines 512 --size 1GiB --model ideal,calibrated
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ def main() -> None:
     parser.add_argument("--machines", type=int, default=512)
     parser.add_argument("--family", default="dgx-h100")
     parser.add_argument("--size", default="1GiB")
-    parser.add_argument("--model", choices=("ideal", "calibrated"), default="ideal")
+    parser.add_argument("--model", default="ideal,calibrated", help="timing models, comma-separated")
     parser.add_argument("--check", action="store_true", help="also run the engine on the whole (small K)")
     args = parser.parse_args()
     size = float(parse_size(args.size))
-    params = model_params(args.model)
-    out: dict = {"topology": f"{args.family}x{args.machines}", "size_bytes": size, "model": params.label}
+    params = model_params(args.model.split(",")[0])  # the chunk counts are chosen in the first
+    out: dict = {"topology": f"{args.family}x{args.machines}", "size_bytes": size}
     began = time.perf_counter()
     topo = load(out["topology"])
     n = topo.num_ranks
@@ -61,23 +61,28 @@ def main() -> None:
     composition = compose(first, second, machines)
     out["compose_s"] = round(time.perf_counter() - mark, 1)
     out["sends"] = composition.num_sends
-    _say(f"timing {composition.num_sends:,} sends from the parts")
-    mark = time.perf_counter()
-    lines: list[str] = []
-    result = simulate_composition(composition, topo, size, params, log=lines.append)
-    out["time_s"] = round(time.perf_counter() - mark, 1)
-    out["path"] = lines[0]
-    out["modeled_us"] = result.time_us
-    out["peak_rss_MB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    for model in args.model.split(","):
+        params = model_params(model)
+        _say(f"timing {composition.num_sends:,} sends from the parts ({params.label})")
+        mark = time.perf_counter()
+        lines: list[str] = []
+        result = simulate_composition(composition, topo, size, params, log=lines.append)
+        out[model] = {
+            "time_s": round(time.perf_counter() - mark, 1),
+            "path": lines[0],
+            "modeled_us": result.time_us,
+        }
+        out["peak_rss_MB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     if args.check:
         from synth.algorithm import Algorithm
 
         _say("the engine on the whole")
         collective = make_collective("allgather", n, composition.chunks)
         algo = Algorithm(collective, topo.name, to_steps(composition, topo), None)
-        mark = time.perf_counter()
-        out["whole_us"] = simulate(algo, topo, size, params).time_us
-        out["whole_s"] = round(time.perf_counter() - mark, 1)
+        for model in args.model.split(","):
+            mark = time.perf_counter()
+            whole = simulate(algo, topo, size, model_params(model)).time_us
+            out[model] |= {"whole_us": whole, "whole_s": round(time.perf_counter() - mark, 1)}
     print(json.dumps(out))
 
 
