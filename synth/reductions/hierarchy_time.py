@@ -333,7 +333,7 @@ def _machines(
         blocks = [block[take] for block, take in zip(inner, takes, strict=True)]
         at = np.concatenate([a[take] for a, take in zip(ready, takes, strict=True)]).tolist() if takes else []
         arrived = feed(_sends(blocks, first_step), run.network, run.nbytes, run.merge, at)[1]
-        finish = max(finish, *arrived)
+        finish = max(finish, max(arrived, default=0.0))
     per = sum(map(len, inner)) // max(run.count, 1)
     return finish, f"{len(leaders)} machine run(s) of {per:,} inner sends for {run.count} machines"
 
