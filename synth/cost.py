@@ -18,7 +18,7 @@ Sizes follow nccl-tests: ``size_bytes`` is the buffer nccl-tests reports (allgat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,7 @@ from common.units import BYTES_PER_US_PER_GBPS
 from synth.timing import DEFAULT, PROTOCOLS, Engine, Network, Params, model_params
 
 if TYPE_CHECKING:
-    from synth.algorithm import Algorithm, Send
+    from synth.algorithm import Algorithm, Provenance, Send
     from synth.collectives import Collective
     from topologies.model import Topology
 
@@ -34,7 +34,9 @@ __all__ = [
     "SCCLCost",
     "SimResult",
     "algbw_GBps",
+    "calls_apart",
     "chunk_bytes",
+    "feed",
     "model_ordered",
     "sccl_cost",
     "simulate",
@@ -109,56 +111,75 @@ def model_ordered(algo: Algorithm) -> bool:
     """Whether an untimed ``algo`` is compiled in the order of this model's list schedule
     (``codegen.lower``): every synthesized one and NCCL's layout, whose channels share connections;
     not the textbook baselines, whose dataflow order is already the model's."""
-    method = algo.provenance.method if algo.provenance else ""
+    return _ordered_method(algo.provenance)
+
+
+def _ordered_method(provenance: Provenance | None) -> bool:
+    method = provenance.method if provenance else ""
     return not method.startswith("baseline") or method == "baseline:nccl"
 
 
-def _calls_apart(algo: Algorithm) -> bool:
-    """Whether each send of an untimed ``algo`` pays the per-send cost as a call of its own: the
-    synthesized ones, as the compiler keeps them apart. Not NCCL's layout: NCCL runs its channels
+def calls_apart(provenance: Provenance | None) -> bool:
+    """Whether each send of an untimed algorithm of this ``provenance`` pays the per-send cost as
+    a call of its own: the synthesized ones, as the compiler keeps them apart. Not NCCL's layout: NCCL runs its channels
     at once, each with its own connection and SM, so a step's sends on one connection cost what its
     parallel links carry at once (timed per send, dgx2x2's eight rings took 613 us at 1 KiB against
     121 us, and NCCL's own model says 39 us). Our compiled XML of that layout still times each send
     as a call (docs/nccl.md)."""
-    nccl = algo.provenance is not None and algo.provenance.method == "baseline:nccl"
-    return model_ordered(algo) and not nccl
+    nccl = provenance is not None and provenance.method == "baseline:nccl"
+    return _ordered_method(provenance) and not nccl
 
 
 def _list_schedule(
     algo: Algorithm, topology: Topology, size_bytes: float, params: Params
 ) -> tuple[tuple[float, ...], float]:
-    """(start of each send in step order, finish) of :func:`simulate`'s list schedule: the engine
-    fed every send (or group of sends, module docstring), ready when the earlier-step writes to the
-    slots it reads have arrived, with its place in the schedule's order as its priority."""
-    network = Network(topology, params)
-    nbytes = chunk_bytes(algo.collective, size_bytes)
+    """(start of each send in step order, finish) of :func:`simulate`'s list schedule (:func:`feed`)."""
     sends = [(k, send) for k, step in enumerate(algo.steps) for send in step.sends]
-    apart = _calls_apart(algo) and any(send.start_us is None for _, send in sends)
-    groups, group_of = _groups(sends, network.connection_servers if params.send_us > 0 and not apart else None)
+    apart = calls_apart(algo.provenance) and any(send.start_us is None for _, send in sends)
+    network = Network(topology, params)
+    started, arrived = feed(sends, network, chunk_bytes(algo.collective, size_bytes), merge=not apart)
+    return tuple(started), max(arrived, default=0.0)
+
+
+def feed(
+    sends: list[tuple[int, Send]],
+    network: Network,
+    nbytes: float,
+    merge: bool,
+    ready: Sequence[float] | None = None,
+) -> tuple[list[float], list[float]]:
+    """(start, arrival) of each of ``sends`` (``(step, send)`` in the schedule's order) in the
+    engine: every send (or group of sends, when sends cost time and ``merge``: module docstring),
+    ready when the earlier-step writes among ``sends`` to the slots it reads have arrived and not
+    before its ``ready`` time (writes made outside ``sends``), with its place in ``sends`` as its
+    priority. A send that never starts keeps 0.0 for both."""
+    servers = network.connection_servers if network.params.send_us > 0 and merge else None
+    groups, group_of = _groups(sends, servers)
     waiting, dependents = _dependencies(sends, groups, group_of)
     transfers = [network.transfer(sends[g[0]][1].src, sends[g[0]][1].dst, nbytes * len(g)) for g in groups]
-    ready = [0.0] * len(groups)
+    ready_at = [0.0] * len(groups)
+    for i, at in enumerate(ready or ()):
+        ready_at[group_of[i]] = max(ready_at[group_of[i]], at)
     started = [0.0] * len(sends)
-    finish = 0.0
+    arrived = [0.0] * len(sends)
     engine = Engine(network)
 
     def on_start(i: int, start: float) -> None:
-        nonlocal finish
+        arrive = start + transfers[i].delay_us
         for j in groups[i]:
             started[j] = start
-        arrive = start + transfers[i].delay_us
-        finish = max(finish, arrive)
+            arrived[j] = arrive
         for d in dependents[i]:
-            ready[d] = max(ready[d], arrive)
+            ready_at[d] = max(ready_at[d], arrive)
             waiting[d] -= 1
             if waiting[d] == 0:
-                engine.submit(d, ready[d], transfers[d], d)
+                engine.submit(d, ready_at[d], transfers[d], d)
 
     for i, count in enumerate(waiting):
         if count == 0:
-            engine.submit(i, 0.0, transfers[i], i)
+            engine.submit(i, ready_at[i], transfers[i], i)
     engine.run(on_start)
-    return tuple(started), finish
+    return started, arrived
 
 
 def _groups(

@@ -188,23 +188,31 @@ def compose(first: Algorithm, second: Algorithm, machines: Machines) -> Composit
     refine_by = second.chunks // math.gcd(second.chunks, machines.count * first.chunks)
     first = refine(first, refine_by)
     rails = lift_between(first, machines)
-    blocks = ordered(rails + lift_within(second, machines, first.chunks), machines)
+    blocks = ordered(rails + lift_within(second, machines, first.chunks), machines, first.chunks)
     return Composition(machines, first.chunks, len(rails), tuple(blocks))
 
 
-def ordered(blocks: list[np.ndarray], machines: Machines) -> list[np.ndarray]:
+def ordered(blocks: list[np.ndarray], machines: Machines, chunks: int) -> list[np.ndarray]:
     """Each step's rows sorted by how far ahead of its source machine the destination's is (mod
-    K), then chunk, source and destination: the timing engine starts sends in this order, so every
-    machine feeds machine ``m + 1``, then ``m + 2``, ... (one NIC each at a time), the order in
-    which :func:`lift_within` takes the rails' chunks and, run backwards (a reducescatter), hands
-    them over. Sorted by absolute destination, all machines fed machine 0 first; the
-    reducescatter's mirror of that timing did not match the inner order: 80.7% of the flat packing
-    on 16 x 8 H100, one chunk."""
+    K), then by keys relative to the source machine: the chunk's origin counted from it (chunk
+    ``(o*g + i)*chunks + c`` has origin machine ``o``), the ranks' places in their machines, last
+    the source machine. The timing engine starts sends in this order, so every machine feeds
+    machine ``m + 1``, then ``m + 2``, ... (one NIC each at a time), the order in which
+    :func:`lift_within` takes the rails' chunks and, run backwards (a reducescatter), hands them
+    over. Sorted by absolute destination, all machines fed machine 0 first; the reducescatter's
+    mirror of that timing did not match the inner order: 80.7% of the flat packing on 16 x 8 H100,
+    one chunk. Relative keys make a shift of the machines a shift of the order, so machines whose
+    rails deliver alike run alike and :func:`synth.reductions.hierarchy_time.simulate_composition`
+    times each kind once (sorted by absolute chunk, machine 0's ties broke differently at the wrap)."""
     k, g = machines.count, machines.size
+    span = g * chunks  # chunks per origin machine
     out = []
     for block in blocks:
-        ahead = (block[:, 2] // g - block[:, 1] // g) % k
-        out.append(block[np.lexsort((block[:, 2], block[:, 1], block[:, 0], ahead))])
+        chunk, src, dst = block[:, 0], block[:, 1], block[:, 2]
+        home = src // g
+        ahead = (dst // g - home) % k
+        relative = ((chunk // span - home) % k) * span + chunk % span
+        out.append(block[np.lexsort((home, dst % g, src % g, relative, ahead))])
     return out
 
 
