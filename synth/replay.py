@@ -75,9 +75,13 @@ class Pairs:
         return np.bincount(self._edges, weights=weights, minlength=len(self.capacity)).astype(np.int64)
 
     def rounds_needed(self, block: np.ndarray) -> int:
-        """Fewest rounds in which the step's sends fit every edge (0 for no send)."""
+        """Fewest rounds in which the step's sends fit every edge: 0 for no send, and at least 1
+        for a step of sends none of which has a link (so that its replay names the first such send,
+        not its rounds)."""
+        if not len(block):
+            return 0
         load = self.loads(block[:, 1], block[:, 2])
-        return int((-(-load // self.capacity)).max()) if load.any() else 0
+        return max(1, int((-(-load // self.capacity)).max()))
 
     def overloaded(self, block: np.ndarray, rounds: int) -> Overload | None:
         """The first edge (resources' order) the step loads past ``rounds`` rounds, if any."""
