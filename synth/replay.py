@@ -115,7 +115,7 @@ def _grouped(collective: Collective, side: str) -> list[tuple[np.ndarray, np.nda
 
 
 def _first_bad_send(
-    block: np.ndarray, ops: np.ndarray | None, holds: np.ndarray, pairs: Pairs, combining_name: str
+    block: np.ndarray, ops: np.ndarray | None, holds: np.ndarray, pairs: Pairs, collective_name: str
 ) -> tuple[int, str] | None:
     """The first send of the step that fails a per-send check, and what it fails."""
     n, addresses = holds.shape
@@ -137,7 +137,7 @@ def _first_bad_send(
     if not chunk_ok[i]:
         return i, f"expected a chunk in 0..{addresses - 1}"
     if not op_ok[i]:
-        return i, "unknown op" if ops is not None and ops[i] > 1 else f"{combining_name} does not combine; op must be copy"
+        return i, "unknown op" if ops is not None and ops[i] > 1 else f"{collective_name} does not combine; op must be copy"
     if not linked[i]:
         return i, "no link"
     return i, "not held"

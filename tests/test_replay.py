@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import verify_reference
+from conftest import assert_one_line_error
 
 from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.baselines import make_baseline
@@ -160,3 +161,48 @@ def test_a_rank_count_mismatch_is_refused_alike():
     message = _verdict(algo.verify, topo)
     assert "the topology has 4 ranks, the collective 3" in message
     assert message == _verdict(verify_reference.verify, algo, topo)
+
+
+def test_a_composed_allgather_over_the_limit_is_verified_without_its_algorithm(monkeypatch):
+    """The 4096-GPU path on 16: with XCCL_MAX_TREES_SENDS below its sends, the composed allgather
+    is still synthesized and verified (as arrays: no Send made), its Algorithm refused on demand
+    naming the limit, and its modeled time left to simulate_composition (None). Before, the
+    synthesis was refused up front."""
+    import synth.reductions.hierarchy as hierarchy
+    from common.limits import LimitError
+    from synth.trees.synthesis import modeled
+
+    def no_send(*args):
+        raise AssertionError("a Send object was made")
+
+    monkeypatch.setenv("XCCL_MAX_TREES_SENDS", "100")
+    monkeypatch.setattr(hierarchy, "Send", no_send)
+    topo = load("dgx-h100x2")
+    result = synthesize(topo, "allgather", hierarchical=True, size_bytes=1 << 20)
+    assert result.composed is not None and result.num_sends > 100
+    assert modeled(result, topo, 1 << 20) is None
+    with pytest.raises(LimitError, match=r"allgather on dgx-h100x2 as an Algorithm: 240 sends.*XCCL_MAX_TREES_SENDS"):
+        result.algorithm  # noqa: B018
+
+
+def test_a_composed_allgather_within_the_limit_gives_its_algorithm_and_time():
+    """Under the limit the Algorithm is made from the verified arrays: the set-based verifier
+    passes it, its name is the one the arrays were verified under, and modeled is the engine's."""
+    from synth.cost import simulate
+    from synth.timing import model_params
+    from synth.trees.synthesis import modeled
+
+    topo = load("dgx-h100x2")
+    result = synthesize(topo, "allgather", hierarchical=True, size_bytes=1 << 20)
+    algo = result.algorithm
+    assert algo.num_sends == result.num_sends and algo.name == result.name
+    assert _verdict(verify_reference.verify, algo, topo) == "verified"
+    ideal = model_params("ideal")
+    assert modeled(result, topo, 1 << 20, ideal) == simulate(algo, topo, 1 << 20, ideal)
+
+
+def test_the_cli_refuses_to_write_a_composed_allgather_too_large_to_hold(xccl, tmp_path):
+    """xccl synth trees writes an Algorithm: at 4096 GPUs it is refused at once, naming the limit
+    and where the composed allgather can be had (the API, docs/trees.md)."""
+    proc = xccl("synth", "trees", "--hierarchical", "-t", "dgx-h100x512", "-C", "allgather", "-o", str(tmp_path / "ag.json"))
+    assert_one_line_error(proc, "as an Algorithm", "16773120 sends", "XCCL_MAX_TREES_SENDS", "docs/trees.md")
