@@ -5,7 +5,8 @@ the others through the reductions every synthesizer shares: reducescatter as the
 the reversed topology run backwards (:data:`synth.reductions.DUAL`), allreduce as reducescatter
 then allgather (:data:`synth.reductions.REDUCESCATTER_ALLGATHER`). With ``hierarchical``, an
 allgather on identical machines is first split into one between the machines and one inside a
-machine (:data:`synth.reductions.hierarchy.HIERARCHY`), each packed on its own, far smaller, graph.
+machine (:data:`synth.reductions.hierarchy.HIERARCHY`), each packed on its own, far smaller, graph,
+then composed and verified as arrays: its Algorithm (16.8 M sends at 4096 GPUs) is made on demand.
 
 Every allgather is packed under the largest symmetry group found (:mod:`synth.trees.symmetry`),
 so ``dgx-h100x64`` packs the trees of one root and lifts them onto 512. The result is verified on
