@@ -115,9 +115,15 @@ def _grouped(collective: Collective, side: str) -> list[tuple[np.ndarray, np.nda
 
 
 def _first_bad_send(
-    block: np.ndarray, ops: np.ndarray | None, holds: np.ndarray, pairs: Pairs, collective_name: str
+    block: np.ndarray,
+    ops: np.ndarray | None,
+    names: Sequence[str] | None,
+    holds: np.ndarray,
+    pairs: Pairs,
+    words: tuple[str, str],
 ) -> tuple[int, str] | None:
-    """The first send of the step that fails a per-send check, and what it fails."""
+    """The first send of the step that fails a per-send check, and what it fails, in the words of
+    :mod:`synth.verify` (``words``: the collective's name and the topology's)."""
     n, addresses = holds.shape
     chunk, src, dst = block[:, 0], block[:, 1], block[:, 2]
     ranks_ok = (src >= 0) & (src < n) & (dst >= 0) & (dst < n) & (src != dst)
@@ -132,15 +138,18 @@ def _first_bad_send(
     if not len(bad):
         return None
     i = int(bad[0])
+    c, s, d = (int(x) for x in block[i])
     if not ranks_ok[i]:
         return i, f"expected two different ranks in 0..{n - 1}"
     if not chunk_ok[i]:
         return i, f"expected a chunk in 0..{addresses - 1}"
+    if ops is not None and ops[i] > 1:
+        return i, f"unknown op {names[i] if names is not None else ops[i]!r}"
     if not op_ok[i]:
-        return i, "unknown op" if ops is not None and ops[i] > 1 else f"{collective_name} does not combine; op must be copy"
+        return i, f"{words[0]} does not combine; op must be copy"
     if not linked[i]:
-        return i, "no link"
-    return i, "not held"
+        return i, f"no link {s} -> {d} in {words[1]}"
+    return i, f"rank {s} does not hold chunk {c} yet"
 
 
 def replay_copies(
@@ -171,18 +180,13 @@ def replay_copies(
         if step_rounds < 1:
             raise VerificationError(f"{where}: rounds must be >= 1, got {step_rounds}")
         step_ops = None if ops is None else ops[index]
-        bad = _first_bad_send(block, step_ops, holds, pairs, collective.name)
+        step_names = None if op_names is None else op_names[index]
+        words = (collective.name, topology_name or topology.name)
+        bad = _first_bad_send(block, step_ops, step_names, holds, pairs, words)
         if bad is not None:
             i, fault = bad
             chunk, src, dst = (int(x) for x in block[i])
-            what = f"{where}: send of chunk {chunk} from rank {src} to rank {dst}"
-            if fault == "unknown op":
-                fault = f"unknown op {op_names[index][i]!r}" if op_names is not None else fault
-            elif fault == "no link":
-                fault = f"no link {src} -> {dst} in {topology_name or topology.name}"
-            elif fault == "not held":
-                fault = f"rank {src} does not hold chunk {chunk} yet"
-            raise VerificationError(f"{what}: {fault}")
+            raise VerificationError(f"{where}: send of chunk {chunk} from rank {src} to rank {dst}: {fault}")
         over = pairs.overloaded(block, step_rounds)
         if over is not None:
             raise VerificationError(

@@ -35,7 +35,9 @@ def _agree(composition: Composition, topo) -> str:
     """The verdict on the composition as arrays, asserted equal to the set-based verifier's on its
     Algorithm (rounds as to_steps gives them) and to synth.verify's; that verdict."""
     algo = Algorithm(
-        make_collective("allgather", topo.num_ranks, composition.chunks), topo.name, to_steps(composition, topo)
+        make_collective("allgather", topo.num_ranks, composition.chunks),
+        topo.name,
+        to_steps(composition, topo),
     )
     arrays = _verdict(verify_composition, composition, topo, PROVENANCE)
     assert arrays == _verdict(verify_reference.verify, algo, topo)
@@ -122,7 +124,8 @@ def test_a_step_given_too_few_rounds_fails_on_its_edge():
 
 
 @pytest.mark.parametrize(
-    ("name", "root"), [("broadcast", 2), ("scatter", 1), ("gather", 3), ("alltoall", None), ("allgather", None)]
+    ("name", "root"),
+    [("broadcast", 2), ("scatter", 1), ("gather", 3), ("alltoall", None), ("allgather", None)],
 )
 def test_every_copy_only_collective_agrees_with_the_set_based_verifier(name, root):
     """The ring baseline of each copy-only collective, and its mutants (a send dropped, twice, to
@@ -151,7 +154,9 @@ def test_every_copy_only_collective_agrees_with_the_set_based_verifier(name, roo
             steps[k][j] = replace(s, dst=s.src)
         elif k > 0:
             steps[k - 1].append(steps[k].pop(j))
-        bad = replace(algo, steps=tuple(Step(st.rounds, tuple(x)) for st, x in zip(algo.steps, steps, strict=True)))
+        bad = replace(
+            algo, steps=tuple(Step(st.rounds, tuple(x)) for st, x in zip(algo.steps, steps, strict=True))
+        )
         assert _verdict(bad.verify, topo) == _verdict(verify_reference.verify, bad, topo)
 
 
@@ -181,7 +186,9 @@ def test_a_composed_allgather_over_the_limit_is_verified_without_its_algorithm(m
     result = synthesize(topo, "allgather", hierarchical=True, size_bytes=1 << 20)
     assert result.composed is not None and result.num_sends > 100
     assert modeled(result, topo, 1 << 20) is None
-    with pytest.raises(LimitError, match=r"allgather on dgx-h100x2 as an Algorithm: 240 sends.*XCCL_MAX_TREES_SENDS"):
+    with pytest.raises(
+        LimitError, match=r"allgather on dgx-h100x2 as an Algorithm: 240 sends.*XCCL_MAX_TREES_SENDS"
+    ):
         result.algorithm  # noqa: B018
 
 
@@ -204,5 +211,15 @@ def test_a_composed_allgather_within_the_limit_gives_its_algorithm_and_time():
 def test_the_cli_refuses_to_write_a_composed_allgather_too_large_to_hold(xccl, tmp_path):
     """xccl synth trees writes an Algorithm: at 4096 GPUs it is refused at once, naming the limit
     and where the composed allgather can be had (the API, docs/trees.md)."""
-    proc = xccl("synth", "trees", "--hierarchical", "-t", "dgx-h100x512", "-C", "allgather", "-o", str(tmp_path / "ag.json"))
+    proc = xccl(
+        "synth",
+        "trees",
+        "--hierarchical",
+        "-t",
+        "dgx-h100x512",
+        "-C",
+        "allgather",
+        "-o",
+        str(tmp_path / "ag.json"),
+    )
     assert_one_line_error(proc, "as an Algorithm", "16773120 sends", "XCCL_MAX_TREES_SENDS", "docs/trees.md")
