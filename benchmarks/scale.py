@@ -50,7 +50,8 @@ def _report(stage: str, start: float, **extra) -> None:
 
 
 def _synthesize(topo, collective: str, limit_s: float, compose: bool):
-    """The best synthesizer's verified Algorithm, and how it was made."""
+    """The best synthesizer's verified result (a :class:`~synth.trees.TreesResult` or an
+    Algorithm), and how it was made."""
     from synth.trees import synthesize as trees_synthesize
     from xccl.api import synthesize
 
@@ -58,8 +59,33 @@ def _synthesize(topo, collective: str, limit_s: float, compose: bool):
         result = trees_synthesize(
             topo, collective, size_bytes=SIZE, time_limit_s=limit_s, hierarchical=compose
         )
-        return result.algorithm, "trees --hierarchical" if compose else "trees"
+        return result, "trees --hierarchical" if compose else "trees"
     return synthesize(topo, collective, METHOD[collective], size=SIZE), METHOD[collective]
+
+
+def _refuse_early(topo, collective: str, compose: bool) -> None:
+    """The synthesizer's size limits, checked before the bound (minutes at 4096 GPUs): tree
+    packing's sends, except a composed allgather's (arrays); the collective's own for the others."""
+    from synth.collectives import make_collective
+    from synth.trees.synthesis import check_sends
+
+    if METHOD[collective] != "trees":
+        make_collective(collective, topo.num_ranks)  # described now: its limits checked
+    elif not (compose and collective == "allgather"):
+        check_sends(topo, collective)
+
+
+def _model(made, topo) -> tuple[float, float]:
+    """The modeled time at 1 GiB, ideal and calibrated (a composed allgather's from its parts,
+    :func:`synth.trees.synthesis.modeled`: no Algorithm needed at 4096 GPUs)."""
+    from synth.cost import simulate
+    from synth.timing import model_params
+    from synth.trees.synthesis import TreesResult, modeled
+
+    ideal, calibrated = model_params("ideal"), model_params("calibrated")
+    if isinstance(made, TreesResult):
+        return modeled(made, topo, SIZE, ideal).time_us, modeled(made, topo, SIZE, calibrated).time_us
+    return simulate(made, topo, SIZE, ideal).time_us, simulate(made, topo, SIZE, calibrated).time_us
 
 
 def _xml_stages(algo, topo) -> None:
@@ -88,10 +114,31 @@ def _xml_stages(algo, topo) -> None:
 
 
 def run_case(topology: str, collective: str, limit_s: float, compose: bool, with_xml: bool) -> None:
-    """The child: every stage of one case, reported as it finishes."""
+    """The child: every stage of one case, reported as it finishes; a refusal (a limit, a time the
+    engine cannot give yet) ends the case with a ``refused`` line saying why, not a traceback."""
+    from common.errors import XcclError
+
+    try:
+        _stages(topology, collective, limit_s, compose, with_xml)
+    except Refused as exc:
+        print(json.dumps({"stage": "refused", "at": exc.at, "why": exc.why}), flush=True)
+    except XcclError as exc:
+        print(json.dumps({"stage": "refused", "why": str(exc)}), flush=True)
+
+
+class Refused(Exception):
+    """A stage that does not run, and why (the row's "stopped at")."""
+
+    def __init__(self, at: str, why: str) -> None:
+        super().__init__(f"{at}: {why}")
+        self.at, self.why = at, why
+
+
+def _stages(topology: str, collective: str, limit_s: float, compose: bool, with_xml: bool) -> None:
+    """The stages of one case (module docstring), each reported."""
+    from common.errors import XcclError
     from synth.bounds import bandwidth_bound_method, lower_bound_us
     from synth.collectives import make_collective
-    from synth.cost import simulate
     from synth.nccl.compare import nccl_reference
     from synth.timing import model_params
     from topologies import load
@@ -100,23 +147,54 @@ def run_case(topology: str, collective: str, limit_s: float, compose: bool, with
     topo = load(topology)
     n = topo.num_ranks
     _report("topology", t)
+    try:
+        _refuse_early(topo, collective, compose)
+    except XcclError as exc:
+        raise Refused("synth", str(exc)) from None
     t = time.perf_counter()
     lazy = make_collective(collective, n, lazy=True)
     bound = lower_bound_us(topo, lazy, SIZE)
     _report("bound", t, bound_us=bound, how=bandwidth_bound_method(topo, lazy))
     t = time.perf_counter()
-    algo, method = _synthesize(topo, collective, limit_s, compose)
-    _report("synth", t, method=method, sends=algo.num_sends)
+    made, method = _synthesize(topo, collective, limit_s, compose)
+    _report("synth", t, method=method, sends=made.num_sends)
     t = time.perf_counter()
-    ideal, calibrated = model_params("ideal"), model_params("calibrated")
-    ideal_us = simulate(algo, topo, SIZE, ideal).time_us
-    _report("model", t, ideal_us=ideal_us, calibrated_us=simulate(algo, topo, SIZE, calibrated).time_us)
+    times = _model(made, topo)
+    _report("model", t, ideal_us=times[0], calibrated_us=times[1])
+    whole = _whole(made)
     if with_xml:
-        _xml_stages(algo, topo)
+        if whole is None:
+            raise Refused("compile", f"an XML needs the Algorithm: {_over_limit(made)}")
+        _xml_stages(whole, topo)
     t = time.perf_counter()
+    if whole is None:  # NCCL's layout has as many sends as ours: only NCCL's own model
+        from synth.nccl.model import nccl_time
+
+        est = nccl_time(topo, collective, SIZE)
+        _report("nccl", t, layout_us=None, layout_ideal_us=None, model_us=est.time_us)
+        return
+    calibrated, ideal = model_params("calibrated"), model_params("ideal")
     cal = nccl_reference(topo, lazy, SIZE, calibrated)
     line = nccl_reference(topo, lazy, SIZE, ideal)
     _report("nccl", t, layout_us=cal.layout_us, layout_ideal_us=line.layout_us, model_us=cal.model_us)
+
+
+def _whole(made):
+    """``made`` as an Algorithm, or None for a composed allgather over XCCL_MAX_TREES_SENDS (4096
+    GPUs: 16.8 M sends), which is verified and timed as arrays."""
+    from common.limits import LimitError
+    from synth.trees.synthesis import TreesResult
+
+    if not isinstance(made, TreesResult):
+        return made
+    try:
+        return made.algorithm
+    except LimitError:
+        return None
+
+
+def _over_limit(made) -> str:
+    return f"{made.num_sends} sends, over XCCL_MAX_TREES_SENDS"
 
 
 def _child(
@@ -140,7 +218,10 @@ def _child(
             report = json.loads(line)
             done[report.pop("stage")] = report
     stages = STAGES if with_xml else tuple(s for s in STAGES if s not in XML_STAGES)
+    refused = done.pop("refused", None)
     stopped = next((s for s in stages if s not in done), None)
+    if refused is not None:
+        return done, f"{refused.get('at') or stopped}: {refused['why']}"
     if stopped is not None and time.monotonic() < deadline and child.returncode != 0:
         last = (err.strip().splitlines() or ["failed"])[-1]
         return done, f"{stopped}: {last[:60]}"

@@ -25,11 +25,16 @@ from synth.errors import AlgorithmFormatError
 if TYPE_CHECKING:
     from topologies.model import Topology
 
-__all__ = ["FORMAT", "OPS", "Algorithm", "Provenance", "Send", "Step"]
+__all__ = ["FORMAT", "OPS", "Algorithm", "Provenance", "Send", "Step", "algorithm_name"]
 
 FORMAT = "xccl-algorithm/1"
 OPS = ("copy", "reduce")
 Scalar = str | int | float | bool | None
+
+
+def algorithm_name(collective: str, topology: str, steps: int, rounds: int, chunks: int) -> str:
+    """An algorithm's name (:attr:`Algorithm.name`), also for a schedule still held as arrays."""
+    return f"{collective}-{topology}-s{steps}-r{rounds}-c{chunks}"
 
 
 @dataclass(frozen=True, order=True)
@@ -114,7 +119,7 @@ class Algorithm:
 
     @property
     def name(self) -> str:
-        return f"{self.collective.name}-{self.topology}-s{self.num_steps}-r{self.rounds}-c{self.chunks}"
+        return algorithm_name(self.collective.name, self.topology, self.num_steps, self.rounds, self.chunks)
 
     @property
     def file_stem(self) -> str:

@@ -8,13 +8,20 @@ what it lands on. Every send of a step reads the state left by the previous step
 reported with the step it fails in: the chunk is at its source, the link exists, each link and
 shared resource carries no more than its capacity times the step's rounds, no contribution is
 reduced in twice, no copy discards contributions, and at the end every postcondition holds.
+
+A collective that does not combine is replayed on arrays instead (:mod:`synth.replay`: the same
+checks in the same order, with the same messages, on a boolean matrix of what each rank holds), so
+that a 16.8 M-send composed allgather is verified without a Python object per send.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from synth.errors import VerificationError
+from synth.replay import copy_only, replay_copies
 
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm, Send, Step
@@ -163,6 +170,9 @@ def final_state(algo: Algorithm, topology: Topology | None = None) -> State:
 def verify(algo: Algorithm, topology: Topology) -> None:
     """Raise :class:`VerificationError` unless ``algo`` implements its collective on ``topology``."""
     coll = algo.collective
+    if copy_only(coll):
+        _replay(algo, topology)
+        return
     state = final_state(algo, topology)
     if coll.combining:
         for addr, posts in enumerate(coll.address_posts):
@@ -179,3 +189,20 @@ def verify(algo: Algorithm, topology: Topology) -> None:
         for r in sorted(chunk.post):
             if not state[r].get(cid, 0):
                 raise VerificationError(f"{algo.name}: postcondition: rank {r} never gets chunk {cid}")
+
+
+def _replay(algo: Algorithm, topology: Topology) -> None:
+    """:func:`synth.replay.replay_copies` of ``algo``'s steps as arrays (ops coded only where a
+    send does not copy)."""
+    blocks = [
+        np.array([(s.chunk, s.src, s.dst) for s in st.sends], dtype=np.int64).reshape(-1, 3) for st in algo.steps
+    ]
+    rounds = [st.rounds for st in algo.steps]
+    ops = names = None
+    if any(s.op != "copy" for st in algo.steps for s in st.sends):
+        code = {"copy": 0, "reduce": 1}
+        names = [[s.op for s in st.sends] for st in algo.steps]
+        ops = [np.array([code.get(op, 2) for op in step], dtype=np.int64) for step in names]
+    replay_copies(
+        algo.name, algo.collective, topology, blocks, rounds, ops=ops, op_names=names, topology_name=algo.topology
+    )

@@ -30,13 +30,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.algorithm import Algorithm, Provenance, Send, Step
-from synth.collectives import make_collective
+from synth.algorithm import Algorithm, Provenance, Send, Step, algorithm_name
+from synth.collectives import Collective, make_collective
 from synth.reductions.base import Problem, Reduced, Reduction, ReductionError, Solution
 from synth.reductions.composition import refine
+from synth.replay import Pairs, replay_copies
 from topologies.model import Link, Topology, Vertex
 
-__all__ = ["HIERARCHY", "Composition", "Hierarchy", "Machines", "compose", "machines_of", "ordered", "to_steps"]
+__all__ = [
+    "HIERARCHY",
+    "Composed",
+    "Composition",
+    "Hierarchy",
+    "Machines",
+    "compose",
+    "machines_of",
+    "ordered",
+    "to_steps",
+    "verify_composition",
+]
 
 OUTSIDE = ("nic", "network")
 """Switch kinds that belong to the way out of a machine, not to the machine."""
@@ -216,19 +228,65 @@ def ordered(blocks: list[np.ndarray], machines: Machines, chunks: int) -> list[n
     return out
 
 
-def to_steps(composition: Composition, topology: Topology) -> tuple[Step, ...]:
+def to_steps(composition: Composition, topology: Topology, rounds: Sequence[int] | None = None) -> tuple[Step, ...]:
     """The composition's steps as :class:`Step` objects, each with the rounds its loads need on
-    ``topology`` (its rank pairs routed first, one search per source)."""
-    n = topology.num_ranks
-    blocks = composition.blocks
-    codes = np.unique(np.concatenate([b[:, 1] * n + b[:, 2] for b in blocks]))
-    topology.logical().route(zip((codes // n).tolist(), (codes % n).tolist(), strict=True))
-    capacity = topology.chunk_capacity()
-    out = []
-    for block in blocks:
-        sends = tuple(Send(c, s, d) for c, s, d in block.tolist())
-        out.append(Step(capacity.rounds_needed((x.src, x.dst) for x in sends), sends))
-    return tuple(out)
+    ``topology`` (:func:`composition_rounds`) unless given."""
+    if rounds is None:
+        rounds = composition_rounds(composition, topology)
+    return tuple(
+        Step(r, tuple(Send(c, s, d) for c, s, d in block.tolist()))
+        for r, block in zip(rounds, composition.blocks, strict=True)
+    )
+
+
+def composition_rounds(composition: Composition, topology: Topology, pairs: Pairs | None = None) -> tuple[int, ...]:
+    """Each step's rounds: the fewest in which its sends fit every edge of ``topology``
+    (:meth:`~topologies.logical.ChunkCapacity.rounds_needed`, counted on arrays; its rank pairs
+    routed first, one search per source)."""
+    pairs = pairs if pairs is not None else Pairs(topology, composition.blocks)
+    return tuple(pairs.rounds_needed(block) for block in composition.blocks)
+
+
+def verify_composition(composition: Composition, topology: Topology, provenance: Provenance) -> Composed:
+    """The composition verified as a whole on ``topology`` (the verifier's replay on arrays,
+    :mod:`synth.replay`: its checks and messages, the algorithm named as its Algorithm would be),
+    with each step's rounds; raises :class:`~synth.errors.VerificationError`."""
+    pairs = Pairs(topology, composition.blocks)
+    rounds = composition_rounds(composition, topology, pairs)
+    collective = make_collective("allgather", topology.num_ranks, composition.chunks, lazy=True)
+    name = algorithm_name("allgather", topology.name, len(rounds), sum(rounds), composition.chunks)
+    replay_copies(name, collective, topology, composition.blocks, rounds, pairs=pairs)
+    return Composed(composition, collective, topology.name, rounds, provenance)
+
+
+@dataclass(frozen=True)
+class Composed:
+    """A composed allgather verified as a whole (:func:`verify_composition`), still arrays: its
+    :class:`Algorithm` (one :class:`Send` per row: 16.8 M at 4096 GPUs, more memory than this
+    machine has) is made only when asked for (:meth:`algorithm`)."""
+
+    composition: Composition
+    collective: Collective
+    topology: str
+    rounds: tuple[int, ...]
+    provenance: Provenance
+
+    @property
+    def num_sends(self) -> int:
+        return self.composition.num_sends
+
+    @property
+    def name(self) -> str:
+        """The name its Algorithm has."""
+        return algorithm_name("allgather", self.topology, len(self.rounds), sum(self.rounds), self.composition.chunks)
+
+    def algorithm(self) -> Algorithm:
+        """The same schedule as an :class:`Algorithm` (verified: it is the schedule just replayed)."""
+        steps = tuple(
+            Step(r, tuple(Send(c, s, d) for c, s, d in block.tolist()))
+            for r, block in zip(self.rounds, self.composition.blocks, strict=True)
+        )
+        return Algorithm(self.collective, self.topology, steps, self.provenance)
 
 
 def lift_between(algo: Algorithm, machines: Machines) -> list[np.ndarray]:
@@ -302,12 +360,16 @@ class Hierarchy(Reduction):
         return Reduced(self, problem, parts, via, machines)
 
     def invert(self, reduced: Reduced, solutions: Sequence[Solution]) -> Solution:
+        """:meth:`compose`'s result as an :class:`Algorithm`."""
+        return Solution(self.compose(reduced, solutions).algorithm())
+
+    def compose(self, reduced: Reduced, solutions: Sequence[Solution]) -> Composed:
         """The machine graph's schedule refined until the machine's chunks divide each rail's,
-        lifted onto every rail, then the machine's onto every machine; verified as a whole."""
+        lifted onto every rail, then the machine's onto every machine; verified as a whole, as
+        arrays (an Algorithm is made from it only on demand)."""
         machines: Machines = reduced.data
         first, second = (s.algorithm for s in solutions)
         composition = compose(first, second, machines)
-        collective = make_collective("allgather", reduced.original.collective.num_ranks, composition.chunks)
         p1, p2 = first.provenance, second.provenance
         t1, t2 = p1.solve_time_s, p2.solve_time_s
         provenance = Provenance(
@@ -318,10 +380,7 @@ class Hierarchy(Reduction):
             reduced.via,
             (("machine_chunks", second.chunks), ("network_chunks", composition.chunks)),
         )
-        steps = to_steps(composition, reduced.original.topology)
-        algo = Algorithm(collective, reduced.original.topology.name, steps, provenance)
-        algo.verify(reduced.original.topology)
-        return Solution(algo)
+        return verify_composition(composition, reduced.original.topology, provenance)
 
 
 HIERARCHY = Hierarchy()

@@ -5,7 +5,8 @@ the others through the reductions every synthesizer shares: reducescatter as the
 the reversed topology run backwards (:data:`synth.reductions.DUAL`), allreduce as reducescatter
 then allgather (:data:`synth.reductions.REDUCESCATTER_ALLGATHER`). With ``hierarchical``, an
 allgather on identical machines is first split into one between the machines and one inside a
-machine (:data:`synth.reductions.hierarchy.HIERARCHY`), each packed on its own, far smaller, graph.
+machine (:data:`synth.reductions.hierarchy.HIERARCHY`), each packed on its own, far smaller, graph,
+then composed and verified as arrays: its Algorithm (16.8 M sends at 4096 GPUs) is made on demand.
 
 Every allgather is packed under the largest symmetry group found (:mod:`synth.trees.symmetry`),
 so ``dgx-h100x64`` packs the trees of one root and lifts them onto 512. The result is verified on
@@ -22,27 +23,31 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from common.limits import Limit
 from synth.algorithm import Algorithm, Send, Step
 from synth.baselines import BASELINES, make_baseline
 from synth.collectives import make_collective
-from synth.cost import chunk_bytes, start_times
+from synth.cost import SimResult, chunk_bytes, simulate, start_times
 from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from synth.errors import InfeasibleError
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution
-from synth.reductions.hierarchy import HIERARCHY, Machines, machines_of
+from synth.reductions.hierarchy import HIERARCHY, Composed, Machines, machines_of
+from synth.reductions.hierarchy_time import simulate_composition
 from synth.timing import DEFAULT, Params, model_params
 from synth.trees.packing import Packing, pack, pair_classes
 from synth.trees.schedule import MAX_CHUNKS, MAX_SENDS, choose_chunks, chunk_choices, schedule
 from synth.trees.symmetry import find_group
 from topologies.model import Topology
 
-__all__ = ["WITHIN", "TreesResult", "synthesize"]
+__all__ = ["SENDS", "WITHIN", "TreesResult", "check_sends", "modeled", "synthesize"]
 
 SENDS = Limit("sends", 2_000_000, "XCCL_MAX_TREES_SENDS")
-"""The schedule's sends at one chunk per rank, at most: about 1.5-3 KB each while it is built,
-verified and timed (512 GPUs: 261,632 sends, 379 MB; 4096 GPUs, 16.8 M, ran out of 7 GB)."""
+"""The sends of an :class:`Algorithm` made, at one chunk per rank, at most: about 1.5-3 KB each
+while it is built, verified and timed (512 GPUs: 261,632 sends, 379 MB; 4096 GPUs, 16.8 M, ran out
+of 7 GB). A hierarchical allgather is composed and verified as arrays (:class:`Composed`, about 24
+bytes a send) and made an Algorithm only when asked for (:attr:`TreesResult.algorithm`)."""
 
 WITHIN = ("trees", "smt", *(kind for kind in BASELINES if kind != "hierarchical"))
 """How the allgather inside a machine is made in a hierarchical synthesis."""
@@ -52,10 +57,11 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class TreesResult:
-    """A verified algorithm, and the packings it was built from (one per allgather in it: an
-    allreduce's two on a symmetric topology are one packing, listed twice)."""
+    """A verified schedule, and the packings it was built from (one per allgather in it: an
+    allreduce's two on a symmetric topology are one packing, listed twice). ``made`` is an
+    :class:`Algorithm`, or a hierarchical allgather still held as arrays (:class:`Composed`)."""
 
-    algorithm: Algorithm
+    made: Algorithm | Composed
     packings: tuple[Packing, ...]
     seconds: float
     interrupted: bool
@@ -65,6 +71,50 @@ class TreesResult:
         """Every packing's rate is proven optimal (its dual bound met): the schedule's throughput
         is the topology's best; its time still pays the pipeline's fill and the chunks' rounding."""
         return all(p.optimal for p in self.packings)
+
+    @property
+    def composed(self) -> Composed | None:
+        return self.made if isinstance(self.made, Composed) else None
+
+    @property
+    def num_sends(self) -> int:
+        return self.made.num_sends
+
+    @property
+    def name(self) -> str:
+        return self.made.name
+
+    @cached_property
+    def algorithm(self) -> Algorithm:
+        """The schedule as an :class:`Algorithm`, made from the arrays on first use, within
+        :data:`SENDS` (a :class:`~common.limits.LimitError` naming it beyond)."""
+        if isinstance(self.made, Algorithm):
+            return self.made
+        n = self.made.collective.num_ranks
+        SENDS.check(n * (n - 1), f"allgather on {self.made.topology} as an Algorithm")
+        return self.made.algorithm()
+
+
+def check_sends(topology: Topology, collective: str, why: str = "") -> None:
+    """Refuse at once a ``collective`` whose :class:`Algorithm` would exceed :data:`SENDS`: every
+    chunk goes to every other rank (twice for allreduce); ``why`` follows the topology's name."""
+    n = topology.num_ranks
+    SENDS.check(n * (n - 1) * (2 if collective == "allreduce" else 1), f"{collective} on {topology.name}{why}")
+
+
+def modeled(
+    result: TreesResult, topology: Topology, size_bytes: float, params: Params = DEFAULT, log: Log | None = None
+) -> SimResult:
+    """The timing engine's time of ``result``: :func:`synth.cost.simulate` of its Algorithm, or for
+    a composed (hierarchical) allgather the same time from the composition's parts
+    (:func:`~synth.reductions.hierarchy_time.simulate_composition`, equal to it and held so by
+    tests/test_hierarchy_time.py), which needs no Algorithm: 4096 GPUs in about 2 minutes."""
+    composed = result.composed
+    if composed is None:
+        return simulate(result.algorithm, topology, size_bytes, params)
+    return simulate_composition(
+        composed.composition, topology, size_bytes, params, provenance=composed.provenance, log=log
+    )
 
 
 @dataclass
@@ -119,21 +169,24 @@ def synthesize(
         raise InfeasibleError(f"{collective} on {topology.name}: tree packing needs at least 2 ranks")
     if within not in WITHIN:
         raise InfeasibleError(f"within: expected one of {', '.join(WITHIN)}, got {within!r}")
-    # every chunk goes to every other rank (twice for allreduce): refused here, not out of memory later
-    SENDS.check(n * (n - 1) * (2 if collective == "allreduce" else 1), f"{collective} on {topology.name}")
+    composing = hierarchical and collective == "allgather"
+    if not composing:  # refused here, not out of memory later; a composed allgather is arrays
+        check_sends(topology, collective)
     if hierarchical:
         machines_of(topology)  # refused before any work: one machine, or machines not alike
     run = _Run(began + time_limit_s, log, max_sends, hierarchical, within, params)
     run.say(f"{collective} on {topology.name} ({n} ranks), time limit {time_limit_s:g} s")
     chunks = n if collective == "allreduce" else 1
     problem = Problem(topology, make_collective(collective, n, chunks))
-    solution = _solve(problem, float(size_bytes) / n, run, "")
-    algo = solution.algorithm
-    if collective == "allgather" and not hierarchical:
-        run.say(f"verifying {algo.num_sends} sends")
-        algo.verify(topology)  # the other paths are verified by their reductions' invert
-    run.say(f"verified: {algo.num_sends} sends, {algo.chunks} chunks per rank")
-    return TreesResult(algo, tuple(run.packings), time.perf_counter() - began, run.interrupted)
+    if composing:  # verified as arrays by the composition; an Algorithm only on demand
+        made: Algorithm | Composed = _hierarchical(problem, float(size_bytes) / n, run)
+    else:
+        made = _solve(problem, float(size_bytes) / n, run, "").algorithm
+        if collective == "allgather":
+            run.say(f"verifying {made.num_sends} sends")
+            made.verify(topology)  # the other paths are verified by their reductions' invert
+    run.say(f"verified: {made.num_sends} sends, {made.collective.chunks_per_rank} chunks per rank")
+    return TreesResult(made, tuple(run.packings), time.perf_counter() - began, run.interrupted)
 
 
 def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Solution:
@@ -157,7 +210,7 @@ def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Soluti
         return solution
     before = len(run.packings)
     if run.hierarchical and not role:
-        solution = _hierarchical(problem, shard_bytes, run)
+        solution = Solution(_hierarchical(problem, shard_bytes, run).algorithm())
     else:
         solution = _allgather(problem, shard_bytes, run, role or "flat")
     run.solved[key] = (solution, run.packings[before:])
@@ -190,10 +243,11 @@ def _untimed(algo: Algorithm) -> Algorithm:
     return replace(algo, steps=steps)
 
 
-def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Solution:
-    """The allgather between machines (one rail) and inside one machine, packed each; the rails'
-    chunks are capped as a flat allgather's (the lift gives ``n (n - 1)`` sends per chunk), the
-    inner ones chosen among the divisors of what each rail holds, so the lift needs no refining."""
+def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Composed:
+    """The allgather between machines (one rail) and inside one machine, packed each and composed,
+    verified as arrays; the rails' chunks are capped as a flat allgather's (the lift gives
+    ``n (n - 1)`` sends per chunk), the inner ones chosen among the divisors of what each rail
+    holds, so the lift needs no refining."""
     reduced = HIERARCHY.apply(problem)
     machines: Machines = reduced.data
     between, within = reduced.subproblems
@@ -206,7 +260,11 @@ def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Solution:
         second = _allgather(within, shard_bytes * machines.count, run, "within", choices)
     else:
         second = _inside(within, run, max(c for c in choices if c <= MAX_CHUNKS))
-    return _invert(reduced, [first, second], run)
+    sends = first.algorithm.num_sends + second.algorithm.num_sends
+    run.say(f"{reduced.reduction.name}: composing and verifying as arrays ({sends} sends in the parts)")
+    composed = HIERARCHY.compose(reduced, [first, second])
+    run.say(f"{reduced.reduction.name}: verified {composed.num_sends} sends, {len(composed.rounds)} steps")
+    return composed
 
 
 def _invert(reduced: Reduced, solutions: list[Solution], run: _Run) -> Solution:

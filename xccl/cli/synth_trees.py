@@ -23,6 +23,7 @@ def cmd_trees(args: argparse.Namespace) -> int:
     from synth.cost import simulate
     from synth.errors import AlgorithmFormatError, InfeasibleError
     from synth.trees import synthesize
+    from synth.trees.synthesis import check_sends
 
     if args.within is not None and not args.hierarchical:
         raise InfeasibleError("--within: says how a hierarchical synthesis works inside a machine; add --hierarchical")
@@ -30,6 +31,9 @@ def cmd_trees(args: argparse.Namespace) -> int:
         check_writable(args.output, args.force, AlgorithmFormatError)
     size = parse_size(args.size)
     topo = topology_from_args(args)
+    # written or printed as an Algorithm, timed by the engine: refused before any work where that
+    # Algorithm is too large to hold (docs/trees.md: a composed allgather at 4096 GPUs)
+    check_sends(topo, args.collective, " as an Algorithm (the API composes and verifies it as arrays: docs/trees.md)")
     params = params_from_args(args)
     limits = describe_limits(args.time_limit)
     try:
