@@ -13,20 +13,24 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from codegen.compiler import compile_algorithm
+from codegen.errors import CodegenError
 from codegen.ir import IR
 from common.units import format_size
 from runtime.sim import simulate as simulate_ir
 from synth.algorithm import Algorithm
 from synth.cost import simulate
 from synth.timing import DEFAULT, Params
-from topologies import Topology
+from topologies import Topology, TopologyError, load
 
-__all__ = ["SPEED", "Choice", "choose_port_order", "compile_fastest", "synthesized_size"]
+__all__ = ["PORT_ORDERS", "SPEED", "Choice", "choose_port_order", "compile_fastest", "synthesized_size"]
 
 T = TypeVar("T")
 
 SPEED = 0.10
 """How much slower than its Algorithm a compiled schedule may be at its size (issue 17 item 4)."""
+
+PORT_ORDERS = ("auto", "on", "off")
+"""How a compile takes the port order: chosen by the IR simulator (``auto``), or forced on or off."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,12 @@ def choose_port_order(
     return (ordered if keep else plain), choice
 
 
-def compile_fastest(algo: Algorithm, topology: Topology, **options: object) -> tuple[IR, Choice | None]:
-    """:func:`codegen.compiler.compile_algorithm` with the port order chosen by the IR simulator.
+def compile_fastest(
+    algo: Algorithm, topology: Topology | None = None, port_order: str = "auto", **options: object
+) -> tuple[IR, Choice | None]:
+    """:func:`codegen.compiler.compile_algorithm` with the port order chosen by the IR simulator
+    (``port_order="auto"``; ``"on"``/``"off"`` force it, with no Choice). ``topology=None``: the
+    shipped one ``algo`` names, where there is one (else compiled once, without).
 
     >>> from synth.baselines import make_baseline
     >>> from synth.collectives import make_collective
@@ -96,6 +104,19 @@ def compile_fastest(algo: Algorithm, topology: Topology, **options: object) -> t
     >>> ir.num_ranks, choice  # an untimed schedule: compiled once
     (4, None)
     """
-    return choose_port_order(
-        algo, topology, lambda order: compile_algorithm(algo, topology, port_order=order, **options)
-    )
+    if port_order not in PORT_ORDERS:
+        raise CodegenError(f"port_order: expected one of {', '.join(PORT_ORDERS)}, got {port_order!r}")
+    if port_order != "auto":
+        return compile_algorithm(algo, topology, port_order=port_order == "on", **options), None
+    topo = topology if topology is not None else _shipped(algo)
+    if topo is None:
+        return compile_algorithm(algo, topology, **options), None
+    return choose_port_order(algo, topo, lambda order: compile_algorithm(algo, topo, port_order=order, **options))
+
+
+def _shipped(algo: Algorithm) -> Topology | None:
+    """The topology ``algo`` names, where it is a shipped one or a family (as the lowering finds it)."""
+    try:
+        return load(algo.topology)
+    except TopologyError:
+        return None
