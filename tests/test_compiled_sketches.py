@@ -107,6 +107,16 @@ CASES = [
         "allreduce",
         beyond="1.28x ideal, 1.41x calibrated: only the plain variant compiles within the runtime's limits",
     ),
+    _case(
+        "dgx2x2-relay",
+        "reducescatter",
+        beyond="1.21x ideal, 1.19x calibrated; port order 1.63x, the wider variants do not compile",
+    ),
+    _case(
+        "dgx2x2-relay",
+        "allreduce",
+        beyond="1.21x in both models; port order 2.0x, the wider variants do not compile",
+    ),
     _case("dgx-a100x2-direct", "allreduce", beyond="1.51x ideal, 1.08x calibrated; no variant does better"),
 ]
 
