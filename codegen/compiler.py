@@ -16,6 +16,7 @@ from codegen.errors import CodegenError, DslError
 from codegen.ir import IR
 from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE, PASSES
+from codegen.passes.aggregate_chunks import WINDOW
 from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
 from codegen.rules import MAX_CHANNELS, MAX_COUNT, Dialect, get_dialect
 from common.fields import is_integer
@@ -41,6 +42,7 @@ def run_compiler(
     verify_each: bool = False,
     print_after: tuple[str, ...] = (),
     port_order: bool = False,
+    window: float = WINDOW,
 ) -> PipelineResult:
     """Compile with the pipeline's records (timings, dumps). ``instances``/``protocol`` override the
     program's. The passes keep within ``dialect``'s limits (channels, counts, steps per threadblock;
@@ -51,7 +53,9 @@ def run_compiler(
     threadblock has more steps than the dialect allows; an integer fixes the count. The plain
     critical-path order is kept when it is deadlock-free with the runtime's bounded FIFOs, else
     the order within the bound is used (``order_by_critical_path``). ``port_order``: a timed
-    program's sends take each port in the schedule's order (``order_ports``).
+    program's sends take each port in the schedule's order (``order_ports``). ``window``: how close
+    in time (a fraction of a timed program's span) the pieces merged into one op start
+    (``aggregate_chunks``).
     """
     program.verify()
     dag = program.chunk_dag()
@@ -68,6 +72,7 @@ def run_compiler(
         "max_channels": max_channels,
         "max_count": MAX_COUNT if d is None else d.max_count,
         "port_order": port_order,
+        "window": window,
     }
 
     # the passes before the first that takes the FIFO bound or the channel count run once; only the
@@ -143,9 +148,11 @@ def compile_algorithm(
     channels: int | None = None,
     dialect: str | Dialect | None = "azure",
     port_order: bool = False,
+    window: float = WINDOW,
 ) -> IR:
     """The checked IR of a synthesized algorithm: lowered into DSL operations, then compiled
-    (``port_order``: see :func:`run_compiler`; ``runtime.choice`` decides it by the IR simulator).
+    (``port_order``, ``window``: see :func:`run_compiler`; ``runtime.choice`` decides them by the IR
+    simulator).
 
     >>> from synth.baselines import make_baseline
     >>> from synth.collectives import make_collective
@@ -156,4 +163,4 @@ def compile_algorithm(
     [1, 1, 1, 1]
     """
     prog = lower_algorithm(algo, topology, inplace=inplace, instances=instances, protocol=protocol)
-    return compile_program(prog, channels=channels, dialect=dialect, port_order=port_order)
+    return compile_program(prog, channels=channels, dialect=dialect, port_order=port_order, window=window)

@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import xccl
-from codegen import compile_algorithm, compile_program, save_ir
+from codegen import compile_program, save_ir
 from codegen.dsl import ChunkProgram
 from codegen.errors import CodegenError
 from codegen.ir import IR
 from common.errors import quoted
 from common.fields import is_integer
 from common.units import SizeError, parse_size, parse_size_range
+from runtime.choice import compile_fastest
 from runtime.errors import ExecutionError
 from synth.algorithm import Algorithm
 from synth.baselines import BASELINES, default_chunks, make_baseline
@@ -281,9 +282,13 @@ def compile(
     instances: int = 1,
     protocol: str = "Simple",
     inplace: bool = False,
+    port_order: str = "auto",
 ) -> IR:
     """An algorithm (or a DSL program) compiled to an IR that passed the static checker for
-    ``dialect`` (``azure`` or ``msccl``).
+    ``dialect`` (``azure`` or ``msccl``). A timed algorithm (a MILP's) is compiled as ``xccl
+    compile`` does: with and without its sends taking each port in the schedule's order, the one
+    faster in the IR simulator at its synthesized size kept (``port_order="auto"``; ``"on"`` or
+    ``"off"`` force it; :func:`runtime.choice.compile_fastest`).
 
     >>> ir = compile(synthesize("ring:4", "allgather", "ring"))
     >>> ir.num_ranks, ir.collective
@@ -304,9 +309,9 @@ def compile(
     if isinstance(source, ChunkProgram):
         return compile_program(source, instances=instances, protocol=protocol, dialect=dialect)
     topo = _load(topology) if topology is not None else None
-    return compile_algorithm(
-        source, topo, inplace=inplace, instances=instances, protocol=protocol, dialect=dialect
-    )
+    return compile_fastest(
+        source, topo, port_order, inplace=inplace, instances=instances, protocol=protocol, dialect=dialect
+    )[0]
 
 
 def export(ir: IR, path: str | Path, dialect: str = "azure", force: bool = False, op: str = "sum") -> Path:

@@ -13,6 +13,7 @@ from codegen.errors import CodegenError, DslError
 from codegen.examples import example_names
 from codegen.formats import FORMATS
 from codegen.passes import PASSES
+from codegen.passes.aggregate_chunks import WINDOW
 from codegen.protocols import PROTOCOLS
 from codegen.rules import DIALECTS
 from common.errors import XcclError
@@ -118,9 +119,16 @@ def _compile_algorithm(args: argparse.Namespace) -> Compiled:
     prog = lower_algorithm(algo, topo, inplace=args.inplace)
     if args.port_order != "auto":
         return _run_compiler(prog, args, args.port_order == "on"), topo
-    from runtime.choice import choose_port_order
+    from runtime.choice import WIDER, choose_port_order
 
-    result, choice = choose_port_order(algo, topo, lambda order: _run_compiler(prog, args, order), _result_ir)
+    wider = WIDER if args.channels is None else ()  # channels the user fixed are kept
+    result, choice = choose_port_order(
+        algo,
+        topo,
+        lambda v: _run_compiler(prog, args, v.port_order, v.window, v.channels),
+        _result_ir,
+        wider=wider,
+    )
     if choice is not None:
         _stderr(choice.describe())
     return result, topo
@@ -137,12 +145,20 @@ COMPILERS: dict[str, Callable[[argparse.Namespace], Compiled]] = {
 """What ``xccl compile`` does with each kind of input (``xccl.cli.common.input_kind``)."""
 
 
-def _run_compiler(prog: ChunkProgram, args: argparse.Namespace, port_order: bool = False) -> PipelineResult:
+def _run_compiler(
+    prog: ChunkProgram,
+    args: argparse.Namespace,
+    port_order: bool = False,
+    window: float | None = None,
+    channels: int | None = None,
+) -> PipelineResult:
+    """The pipeline with the command's options (``window``, ``channels``: a variant's, where set)."""
     from codegen.compiler import run_compiler
 
     return run_compiler(
         prog,
-        channels=args.channels,
+        channels=channels or args.channels,
+        window=WINDOW if window is None else window,
         instances=args.instances,
         protocol=args.protocol,
         dialect=None if args.dialect == "json" else args.dialect,
