@@ -47,8 +47,9 @@ def ring(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT
     """``n`` ranks in a bidirectional cycle (two ranks: both links of the cycle join 0 and 1)."""
     _need(n, 2, "ring", 2 * n)
     links: dict = {}
+    link = Link(bandwidth_GBps, alpha_us, 2 if n == 2 else 1)  # one object shared by every edge
     for r in range(n):
-        _both(links, r, (r + 1) % n, Link(bandwidth_GBps, alpha_us, 2 if n == 2 else 1))
+        _both(links, r, (r + 1) % n, link)
     return Topology.build(f"ring:{n}", n, links, description=f"bidirectional ring of {n} ranks")
 
 
@@ -100,11 +101,12 @@ def torus(
     limits.check_ranks(f"torus:{a}x{b}", a * b)
     limits.check_links(f"torus:{a}x{b}", 4 * a * b)
     links: dict = {}
+    link = Link(bandwidth_GBps, alpha_us)
     for i in range(a):
         for j in range(b):
             r = i * b + j
-            _both(links, r, ((i + 1) % a) * b + j, Link(bandwidth_GBps, alpha_us))
-            _both(links, r, i * b + (j + 1) % b, Link(bandwidth_GBps, alpha_us))
+            _both(links, r, ((i + 1) % a) * b + j, link)
+            _both(links, r, i * b + (j + 1) % b, link)
     return Topology.build(f"torus:{a}x{b}", a * b, links, description=f"{a}x{b} torus")
 
 
@@ -120,7 +122,8 @@ def hypercube(d: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DE
     n = 1 << d
     limits.check_ranks(f"hypercube:{d}", n)
     limits.check_links(f"hypercube:{d}", n * d)
-    links = {(r, r ^ (1 << k)): Link(bandwidth_GBps, alpha_us) for r in range(n) for k in range(d)}
+    link = Link(bandwidth_GBps, alpha_us)  # one object for 2.2 M edges on hypercube:17
+    links = {(r, r ^ (1 << k)): link for r in range(n) for k in range(d)}
     return Topology.build(f"hypercube:{d}", n, links, description=f"{d}-dimensional hypercube, {n} ranks")
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "LogicalTopology",
     "Overload",
     "Resource",
+    "chunks_per_round",
     "derive_chunk_capacity",
     "derive_logical",
 ]
@@ -158,13 +159,20 @@ class LogicalTopology:
     def __init__(self, topo: Topology) -> None:
         self.num_ranks = topo.num_ranks
         self.graph = RouteGraph(topo)
-        self.resources: dict[Edge, Resource] = {
-            (u, v): Resource((u, v), lk.bandwidth_GBps, lk.count, lk.alpha_us) for u, v, lk in topo.links()
-        }
+        self._topo = topo
         self._links: dict[tuple[int, int], LogicalLink | None] = {}
         self._tables: OrderedDict[int, Table] = OrderedDict()
         self._succ: dict[int, tuple[int, ...]] = {}
         self._pred: dict[int, tuple[int, ...]] = {}
+
+    @cached_property
+    def resources(self) -> dict[Edge, Resource]:
+        """Every physical edge as a :class:`Resource`, in the topology's order (made when first
+        asked for: the bounds never need the 2.2 M of hypercube:17)."""
+        return {
+            (u, v): Resource((u, v), lk.bandwidth_GBps, lk.count, lk.alpha_us)
+            for u, v, lk in self._topo.links()
+        }
 
     @cached_property
     def links(self) -> LogicalLinks:
@@ -218,6 +226,14 @@ class LogicalTopology:
         else:
             self._tables.move_to_end(src)
         return table
+
+    def alphas_from(self, src: int) -> Iterator[tuple[int, float]]:
+        """``(dst, link(src, dst).alpha_us)`` of every logical link out of ``src``, read from its
+        route table: no :class:`LogicalLink` is made or kept (a latency bound on hypercube:17 asks
+        for all 2.2 M links once; keeping them held 0.6 GB)."""
+        links = self.graph.link
+        for dst, ids in self.table(src).items():  # the routes link() takes; summed as _make sums
+            yield dst, sum(links[(a, b)].alpha_us for a, b in pairwise(ids))
 
     def successors(self, rank: int) -> tuple[int, ...]:
         """The ranks ``rank`` has a logical link to, ascending."""
@@ -285,11 +301,19 @@ class ChunkCapacity:
     ``constraints`` (one per edge, with every pair through it) are built on first use.
     """
 
-    def __init__(self, logical: LogicalTopology, unit_GBps: float, edge_capacity: dict[Edge, int]) -> None:
+    def __init__(self, logical: LogicalTopology, unit_GBps: float) -> None:
         self.num_ranks = logical.num_ranks
         self.unit_GBps = unit_GBps
-        self.edge_capacity = edge_capacity
         self._logical = logical
+
+    @cached_property
+    def edge_capacity(self) -> dict[Edge, int]:
+        """Chunks per round of every physical edge (made when first asked for)."""
+        unit = self.unit_GBps
+        return {
+            edge: chunks_per_round(res.bandwidth_GBps, res.count, unit)
+            for edge, res in self._logical.resources.items()
+        }
 
     def pair(self, src: int, dst: int) -> int:
         """Chunks per round of the logical link ``src -> dst`` (0 where there is none)."""
@@ -361,16 +385,18 @@ def _unit(bandwidths: list[float]) -> float:
     return unit
 
 
+def chunks_per_round(bandwidth_GBps: float, count: int, unit_GBps: float) -> int:
+    """Chunks per round of ``count`` links of ``bandwidth_GBps`` (at least one per link)."""
+    return count * max(1, int(bandwidth_GBps / unit_GBps + 1e-9))
+
+
 def derive_chunk_capacity(topo: Topology, unit_GBps: float | None = None) -> ChunkCapacity:
     """The integer model; its unit is the gcd of the bandwidths of the edges (every physical edge
     can carry some route in a topology worth synthesizing for) unless given."""
     logical = topo.logical()
     if unit_GBps is None:
-        unit_GBps = _unit(sorted({res.bandwidth_GBps for res in logical.resources.values()}) or [1.0])
+        bandwidths = {link.bandwidth_GBps for _, _, link in topo.graph.edges(data="link")}
+        unit_GBps = _unit(sorted(bandwidths) or [1.0])
     if unit_GBps <= 0:
         raise ValueError("unit_GBps must be positive")
-    edge_capacity = {
-        edge: res.count * max(1, int(res.bandwidth_GBps / unit_GBps + 1e-9))
-        for edge, res in logical.resources.items()
-    }
-    return ChunkCapacity(logical, unit_GBps, edge_capacity)
+    return ChunkCapacity(logical, unit_GBps)

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SWITCH_KINDS", "Link", "Nic", "Topology", "Vertex"]
 
+_NO_EDGE: dict = {}
+
 Vertex = int | str
 """A rank is an ``int`` in ``0..num_ranks-1``; a switch is named by a ``str``."""
 
@@ -181,8 +183,13 @@ class Topology:
         return Topology.build(self.name, self.num_ranks, links, *fields)
 
     def is_symmetric(self) -> bool:
-        """True when every link has an equal link in the opposite direction."""
-        return all(self.link(dst, src) == link for src, dst, link in self.links())
+        """True when every link has an equal link in the opposite direction (checked once)."""
+        return self._symmetric
+
+    @cached_property
+    def _symmetric(self) -> bool:
+        succ = self.graph.succ
+        return all(succ[dst].get(src, _NO_EDGE).get("link") == link for src, dst, link in self.links())
 
     # -- validation ------------------------------------------------------------------------
     def check(self, where: str = "") -> None:
@@ -237,28 +244,28 @@ class Topology:
         return f"links: {src} -> {dst}"
 
     # -- identity --------------------------------------------------------------------------
-    def _key(self) -> tuple:
-        return self._identity
-
     @cached_property
-    def _identity(self) -> tuple:
-        """Everything that makes two topologies equal (computed once: the graph is not changed
-        after it is built, and a 100,000-rank ring takes a second to list)."""
-        edges = sorted(((repr(s), repr(d), lk) for s, d, lk in self.links()), key=lambda e: (e[0], e[1]))
-        return (
-            self.name,
-            self.num_ranks,
-            tuple(sorted(self.switches.items())),
-            tuple(edges),
-            self.node_of,
-            self.nics,
-        )
+    def _hash(self) -> int:
+        """A hash of what equal topologies share, without listing the links (an edge list of a
+        2.2 M-link hypercube, sorted, held half a GB): the graph is not changed after it is built."""
+        summary = (self.name, self.num_ranks, self.graph.number_of_edges(), frozenset(self.switches.items()))
+        return hash((summary, self.node_of, self.nics))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Topology) and self._key() == other._key()
+        """Same name, ranks, switches, machines, NICs and links (compared one link at a time)."""
+        if self is other:
+            return True
+        if not isinstance(other, Topology) or hash(self) != hash(other):
+            return False
+        fields = ("name", "num_ranks", "switches", "node_of", "nics")
+        if any(getattr(self, f) != getattr(other, f) for f in fields):
+            return False
+        if self.graph.number_of_edges() != other.graph.number_of_edges():
+            return False
+        return all(other.link(u, v) == link for u, v, link in self.links())
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return self._hash
 
     def __repr__(self) -> str:
         return (

@@ -17,12 +17,13 @@ from fractions import Fraction
 from functools import lru_cache
 
 from common.units import BYTES_PER_US_PER_GBPS
-from synth.bounds.cuts import LP_COLUMNS, scaled_rate
+from synth.bounds.cuts import LP_COLUMNS, Capacities, scaled_rate
 from synth.bounds.flow import flow_network, max_rate
 from synth.collectives import Collective, make_collective
 from synth.cost import chunk_bytes
 from synth.errors import InfeasibleError
 from synth.reductions import Problem, leaves, standard_reduction
+from topologies.logical import chunks_per_round
 from topologies.model import Topology
 
 __all__ = ["bandwidth_bound_method", "bandwidth_time_us", "rounds_per_chunk_bound"]
@@ -45,19 +46,25 @@ def _commodities(collective: Collective) -> tuple[list[dict], bool]:
     return list(groups.values()), unicast
 
 
+@lru_cache(maxsize=8)
+def _capacities(topology: Topology, unit: str) -> Capacities:
+    """Each physical edge's capacity in chunks per round (SCCL's integer model) or in GB/s."""
+    if unit == "chunks":
+        unit_GBps = topology.chunk_capacity().unit_GBps
+        return Capacities.of(topology, lambda link: chunks_per_round(link.bandwidth_GBps, link.count, unit_GBps))
+    return Capacities.of(topology, lambda link: link.total_GBps)
+
+
 def _rate(topology: Topology, collective: Collective, unit: str) -> tuple[float, str]:
     """Chunks of ``collective`` per unit time each source can ship (unit: 'chunks' or 'GBps'),
     and how that was found (the exact LP, or per-class LPs and cuts past :data:`LP_COLUMNS`)."""
-    if unit == "chunks":
-        capacities = {edge: float(c) for edge, c in topology.chunk_capacity().edge_capacity.items()}
-    else:
-        capacities = {(u, v): link.total_GBps for u, v, link in topology.links()}
-    arcs = flow_network(topology, capacities)
-    if collective.num_ranks * len(arcs) <= LP_COLUMNS:
+    capacities = _capacities(topology, unit)
+    if collective.num_ranks * len(capacities.caps) <= LP_COLUMNS:
         commodities, shared = _commodities(collective)
+        arcs = flow_network(topology, capacities.as_dict())
         x, how = max_rate(arcs, commodities, shared), "flow LP"
     else:
-        x, how = scaled_rate(topology, collective, capacities, arcs)
+        x, how = scaled_rate(topology, collective, capacities)
     if x <= 1e-12:
         raise InfeasibleError(
             f"{collective.name} cannot be implemented on {topology.name}: some chunk cannot reach its destination"
@@ -76,10 +83,16 @@ def _parts(topology: Topology, name: str, n: int, root: int | None) -> list[Prob
 
 @lru_cache(maxsize=256)
 def _part_rates(topology: Topology, name: str, n: int, root: int | None, unit: str) -> tuple:
-    """``(part, rate, how)`` of every part."""
-    return tuple(
-        (part, *_rate(part.topology, part.collective, unit)) for part in _parts(topology, name, n, root)
-    )
+    """``(part, rate, how)`` of every part; alike parts (an allreduce's reduce-scatter dual and its
+    allgather on a symmetric topology) are solved once."""
+    out, known = [], {}
+    for part in _parts(topology, name, n, root):
+        c = part.collective
+        key = (part.topology, c.name, c.num_ranks, c.chunks_per_rank, c.root)
+        if key not in known:
+            known[key] = _rate(part.topology, c, unit)
+        out.append((part, *known[key]))
+    return tuple(out)
 
 
 @lru_cache(maxsize=256)

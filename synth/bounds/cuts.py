@@ -19,13 +19,16 @@ pattern here; each is read from the collective's name and size, never from its n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
-from synth.bounds.flow import Arc, max_rate
+import numpy as np
+
+from synth.bounds.flow import flow_network, max_rate
 from synth.collectives import Collective
-from topologies.model import Topology, Vertex
+from topologies.model import Link, Topology, Vertex
 
-__all__ = ["LP_COLUMNS", "scaled_rate"]
+__all__ = ["LP_COLUMNS", "Capacities", "scaled_rate"]
 
 LP_COLUMNS = 200_000
 """Columns (commodities x arcs) of the largest flow LP solved whole; HiGHS takes about 3 s there."""
@@ -80,50 +83,76 @@ def _local_switches(topology: Topology, ranks: frozenset[int]) -> set[Vertex]:
     return out
 
 
-class _Cuts:
-    """Capacity into vertex sets, summed over the smaller side's arcs."""
+@dataclass(frozen=True, eq=False)
+class Capacities:
+    """The physical edges as arrays, in ``Topology.links()`` order: tail and head ids (ranks keep
+    theirs, switches follow in the topology's order) and each edge's capacity. A cut is a sum over
+    a mask (no dict or list per vertex: hypercube:17 has 2.2 M edges)."""
 
-    def __init__(self, capacities: dict) -> None:
-        self.into: dict[Vertex, list[tuple[Vertex, float]]] = {}
-        self.out: dict[Vertex, list[tuple[Vertex, float]]] = {}
-        for (u, v), cap in capacities.items():
-            self.into.setdefault(v, []).append((u, cap))
-            self.out.setdefault(u, []).append((v, cap))
-        self.size = len(set(self.into) | set(self.out))
+    names: tuple[Vertex, ...]
+    ids: dict[Vertex, int]
+    tails: np.ndarray
+    heads: np.ndarray
+    caps: np.ndarray
 
-    def capacity_into(self, inside: set) -> float:
-        if len(inside) <= self.size // 2:
-            return sum(cap for v in inside for u, cap in self.into.get(v, ()) if u not in inside)
-        outside = (set(self.into) | set(self.out)) - inside
-        return sum(cap for u in outside for v, cap in self.out.get(u, ()) if v in inside)
+    @classmethod
+    def of(cls, topology: Topology, capacity: Callable[[Link], float]) -> Capacities:
+        """Each edge's capacity from ``capacity(link)``."""
+        names = (*topology.ranks, *topology.switches)
+        ids = {v: i for i, v in enumerate(names)}
+        m = topology.graph.number_of_edges()
+        tails, heads = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+        caps = np.empty(m, dtype=float)
+        for i, (u, v, link) in enumerate(topology.links()):
+            tails[i], heads[i], caps[i] = ids[u], ids[v], capacity(link)
+        return cls(names, ids, tails, heads, caps)
+
+    def as_dict(self) -> dict[tuple[Vertex, Vertex], float]:
+        """``{(src, dst): capacity}`` in the same order (what the flow LPs take)."""
+        names = self.names
+        return {
+            (names[t], names[h]): c
+            for t, h, c in zip(self.tails.tolist(), self.heads.tolist(), self.caps.tolist(), strict=True)
+        }
+
+    def mask(self, vertices: Iterable[Vertex]) -> np.ndarray:
+        """A vertex mask, by id."""
+        out = np.zeros(len(self.names), dtype=bool)
+        out[[self.ids[v] for v in vertices]] = True
+        return out
+
+    def capacity_into(self, inside: np.ndarray) -> float:
+        """Capacity of the edges from outside the masked vertices into them."""
+        return float(self.caps[inside[self.heads] & ~inside[self.tails]].sum())
 
 
-def _cut_rate(topology: Topology, collective: Collective, capacities: dict, reps: list[int]) -> float:
+def _cut_rate(topology: Topology, collective: Collective, cuts: Capacities, reps: list[int]) -> float:
     """The least ``capacity into S / chunks S must receive`` over the sets tried."""
     demand, _ = _demand(collective)
-    cuts = _Cuts(capacities)
-    everyone, switches = frozenset(topology.ranks), set(topology.switches)
+    everyone = frozenset(topology.ranks)
+    rank_mask = cuts.mask(everyone)
     best = float("inf")
     for ranks in set(_rank_sets(topology, reps)):
         local = _local_switches(topology, ranks)
-        for inside_ranks, extra in ((ranks, local), (everyone - ranks, switches - local)):
-            need = demand(inside_ranks)
-            if need <= 0:
-                continue
-            for inside in (set(inside_ranks), set(inside_ranks) | extra):
-                best = min(best, cuts.capacity_into(inside) / need)
+        ranks_in, both_in = cuts.mask(ranks), cuts.mask([*ranks, *local])
+        for need, masks in (
+            (demand(ranks), (ranks_in, both_in)),  # the ranks, alone and with their switches
+            (demand(everyone - ranks), (rank_mask & ~ranks_in, ~both_in)),  # the complements
+        ):
+            if need > 0:
+                best = min(best, *(cuts.capacity_into(m) / need for m in masks))
     return best
 
 
-def scaled_rate(
-    topology: Topology, collective: Collective, capacities: dict, arcs: list[Arc]
-) -> tuple[float, str]:
+def scaled_rate(topology: Topology, collective: Collective, cuts: Capacities) -> tuple[float, str]:
     """An upper bound on the exact LP's rate and the words saying how it was found."""
     _, multicast = _demand(collective)
     reps = representatives(topology, avoid=collective.root)
-    rate = _cut_rate(topology, collective, capacities, reps)
+    rate = _cut_rate(topology, collective, cuts, reps)
     how = f"cuts around {len(reps)} representative rank(s), their machines and halves"
-    if multicast and len(arcs) <= LP_ARCS and len(reps) * len(arcs) <= 2 * LP_COLUMNS:
+    n_arcs = len(cuts.caps)
+    if multicast and n_arcs <= LP_ARCS and len(reps) * n_arcs <= 2 * LP_COLUMNS:
+        arcs = flow_network(topology, cuts.as_dict())
         n, c, root = collective.num_ranks, collective.chunks_per_rank, collective.root
         for d in reps:
             sources = [root] if root is not None else [s for s in range(n) if s != d]

@@ -11,7 +11,7 @@ still a lower bound, and the same where the classes are the topology's orbits.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from synth.bounds.bandwidth import bandwidth_time_us
 from synth.bounds.cuts import representatives
@@ -93,26 +93,49 @@ def latency_time_us(topology: Topology, collective: Collective) -> float:
     logical = topology.logical()
     n = topology.num_ranks
 
+    def _alphas(u: int, backwards: bool) -> Iterable[tuple[int, float]]:
+        if backwards:
+            return ((v, logical.link(v, u).alpha_us) for v in logical.predecessors(u))
+        return logical.alphas_from(u)  # no LogicalLink kept per pair (2.2 M on hypercube:17)
+
+    least = min((link.alpha_us for _, _, link in topology.graph.edges(data="link")), default=0.0)
+
     def dijkstra(src: int, backwards: bool) -> list[float]:
-        dist = [float("inf")] * n
-        dist[src] = 0.0
-        heap = [(0.0, src)]
-        while heap:
-            d, u = heapq.heappop(heap)
-            if d > dist[u]:
-                continue
-            for v in logical.predecessors(u) if backwards else logical.successors(u):
-                link = logical.link(v, u) if backwards else logical.link(u, v)
-                nd = d + link.alpha_us
-                if nd < dist[v]:
-                    dist[v] = nd
-                    heapq.heappush(heap, (nd, v))
-        return dist
+        return _dijkstra(n, src, lambda u: _alphas(u, backwards), least)
 
     worst = float(_worst(topology, collective, dijkstra, lambda d: d == float("inf")))
     if collective.name == "allreduce":
         worst *= 2  # contributions travel in, then the sum travels out (no in-network reduction)
     return worst
+
+
+def _dijkstra(n: int, src: int, alphas: Callable[[int], Iterable[tuple[int, float]]], least: float) -> list[float]:
+    """Least summed alpha from ``src`` to every rank over chains of logical links (``alphas(u)``:
+    each link out of ``u`` with its alpha; ``least``: no link's alpha is lower).
+
+    It stops once every rank is reached and no rank left to expand can shorten a distance (its
+    own plus ``least`` is at least the largest distance ever set): the distances are then final.
+    On a cluster every rank is one route from the source, so a few ranks are expanded instead of
+    all 4,096 with 4,095 routes each (16.8 M routes: 6 minutes and 6 GB on dgx-h100x512)."""
+    inf = float("inf")
+    dist = [inf] * n
+    dist[src] = 0.0
+    heap = [(0.0, src)]
+    unreached, top = n - 1, 0.0
+    while heap:
+        d, u = heapq.heappop(heap)
+        if d > dist[u]:
+            continue
+        if not unreached and d + least >= top:
+            break
+        for v, alpha in alphas(u):
+            nd = d + alpha
+            if nd < dist[v]:
+                unreached -= dist[v] == inf
+                dist[v] = nd
+                top = max(top, nd)
+                heapq.heappush(heap, (nd, v))
+    return dist
 
 
 def lower_bound_us(topology: Topology, collective: Collective, size_bytes: float) -> float:
