@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegen.call_graph import CallGraph, find_cycle
 from codegen.errors import IRCheckError
 from codegen.ir import IR
 from codegen.limits import TRANSFERS
@@ -143,6 +142,8 @@ def _check_deadlock(ir: IR) -> list[Problem]:
         if op.type.sends or op.type.receives
     )
     TRANSFERS.check(transfers, f"{ir.name}: the deadlock check", IRCheckError)
+    from codegen.call_graph import CallGraph, find_cycle  # NumPy: not loaded by building the CLI's parser
+
     calls = CallGraph(ir)
     for depth in (None, fifo_calls(ir.protocol) if ir.protocol in PROTOCOLS else None):
         cycle = find_cycle(calls.n, *calls.edges(depth))
