@@ -12,7 +12,6 @@ large sizes. Every problem names rank, threadblock and step. What the schedule c
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING
 
 from codegen.errors import IRCheckError
@@ -134,7 +133,7 @@ def find_deadlock(ir: IR) -> Problem | None:
 
 def _check_deadlock(ir: IR) -> list[Problem]:
     """A cycle through program order, dependencies and connection order, with unbounded FIFOs; else
-    one that NCCL's bounded FIFOs add (see :class:`_Calls`)."""
+    one that NCCL's bounded FIFOs add (see :class:`codegen.call_graph.CallGraph`)."""
     transfers = sum(
         op.count
         for g in ir.gpus
@@ -143,13 +142,14 @@ def _check_deadlock(ir: IR) -> list[Problem]:
         if op.type.sends or op.type.receives
     )
     TRANSFERS.check(transfers, f"{ir.name}: the deadlock check", IRCheckError)
-    calls = _Calls(ir)
+    from codegen.call_graph import CallGraph, find_cycle  # NumPy: not loaded by building the CLI's parser
+
+    calls = CallGraph(ir)
     for depth in (None, fifo_calls(ir.protocol) if ir.protocol in PROTOCOLS else None):
-        name, preds = calls.name, calls.graph(depth)
-        cycle = _find_cycle(preds)
+        cycle = find_cycle(calls.n, *calls.edges(depth))
         if cycle is None:
             continue
-        steps = [name[i] for i in cycle]
+        steps = [calls.name(i) for i in cycle]
         steps = [s for k, s in enumerate(steps) if not k or s != steps[k - 1]]
         shown = " -> ".join("r{}.tb{}.s{}".format(*s) for s in steps[:8]) + (
             " -> ..." if len(steps) > 8 else ""
@@ -163,86 +163,3 @@ def _check_deadlock(ir: IR) -> list[Problem]:
             )
         return [Problem(f"deadlock: {what} ({shown})", *steps[0])]
     return []
-
-
-class _Calls:
-    """Each step's primitive calls (one per chunk for steps that send or receive: how a step runs at
-    large sizes, which is also when it needs most FIFO room), built once for both graphs of
-    :func:`_check_deadlock`: ``name[i]`` is call ``i``'s step, ``sent``/``got`` the calls on each end
-    of every connection, in order."""
-
-    def __init__(self, ir: IR) -> None:
-        self.name: list[tuple[int, int, int]] = []
-        self.base: list[list[int]] = []
-        """What each call waits for on its rank: the previous call of its threadblock, and (its
-        step's first call) the last calls of its dependencies."""
-        first: dict[tuple[int, int, int], int] = {}
-        last: dict[tuple[int, int, int], int] = {}
-        moves: dict[tuple[int, int, bool], list[int]] = {}
-        for gpu in ir.gpus:
-            for tb in gpu.threadblocks:
-                start = len(self.name)
-                sends: list[int] = []
-                receives: list[int] = []
-                moves[(gpu.rank, tb.id, True)], moves[(gpu.rank, tb.id, False)] = sends, receives
-                for k, op in enumerate(tb.ops):
-                    key = (gpu.rank, tb.id, k)
-                    first[key] = at = len(self.name)
-                    moved = op.type.sends or op.type.receives
-                    self.name.extend([key] * max(1, op.count if moved else 1))
-                    last[key] = len(self.name) - 1
-                    span = range(at, len(self.name))
-                    if op.type.sends:
-                        sends.extend(span)
-                    if op.type.receives:
-                        receives.extend(span)
-                self.base.extend([[i - 1] if i > start else [] for i in range(start, len(self.name))])
-        for gpu in ir.gpus:
-            for tb in gpu.threadblocks:
-                for k, op in enumerate(tb.ops):
-                    if op.deps:
-                        self.base[first[(gpu.rank, tb.id, k)]].extend(last[(gpu.rank, d.tb, d.op)] for d in op.deps)
-        self.links = [
-            (moves[(a, stb, True)] if stb is not None else [], moves[(b, rtb, False)] if rtb is not None else [])
-            for (a, b, _ch), (stb, rtb) in connections(ir).items()
-        ]
-
-    def graph(self, depth: int | None) -> list[list[int]]:
-        """What each call waits for: on its rank (``base``), the matching call on its connection and,
-        with a ``depth``, the call received ``depth`` calls earlier on the connection it sends on."""
-        preds = [list(p) for p in self.base]
-        for sent, got in self.links:
-            for m, (s, r) in enumerate(zip(sent, got, strict=False)):
-                preds[r].append(s)
-                if depth is not None and m + depth < len(sent):
-                    preds[sent[m + depth]].append(r)
-        return preds
-
-
-def _find_cycle(preds: list[list[int]]) -> list[int] | None:
-    """Kahn's algorithm; the nodes of one cycle in order, or None when there is none."""
-    succs: list[list[int]] = [[] for _ in preds]
-    indegree = [0] * len(preds)
-    for me, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(me)
-            indegree[me] += 1
-    queue = deque(i for i, d in enumerate(indegree) if d == 0)
-    done = 0
-    while queue:
-        i = queue.popleft()
-        done += 1
-        for j in succs[i]:
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                queue.append(j)
-    if done == len(preds):
-        return None
-    node = next(i for i, d in enumerate(indegree) if d > 0)
-    path: list[int] = []
-    seen: dict[int, int] = {}
-    while node not in seen:
-        seen[node] = len(path)
-        path.append(node)
-        node = next(p for p in preds[node] if indegree[p] > 0)
-    return list(reversed(path[seen[node] :]))

@@ -1,0 +1,83 @@
+"""The deadlock check's array cycle search finds the same cycle as the list-based Kahn it replaced."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import numpy as np
+import pytest
+
+from codegen.call_graph import _WIDE, find_cycle
+
+
+def _reference(preds: list[list[int]]) -> list[int] | None:
+    """The former ``codegen.check._find_cycle``: Kahn's algorithm, then a walk back from the first
+    call left along each call's first wait that is left too."""
+    succs: list[list[int]] = [[] for _ in preds]
+    indegree = [0] * len(preds)
+    for me, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(me)
+            indegree[me] += 1
+    queue = deque(i for i, d in enumerate(indegree) if d == 0)
+    done = 0
+    while queue:
+        i = queue.popleft()
+        done += 1
+        for j in succs[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                queue.append(j)
+    if done == len(preds):
+        return None
+    node = next(i for i, d in enumerate(indegree) if d > 0)
+    path: list[int] = []
+    seen: dict[int, int] = {}
+    while node not in seen:
+        seen[node] = len(path)
+        path.append(node)
+        node = next(p for p in preds[node] if indegree[p] > 0)
+    return list(reversed(path[seen[node] :]))
+
+
+def _arrays(preds: list[list[int]]) -> tuple[np.ndarray, ...]:
+    """(src, dst, seq) in a shuffled order: the search must not depend on how the edges are listed."""
+    edges = [(p, me, k) for me, ps in enumerate(preds) for k, p in enumerate(ps)]
+    random.Random(len(edges)).shuffle(edges)
+    src, dst, seq = (np.asarray(col, dtype=np.int64).reshape(-1) for col in zip(*edges, strict=True)) if edges else (
+        np.zeros(0, np.int64),
+    ) * 3
+    return src, dst, seq
+
+
+def _random_graph(rng: random.Random, n: int, back: int, width: int) -> list[list[int]]:
+    """Chains of calls (threadblocks) with waits across them, mostly forward, ``back`` of them
+    backward (which may close cycles), duplicates allowed."""
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for me in range(n):
+        if me % width:
+            preds[me].append(me - 1)
+        for _ in range(rng.randrange(3)):
+            preds[me].append(rng.randrange(me) if me else 0)
+    for _ in range(back):
+        me = rng.randrange(n)
+        preds[me].append(rng.randrange(me, n))
+    preds[0] = [p for p in preds[0] if p != 0] if back == 0 else preds[0]
+    return preds
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_same_cycle_as_the_list_form(seed):
+    rng = random.Random(seed)
+    n = rng.choice([1, 5, 40, 300, 3 * _WIDE * 20])
+    preds = _random_graph(rng, n, back=rng.choice([0, 0, 1, 3]), width=rng.choice([1, 7, 50]))
+    assert find_cycle(n, *_arrays(preds)) == _reference(preds)
+
+
+def test_long_chain_is_searched_node_by_node():
+    # one call wide for 50,000 levels: a NumPy step per level would take seconds
+    n = 50_000
+    preds = [[me - 1] if me else [] for me in range(n)]
+    preds[n // 2].append(n - 1)
+    assert find_cycle(n, *_arrays(preds)) == _reference(preds)
