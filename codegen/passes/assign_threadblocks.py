@@ -59,8 +59,10 @@ class _Rank:
             self.owner[(tb.channel, "recv", recv)] = tb
 
 
-def assign_threadblocks(cdag: ChannelDAG) -> ScheduledDAG:
-    """Threadblocks honouring hints and connection ownership; ids by (channel, send, recv)."""
+def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
+    """Threadblocks honouring hints and connection ownership; ids by (channel, send, recv).
+    ``compact`` 2: a timed program's sends and receives share threadblocks too (about half as
+    many, where the runtime's limit binds)."""
     dag = cdag.dag
     pos = dag.position
     ranks = [_Rank() for _ in range(dag.info.num_ranks)]
@@ -75,7 +77,7 @@ def assign_threadblocks(cdag: ChannelDAG) -> ScheduledDAG:
         preds = [
             where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank
         ]
-        tb = _place(ranks[ins.rank], ins, cdag.channel[i], preds, pos, timed)
+        tb = _place(ranks[ins.rank], ins, cdag.channel[i], preds, pos, timed and compact < 2)
         tb.instrs.append(i)
         where[i] = tb
     plans = []
