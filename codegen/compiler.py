@@ -88,6 +88,8 @@ def run_compiler(
             ir = result.result
             if not isinstance(ir, IR):
                 return result
+            if not compact and d is not None and layout_problems(ir, d, steps=False):
+                return result  # more channels only add threadblocks: the compact layouts are next
             steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
             if channels is not None or limit is None or steps <= limit or width * instances >= widest:
                 return result
@@ -110,7 +112,6 @@ def run_compiler(
     # the default layout; where it exceeds the runtime's threadblocks (or finds no channel for a
     # flow) the compact ones: each connection kept to its share of the channels, then also a timed
     # program's sends and receives sharing threadblocks (assign_channels, assign_threadblocks)
-    result: PipelineResult | None = None
     for compact in range(3 if d is not None else 1):
         try:
             result = layout(compact)
@@ -118,11 +119,30 @@ def run_compiler(
             if compact == 2 or d is None:
                 raise
             continue
-        if not isinstance(result.result, IR) or d is None or not layout_problems(result.result, d):
+        if not isinstance(result.result, IR) or d is None:
             break
+        problems = layout_problems(result.result, d)
+        if not problems:
+            break
+        if compact == 2:
+            raise CodegenError(_no_layout(result.result, d, problems))
     if isinstance(result.result, IR):
         check_ir(result.result, d)
     return result
+
+
+def _no_layout(ir: IR, d: Dialect, problems: list) -> str:
+    """Why no layout fits ``d``: the first problem, what the most compact layout needs, the limits."""
+    tbs = max(len(g.threadblocks) for g in ir.gpus)
+    awaited = max(len({dep.tb for tb in g.threadblocks for op in tb.ops for dep in op.deps}) for g in ir.gpus)
+    steps = max(len(tb.ops) for g in ir.gpus for tb in g.threadblocks)
+    return (
+        f"{ir.name}: no threadblock layout fits the {d.name} runtime: {problems[0]} (and {len(problems) - 1} "
+        f"more problem(s)); the most compact layout takes up to {tbs} threadblocks per rank ({awaited} waited "
+        f"on) and {steps} steps per threadblock, the runtime allows {d.max_threadblocks} threadblocks, ids "
+        f"up to {d.max_dep_threadblock} waited on and {d.max_steps or 'any number of'} steps: a schedule "
+        "with fewer peers or fewer sends per rank (fewer chunks) fits"
+    )
 
 
 def _split(pipeline: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -70,6 +70,8 @@ def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
         ins = dag.instrs[i]
         if ins.tb_hint is not None or (ins.send_to is not None and ins.recv_from is not None):
             _pinned(ranks[ins.rank], ins, cdag.channel[i])
+    if compact >= 2:
+        _pair(cdag, ranks)
     where: dict[int, _Tb] = {}
     timed = dag.times is not None
     for i in dag.order:
@@ -98,6 +100,32 @@ def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
             )
         plans.append(tuple(TbPlan(t.send, t.recv, t.channel, tuple(t.instrs)) for t in tbs))
     return ScheduledDAG(dag, tuple(plans))
+
+
+def _pair(cdag: ChannelDAG, ranks: list[_Rank]) -> None:
+    """Threadblocks for the connections no fused op pinned: on each rank and channel the busiest
+    send peer with the idlest receive peer, and so on (a threadblock's steps are both sides', and
+    the runtimes cap them); the busiest peers of the side with more run alone. As few
+    threadblocks as that side has peers."""
+    dag = cdag.dag
+    load: dict[tuple[int, int, str], dict[int, int]] = {}
+    for i in dag.order:
+        ins, ch = dag.instrs[i], cdag.channel[i]
+        if ch is None or ins.tb_hint is not None:
+            continue
+        for side, peer in (("send", ins.send_to), ("recv", ins.recv_from)):
+            if peer is not None and (ch, side, peer) not in ranks[ins.rank].owner:
+                peers = load.setdefault((ins.rank, ch, side), {})
+                peers[peer] = peers.get(peer, 0) + 1
+    for rank, ch in sorted({(rank, ch) for rank, ch, _ in load}):
+        sends = sorted(load.get((rank, ch, "send"), {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        recvs = sorted(load.get((rank, ch, "recv"), {}).items(), key=lambda kv: (kv[1], kv[0]))
+        extra = len(sends) - len(recvs)  # the busiest of the side with more peers run alone
+        alone = [(p, None) for p, _ in sends[:extra]] + [(None, p) for p, _ in recvs[len(recvs) + extra :]]
+        sends, recvs = sends[max(extra, 0) :], recvs[: len(recvs) + min(extra, 0)]
+        state = ranks[rank]
+        for send, recv in [*alone, *((s, r) for (s, _), (r, _) in zip(sends, recvs, strict=True))]:
+            state.claim(state.new(ch), send, recv)
 
 
 def _pinned(state: _Rank, ins: Instr, channel: int | None) -> _Tb:

@@ -48,16 +48,17 @@ def dialect_problems(ir: IR, d: Dialect) -> list[Problem]:
     return out
 
 
-def layout_problems(ir: IR, d: Dialect) -> list[Problem]:
+def layout_problems(ir: IR, d: Dialect, steps: bool = True) -> list[Problem]:
     """The threadblock layout's share of :func:`dialect_problems`: threadblocks per rank and per
-    channel, steps per threadblock, and ids of threadblocks others wait on (what the compiler's
-    compact layouts may cure)."""
+    channel, ids of threadblocks others wait on, and (``steps``) steps per threadblock: what the
+    compiler's compact layouts may cure (more channels cure steps, not the others)."""
     out = []
     for gpu in ir.gpus:
         out.extend(_layout_problems(gpu, d))
         awaited = {(dep.tb, dep.op) for tb in gpu.threadblocks for op in tb.ops for dep in op.deps}
         for tb in gpu.threadblocks:
-            out.extend(p for p in (_steps_problem(gpu.rank, tb, d), _awaited_id_problem(gpu.rank, tb, d, awaited)) if p)
+            found = (_steps_problem(gpu.rank, tb, d) if steps else None, _awaited_id_problem(gpu.rank, tb, d, awaited))
+            out.extend(p for p in found if p)
     return out
 
 
