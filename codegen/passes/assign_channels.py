@@ -15,7 +15,10 @@ run one direction after the other. In a program timed by the Algorithm model
 (``ProgramInfo.model_timed``) a flow prefers, in that order, a channel
 on whose connections nothing else runs while it does (``InstrDAG.overlap``): transfers the schedule
 runs side by side between two ranks (a connection of several links) then get a threadblock each
-instead of queueing on one. Instance ``i`` of a replicated program uses channels
+instead of queueing on one. In a compact layout (``CompileOptions.compact``, where the default one
+exceeds the runtime's threadblocks) each connection keeps to its share of the channels
+(:func:`_shares`), round robin per connection, and a busy channel of its own comes before any other.
+Instance ``i`` of a replicated program uses channels
 ``i * K .. i * K + K - 1`` where ``K`` is the channels one instance needs.
 """
 

@@ -9,7 +9,10 @@ A local ``cpy``/``re`` joins the threadblock of its latest predecessor on the ra
 it anyway). In a program lowered from a timed schedule (``InstrDAG.times``) a send and a receive
 share a threadblock only when one op needs both (fused, or the user's): such a threadblock runs
 its steps in the schedule's order, and a receive whose data comes later than the schedule said
-would hold back every send behind it (on NDv2 x2 that cost the MILP allgather 8% at 1 GiB).
+would hold back every send behind it (on NDv2 x2 that cost the MILP allgather 8% at 1 GiB);
+unless that layout exceeds the runtime's threadblocks: the compact layout 2
+(``CompileOptions.compact``) pairs, per rank and channel, the busiest send peer with the idlest
+receive peer, and so on (:func:`_pair`).
 Ids are numbered by (channel, send peer, receive peer), or in a timed program by when each
 threadblock first runs in the schedule: where sends of several threadblocks wait for one port (a
 GPU's link to its switch), the timing simulator (``runtime.sim``), like the list schedule of the
