@@ -132,16 +132,17 @@ def run_compiler(
 
 
 def _no_layout(ir: IR, d: Dialect, problems: list) -> str:
-    """Why no layout fits ``d``: the first problem, what the most compact layout needs, the limits."""
+    """Why no layout fits ``d``: the first problem, what the last layout tried needs, the limits."""
     tbs = max(len(g.threadblocks) for g in ir.gpus)
     awaited = max(len({dep.tb for tb in g.threadblocks for op in tb.ops for dep in op.deps}) for g in ir.gpus)
     steps = max(len(tb.ops) for g in ir.gpus for tb in g.threadblocks)
     return (
-        f"{ir.name}: no threadblock layout fits the {d.name} runtime: {problems[0]} (and {len(problems) - 1} "
-        f"more problem(s)); the most compact layout takes up to {tbs} threadblocks per rank ({awaited} waited "
-        f"on) and {steps} steps per threadblock, the runtime allows {d.max_threadblocks} threadblocks, ids "
-        f"up to {d.max_dep_threadblock} waited on and {d.max_steps or 'any number of'} steps: a schedule "
-        "with fewer peers or fewer sends per rank (fewer chunks) fits"
+        f"{ir.name}: no threadblock layout fits the {d.name} runtime: {problems[0]} (and "
+        f"{len(problems) - 1} more problem(s)); the last layout tried (sends and receives paired) takes up "
+        f"to {tbs} threadblocks per rank ({awaited} waited on) and {steps} steps per threadblock, the "
+        f"runtime allows {d.max_threadblocks} threadblocks, ids up to {d.max_dep_threadblock} waited on and "
+        f"{d.max_steps or 'any number of'} steps: a schedule with fewer peers or fewer sends per rank "
+        "(fewer chunks) fits"
     )
 
 

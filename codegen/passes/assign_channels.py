@@ -36,7 +36,7 @@ from codegen.protocols import fifo_calls
 from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
 
-__all__ = ["assign_channels"]
+__all__ = ["assign_channels", "steps_of"]
 
 
 class _Flows:
@@ -149,8 +149,8 @@ def _shares(dag: InstrDAG, channels: int, max_channels: int) -> dict[tuple[int, 
         if ins.send_match is None:
             continue
         key = (ins.rank, ins.send_to)
-        load[(*key, "send")] += _steps(dag, i)
-        load[(*key, "recv")] += _steps(dag, ins.send_match)
+        load[(*key, "send")] += steps_of(dag, i)
+        load[(*key, "recv")] += steps_of(dag, ins.send_match)
     busiest = max(load.values(), default=1)
     shares: dict[tuple[int, int], int] = {}
     for (a, b, _), n in load.items():
@@ -158,7 +158,7 @@ def _shares(dag: InstrDAG, channels: int, max_channels: int) -> dict[tuple[int, 
     return {key: min(k, max_channels) for key, k in shares.items()}
 
 
-def _steps(dag: InstrDAG, i: int) -> int:
+def steps_of(dag: InstrDAG, i: int) -> int:
     """The steps instruction ``i`` may take: itself and a nop per same-rank dependency past one."""
     rank = dag.instrs[i].rank
     waits = sum(1 for e in dag.preds[i] if e.kind is not DepKind.MATCH and dag.instrs[e.pred].rank == rank)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from codegen.instr_dag import Instr
+from codegen.passes.assign_channels import steps_of
 from codegen.schedule import ChannelDAG, ScheduledDAG, TbPlan
 
 __all__ = ["assign_threadblocks"]
@@ -108,8 +109,8 @@ def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
 def _pair(cdag: ChannelDAG, ranks: list[_Rank]) -> None:
     """Threadblocks for the connections no fused op pinned: on each rank and channel the busiest
     send peer with the idlest receive peer, and so on (a threadblock's steps are both sides', and
-    the runtimes cap them); the busiest peers of the side with more run alone. As few
-    threadblocks as that side has peers."""
+    the runtimes cap them; ``steps_of`` counts the nops an op's waits may take); the busiest
+    peers of the side with more run alone. As few threadblocks as that side has peers."""
     dag = cdag.dag
     load: dict[tuple[int, int, str], dict[int, int]] = {}
     for i in dag.order:
@@ -119,12 +120,13 @@ def _pair(cdag: ChannelDAG, ranks: list[_Rank]) -> None:
         for side, peer in (("send", ins.send_to), ("recv", ins.recv_from)):
             if peer is not None and (ch, side, peer) not in ranks[ins.rank].owner:
                 peers = load.setdefault((ins.rank, ch, side), {})
-                peers[peer] = peers.get(peer, 0) + 1
+                peers[peer] = peers.get(peer, 0) + steps_of(dag, i)
     for rank, ch in sorted({(rank, ch) for rank, ch, _ in load}):
         sends = sorted(load.get((rank, ch, "send"), {}).items(), key=lambda kv: (-kv[1], kv[0]))
         recvs = sorted(load.get((rank, ch, "recv"), {}).items(), key=lambda kv: (kv[1], kv[0]))
         extra = len(sends) - len(recvs)  # the busiest of the side with more peers run alone
-        alone = [(p, None) for p, _ in sends[:extra]] + [(None, p) for p, _ in recvs[len(recvs) + extra :]]
+        alone = [(p, None) for p, _ in sends[: max(extra, 0)]]
+        alone += [(None, p) for p, _ in recvs[len(recvs) + min(extra, 0) :]]
         sends, recvs = sends[max(extra, 0) :], recvs[: len(recvs) + min(extra, 0)]
         state = ranks[rank]
         for send, recv in [*alone, *((s, r) for (s, _), (r, _) in zip(sends, recvs, strict=True))]:
