@@ -111,12 +111,13 @@ def run_compiler(
 
     # the default layout; where it exceeds the runtime's threadblocks (or finds no channel for a
     # flow) the compact ones: each connection kept to its share of the channels, then also a timed
-    # program's sends and receives sharing threadblocks (assign_channels, assign_threadblocks)
-    for compact in range(3 if d is not None else 1):
+    # program's sends and receives sharing threadblocks, busiest with busiest, then busiest with
+    # idlest (assign_channels, assign_threadblocks)
+    for compact in range(4 if d is not None else 1):
         try:
             result = layout(compact)
         except CodegenError:
-            if compact == 2 or d is None:
+            if compact == 3 or d is None:
                 raise
             continue
         if not isinstance(result.result, IR) or d is None:
@@ -124,7 +125,7 @@ def run_compiler(
         problems = layout_problems(result.result, d)
         if not problems:
             break
-        if compact == 2:
+        if compact == 3:
             raise CodegenError(_no_layout(result.result, d, problems))
     if isinstance(result.result, IR):
         check_ir(result.result, d)
