@@ -18,7 +18,7 @@ from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.passes.aggregate_chunks import WINDOW
 from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
-from codegen.rules import MAX_CHANNELS, MAX_COUNT, Dialect, get_dialect
+from codegen.rules import MAX_CHANNELS, MAX_COUNT, Dialect, get_dialect, layout_problems
 from common.fields import is_integer
 from common.gc_pause import gc_paused
 from synth.algorithm import Algorithm
@@ -26,7 +26,7 @@ from topologies import Topology
 
 __all__ = ["compile_algorithm", "compile_program", "run_compiler"]
 
-_VARIED = frozenset({"bounded_fifos", "channels"})
+_VARIED = frozenset({"bounded_fifos", "channels", "compact"})
 """The options ``run_compiler`` changes between attempts."""
 
 
@@ -80,31 +80,76 @@ def run_compiler(
     prefix, rest = _split(pipeline)
     head = run_pipeline(dag, prefix, CompileOptions(instances=instances, **fixed), verify_each, print_after)
 
-    def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...]) -> PipelineResult:
-        width = channels or 1
+    def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...], compact: int) -> PipelineResult:
+        # a compact layout caps each connection's share at the runtime's channels, so its width may
+        # pass them: the lighter connections keep spreading while steps fall
+        width, widest, before = channels or 1, max_channels * (max_channels if compact else 1), None
         while True:
-            options = CompileOptions(instances=instances, channels=width, bounded_fifos=bounded, **fixed)
+            options = CompileOptions(
+                instances=instances, channels=width, bounded_fifos=bounded, compact=compact, **fixed
+            )
             tail = run_pipeline(head.result, rest, options, verify, dumps)
             result = PipelineResult(tail.result, head.records + tail.records)
             ir = result.result
             if not isinstance(ir, IR):
                 return result
+            if not compact and d is not None and layout_problems(ir, d, steps=False):
+                return result  # more channels only add threadblocks: the compact layouts are next
             steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
-            if channels is not None or limit is None or steps <= limit or width * instances >= max_channels:
+            if channels is not None or limit is None or steps <= limit or width * instances >= widest:
                 return result
-            width = min(max_channels // instances, max(width + 1, width * -(-steps // limit)))
+            if before is not None and steps >= before:
+                return result
+            before = steps if compact else None
+            width = min(widest // instances, max(width + 1, width * -(-steps // limit)))
 
-    # the reference compiler's order, if it is deadlock-free with the runtime's FIFOs too (it uses
-    # fewer channels); else the order within the FIFO bound (order_by_critical_path)
-    result = attempt(False, False, ())
-    if isinstance(result.result, IR) and find_deadlock(result.result) is None:
-        if verify_each or print_after:
-            result = attempt(False, verify_each, print_after)
-    else:
-        result = attempt(True, verify_each, print_after)
+    def layout(compact: int) -> PipelineResult:
+        # the reference compiler's order, if it is deadlock-free with the runtime's FIFOs too (it
+        # uses fewer channels); else the order within the FIFO bound (order_by_critical_path)
+        result = attempt(False, False, (), compact)
+        if isinstance(result.result, IR) and find_deadlock(result.result) is None:
+            if verify_each or print_after:
+                result = attempt(False, verify_each, print_after, compact)
+        else:
+            result = attempt(True, verify_each, print_after, compact)
+        return result
+
+    # the default layout; where it exceeds the runtime's threadblocks (or finds no channel for a
+    # flow) the compact ones: each connection kept to its share of the channels, then also a timed
+    # program's sends and receives sharing threadblocks, busiest with busiest, then busiest with
+    # idlest (assign_channels, assign_threadblocks)
+    for compact in range(4 if d is not None else 1):
+        try:
+            result = layout(compact)
+        except CodegenError:
+            if compact == 3 or d is None:
+                raise
+            continue
+        if not isinstance(result.result, IR) or d is None:
+            break
+        problems = layout_problems(result.result, d)
+        if not problems:
+            break
+        if compact == 3:
+            raise CodegenError(_no_layout(result.result, d, problems))
     if isinstance(result.result, IR):
         check_ir(result.result, d)
     return result
+
+
+def _no_layout(ir: IR, d: Dialect, problems: list) -> str:
+    """Why no layout fits ``d``: the first problem, what the last layout tried needs, the limits."""
+    tbs = max(len(g.threadblocks) for g in ir.gpus)
+    awaited = max(len({dep.tb for tb in g.threadblocks for op in tb.ops for dep in op.deps}) for g in ir.gpus)
+    steps = max(len(tb.ops) for g in ir.gpus for tb in g.threadblocks)
+    return (
+        f"{ir.name}: no threadblock layout fits the {d.name} runtime: {problems[0]} (and "
+        f"{len(problems) - 1} more problem(s)); the last layout tried (sends and receives paired) takes up "
+        f"to {tbs} threadblocks per rank ({awaited} waited on) and {steps} steps per threadblock, the "
+        f"runtime allows {d.max_threadblocks} threadblocks, ids up to {d.max_dep_threadblock} waited on and "
+        f"{d.max_steps or 'any number of'} steps: a schedule with fewer peers or fewer sends per rank "
+        "(fewer chunks) fits"
+    )
 
 
 def _split(pipeline: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:

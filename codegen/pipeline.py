@@ -32,6 +32,11 @@ class CompileOptions:
     bounded_fifos: bool = True
     port_order: bool = False
     """Each send of a timed program waits for the one before it through its port (``order_ports``)."""
+    compact: int = 0
+    """How hard threadblocks are kept few, where the default layout (0) exceeds the runtime's: 1
+    spreads each connection over its share of the channels only (``assign_channels``), 2 also
+    lets a timed program's sends and receives share threadblocks, busiest with busiest, 3 busiest
+    with idlest (fewer steps per threadblock; ``assign_threadblocks``)."""
     window: float = 0.02
     """Aggregation's time window in a timed program (``aggregate_chunks``), a fraction of its span."""
 

@@ -15,7 +15,10 @@ run one direction after the other. In a program timed by the Algorithm model
 (``ProgramInfo.model_timed``) a flow prefers, in that order, a channel
 on whose connections nothing else runs while it does (``InstrDAG.overlap``): transfers the schedule
 runs side by side between two ranks (a connection of several links) then get a threadblock each
-instead of queueing on one. Instance ``i`` of a replicated program uses channels
+instead of queueing on one. In a compact layout (``CompileOptions.compact``, where the default one
+exceeds the runtime's threadblocks) each connection keeps to its share of the channels
+(:func:`_shares`), round robin per connection, and a busy channel of its own comes before any other.
+Instance ``i`` of a replicated program uses channels
 ``i * K .. i * K + K - 1`` where ``K`` is the channels one instance needs.
 """
 
@@ -26,13 +29,14 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from codegen.chunk_dag import DepKind
 from codegen.errors import CodegenError, DslError
 from codegen.instr_dag import InstrDAG
 from codegen.protocols import fifo_calls
 from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
 
-__all__ = ["assign_channels"]
+__all__ = ["assign_channels", "steps_of"]
 
 
 class _Flows:
@@ -90,30 +94,75 @@ class _Taken:
     """(src, dst, inst, ch, depth of the send) -> (send position, receive position) of its transfers."""
 
 
-def assign_channels(dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS) -> ChannelDAG:
-    """Channels for flows: the user's, else round robin over ``channels``, moving on conflicts."""
+def assign_channels(
+    dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS, compact: int = 0
+) -> ChannelDAG:
+    """Channels for flows: the user's, else round robin over ``channels``, moving on conflicts
+    (``compact`` 1 or more: each connection over its share of them, see :func:`_shares`)."""
     if channels < 1:
         raise CodegenError(f"{dag.info.name}: channels: expected at least 1, got {channels}")
     groups = _groups(dag)
     _check_hinted_threadblocks(dag, groups)
     taken = _Taken()
     local: dict[int, int] = {}
-    auto = 0
+    shares = _shares(dag, channels, max_channels) if compact else None
+    auto: dict[tuple, int] = defaultdict(int)
     for flow in _flows(dag):
         hint = _hint(dag, flow)
         transfers = [(i, dag.instrs[i].send_match) for i in flow if dag.instrs[i].send_match is not None]
         pinned = [groups[i] for i in flow if i in groups]
         if not transfers and not pinned:
             continue
+        lead = max_channels  # the candidates a timed flow sorts by whether busy
         if hint is not None:
             candidates = [hint]
         else:
-            start = auto % channels
-            candidates = [*range(start, channels), *range(start), *range(channels, max_channels)]
-            auto += 1
-        ch = _place(dag, flow, transfers, pinned, candidates, hint is not None, taken, max_channels)
+            key = _connection(dag, flow[0]) if shares is not None else None
+            own = channels if key is None else shares.get(key, 1)
+            start = auto[key] % own
+            candidates = [*range(start, own), *range(start), *range(own, max_channels)]
+            auto[key] += 1
+            lead = max_channels if shares is None else own
+        ch = _place(dag, flow, transfers, pinned, (candidates, lead), hint is not None, taken, max_channels)
         local.update((i, ch) for i in flow)
     return ChannelDAG(dag, _global_channels(dag, local, max_channels))
+
+
+def _connection(dag: InstrDAG, i: int) -> tuple[int, int] | None:
+    """The connection (sender, receiver) an instruction's flow is counted on, if it communicates."""
+    ins = dag.instrs[i]
+    if ins.send_to is not None:
+        return (ins.rank, ins.send_to)
+    return None if ins.recv_from is None else (ins.recv_from, ins.rank)
+
+
+def _shares(dag: InstrDAG, channels: int, max_channels: int) -> dict[tuple[int, int], int]:
+    """The channels each connection spreads over in a compact layout: ``channels`` for the busiest,
+    proportionally fewer, at least one, for the others, none more than ``max_channels`` (the
+    compiler widens ``channels`` past it while the lighter ones still take too many steps). A
+    connection's load is the steps its busier side takes: one per transfer, and a ``nop`` per
+    dependency beyond the first (an upper bound: ``fold_deps_into_nops``). Spreading every
+    connection over every channel gives a rank a threadblock per peer and channel: at 128 ranks of
+    DGX H100 trees 262, where a rank's 22 peers need 72 (the runtimes let 128 be waited on)."""
+    load: dict[tuple, int] = defaultdict(int)
+    for i, ins in enumerate(dag.instrs):
+        if ins.send_match is None:
+            continue
+        key = (ins.rank, ins.send_to)
+        load[(*key, "send")] += steps_of(dag, i)
+        load[(*key, "recv")] += steps_of(dag, ins.send_match)
+    busiest = max(load.values(), default=1)
+    shares: dict[tuple[int, int], int] = {}
+    for (a, b, _), n in load.items():
+        shares[(a, b)] = max(shares.get((a, b), 1), -(-channels * n // busiest))
+    return {key: min(k, max_channels) for key, k in shares.items()}
+
+
+def steps_of(dag: InstrDAG, i: int) -> int:
+    """The steps instruction ``i`` may take: itself and a nop per same-rank dependency past one."""
+    rank = dag.instrs[i].rank
+    waits = sum(1 for e in dag.preds[i] if e.kind is not DepKind.MATCH and dag.instrs[e.pred].rank == rank)
+    return max(1, waits)
 
 
 def _flows(dag: InstrDAG) -> list[list[int]]:
@@ -150,18 +199,23 @@ def _place(
     flow: list[int],
     transfers: list[tuple[int, int]],
     pinned: list[tuple],
-    candidates: list[int],
+    choice: tuple[list[int], int],
     hinted: bool,
     taken: _Taken,
     max_channels: int,
 ) -> int:
     """The first candidate channel that can carry the flow (unless the user chose it, one where it
-    does not serialize an exchange, and in a timed program one not busy while it runs), taken."""
+    does not serialize an exchange, and in a timed program one not busy while it runs), taken.
+    ``choice``: the candidates, and how many lead (in a compact layout the flow's own: only those
+    are sorted by whether busy, the others stay a last resort)."""
+    candidates, own = choice
     first = dag.instrs[flow[0]]
     inst = first.instance
     timed = dag.info.model_timed and dag.times is not None
     if timed and not hinted:  # a connection busy while the flow's transfers run is the last resort
-        candidates = sorted(candidates, key=lambda ch: any(_busy(dag, s, inst, ch, taken) for s, _ in transfers))
+        lead = candidates if own >= len(candidates) else candidates[:own]
+        lead = sorted(lead, key=lambda ch: any(_busy(dag, s, inst, ch, taken) for s, _ in transfers))
+        candidates = [*lead, *candidates[len(lead):]]
     for ch in candidates:
         if _fits(dag, transfers, pinned, inst, ch, taken.fifo, taken.owner, taken.peers) and (
             hinted or not _serializes(dag, transfers, inst, ch, taken.by_depth)

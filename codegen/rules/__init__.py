@@ -38,6 +38,7 @@ from codegen.rules.runtime import (
     dialect_problems,
     empty_grid_problems,
     fold_steps,
+    layout_problems,
     machine_problems,
     reduction_problems,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "fold_steps",
     "get_dialect",
     "header_problems",
+    "layout_problems",
     "load_problems",
     "machine_problems",
     "ranks_in_order",

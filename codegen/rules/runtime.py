@@ -27,6 +27,7 @@ __all__ = [
     "dialect_problems",
     "empty_grid_problems",
     "fold_steps",
+    "layout_problems",
     "machine_problems",
     "reduction_problems",
 ]
@@ -44,6 +45,20 @@ def dialect_problems(ir: IR, d: Dialect) -> list[Problem]:
             out.extend(_step_problems(gpu.rank, tb, d))
     if d.xml is not None:
         out.extend(xml_problems(ir))
+    return out
+
+
+def layout_problems(ir: IR, d: Dialect, steps: bool = True) -> list[Problem]:
+    """The threadblock layout's share of :func:`dialect_problems`: threadblocks per rank and per
+    channel, ids of threadblocks others wait on, and (``steps``) steps per threadblock: what the
+    compiler's compact layouts may cure (more channels cure steps, not the others)."""
+    out = []
+    for gpu in ir.gpus:
+        out.extend(_layout_problems(gpu, d))
+        awaited = {(dep.tb, dep.op) for tb in gpu.threadblocks for op in tb.ops for dep in op.deps}
+        for tb in gpu.threadblocks:
+            found = (_steps_problem(gpu.rank, tb, d) if steps else None, _awaited_id_problem(gpu.rank, tb, d, awaited))
+            out.extend(p for p in found if p)
     return out
 
 
@@ -105,6 +120,11 @@ def _algo_problems(ir: IR, d: Dialect) -> list[Problem]:
 
 
 def _gpu_problems(ir: IR, gpu: Gpu, d: Dialect) -> list[Problem]:
+    return [*_layout_problems(gpu, d), *_buffer_problems(ir, gpu, d)]
+
+
+def _layout_problems(gpu: Gpu, d: Dialect) -> list[Problem]:
+    """Threadblocks per rank, and sending or receiving threadblocks per channel."""
     r = gpu.rank
     out = []
     if len(gpu.threadblocks) > d.max_threadblocks:
@@ -113,7 +133,6 @@ def _gpu_problems(ir: IR, gpu: Gpu, d: Dialect) -> list[Problem]:
                 f"{len(gpu.threadblocks)} threadblocks: the {d.name} runtime allows {d.max_threadblocks}", r
             )
         )
-    out.extend(_buffer_problems(ir, gpu, d))
     sends: dict[int, int] = defaultdict(int)
     recvs: dict[int, int] = defaultdict(int)
     for tb in gpu.threadblocks:
@@ -150,24 +169,29 @@ def _buffer_problems(ir: IR, gpu: Gpu, d: Dialect) -> list[Problem]:
 
 
 def _threadblock_problems(r: int, tb: Threadblock, d: Dialect, awaited: set) -> list[Problem]:
-    out = []
-    if d.max_steps is not None and len(tb.ops) > d.max_steps:
-        out.append(
-            Problem(
-                f"{len(tb.ops)} steps: the {d.name} runtime allows {d.max_steps} per threadblock", r, tb.id
-            )
-        )
+    out = [p] if (p := _steps_problem(r, tb, d)) else []
     if tb.channel >= d.max_channels:
         out.append(
             Problem(
                 f"channel {tb.channel}: the {d.name} runtime allows channels below {d.max_channels}", r, tb.id
             )
         )
-    if tb.id > d.max_dep_threadblock and any((tb.id, k) in awaited for k in range(len(tb.ops))):
-        out.append(
-            Problem(f"other threadblocks wait for it, but its id exceeds {d.max_dep_threadblock}", r, tb.id)
-        )
+    if problem := _awaited_id_problem(r, tb, d, awaited):
+        out.append(problem)
     return out
+
+
+def _steps_problem(r: int, tb: Threadblock, d: Dialect) -> Problem | None:
+    if d.max_steps is not None and len(tb.ops) > d.max_steps:
+        return Problem(f"{len(tb.ops)} steps: the {d.name} runtime allows {d.max_steps} per threadblock", r, tb.id)
+    return None
+
+
+def _awaited_id_problem(r: int, tb: Threadblock, d: Dialect, awaited: set) -> Problem | None:
+    """A threadblock others wait on whose id the runtime cannot name (``depid`` is an int8)."""
+    if tb.id > d.max_dep_threadblock and any((tb.id, k) in awaited for k in range(len(tb.ops))):
+        return Problem(f"other threadblocks wait for it, but its id exceeds {d.max_dep_threadblock}", r, tb.id)
+    return None
 
 
 def _step_problems(r: int, tb: Threadblock, d: Dialect) -> list[Problem]:
