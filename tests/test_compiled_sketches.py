@@ -69,7 +69,7 @@ CASES = [
     _case(
         "ndv2x2-fc",
         "reducescatter",
-        beyond="4.43x in the ideal model at 64 KiB; every variant but the plain one exceeds 127 threadblocks",
+        beyond="4.43x in the ideal model at 64 KiB, also with the compact layouts; no variant does better",
     ),
     _case(
         "dgx-h100x2-direct",
@@ -82,39 +82,27 @@ CASES = [
         "reducescatter",
         beyond="1.27x in the calibrated model only (1.01x ideal, port order on): a per-call cost, not an order",
     ),
-    _case(
-        "ndv2x2-relay",
-        "reducescatter",
-        beyond="the compile fails: no channel below 32 carries an instruction's flow in order (assign_channels)",
-    ),
+    _case("ndv2x2-relay", "reducescatter"),  # the compile failed (no channel below 32) before the compact layouts
     _case("ndv2x2-relay", "allreduce"),  # 1.14x ideal before the port order, 1.04x
     _case(
         "dgx-a100x4-direct",
         "reducescatter",
-        beyond="1.10x in both models (1.105x calibrated); ordered: over 127 threadblocks; wider: slower",
+        beyond="1.10x in both models (1.103x ideal, 1.105x calibrated), also with the compact layouts",
     ),
     _case("dgx-a100x4-direct", "allreduce"),  # 1.19x ideal before the port order, 1.02x
-    _case(
-        "ndv2x4-relay",
-        "reducescatter",
-        beyond="the compile fails: every variant exceeds 127 threadblocks on rank 0 (a runtime limit)",
-    ),
+    _case("ndv2x4-relay", "reducescatter"),  # over 127 threadblocks before the compact layouts
     _case("ndv2x4-relay", "allreduce"),  # 1.23x calibrated before the port order, 1.03x
     _case("dgx-a100x8-direct", "reducescatter"),  # 1.18x calibrated before the port order, 1.03x
-    _case(
-        "dgx-a100x8-direct",
-        "allreduce",
-        beyond="1.28x ideal, 1.41x calibrated: only the plain variant compiles within the runtime's limits",
-    ),
+    _case("dgx-a100x8-direct", "allreduce"),  # 1.28x ideal before the compact layouts let the variants compile
     _case(
         "dgx2x2-relay",
         "reducescatter",
-        beyond="1.21x ideal, 1.19x calibrated; port order 1.63x, the wider variants do not compile",
+        beyond="1.21x ideal, 1.19x calibrated, also with the compact layouts; port order 1.63x",
     ),
     _case(
         "dgx2x2-relay",
         "allreduce",
-        beyond="1.21x in both models; port order 2.0x, the wider variants do not compile",
+        beyond="1.21x in both models, also with the compact layouts; port order 2.0x",
     ),
     _case("dgx-a100x2-direct", "allreduce", beyond="1.51x ideal, 1.08x calibrated; no variant does better"),
 ]
