@@ -164,7 +164,7 @@ def _stages(topology: str, collective: str, limit_s: float, compose: bool, with_
     whole = _whole(made)
     if with_xml:
         if whole is None:
-            raise Refused("compile", f"an XML needs the Algorithm: {_over_limit(made)}")
+            raise Refused("compile", f"an XML needs the Algorithm: {made.num_sends} sends, over XCCL_MAX_TREES_SENDS")
         _xml_stages(whole, topo)
     t = time.perf_counter()
     if whole is None:  # NCCL's layout has as many sends as ours: only NCCL's own model
@@ -191,10 +191,6 @@ def _whole(made):
         return made.algorithm
     except LimitError:
         return None
-
-
-def _over_limit(made) -> str:
-    return f"{made.num_sends} sends, over XCCL_MAX_TREES_SENDS"
 
 
 def _child(
