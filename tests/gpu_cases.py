@@ -10,14 +10,30 @@ from codegen import compile_algorithm, compile_program, example_names, load_prog
 from codegen.ir import IR
 from synth.baselines import BASELINES, applies, default_chunks, make_baseline
 from synth.collectives import COLLECTIVES, ROOTED, make_collective
+from synth.reductions.hierarchy import Composed
 from synth.smt import solve_instance
+from synth.trees.synthesis import synthesize as pack_trees
 from topologies import Link, Nic, Topology, load, multi_node
 
-__all__ = ["SYNTHESIZED", "eight_rank_irs", "two_by_four"]
+__all__ = ["SYNTHESIZED", "TREES", "eight_rank_irs", "two_by_four"]
 
 SYNTHESIZED = (("allgather", 2, 3, 2), ("allgather", 3, 7, 6), ("alltoall", 3, 3, 1), ("allreduce", 4, 6, 16))
 """DGX-1 instances (collective, S, R, C), all satisfiable: SCCL's allgather front, the fewest-steps
 alltoall, the fastest allreduce of its front (C counts chunks per rank of the allreduce)."""
+
+
+TREES = (
+    ("quadx2", "allgather", False),
+    ("quadx2", "allgather", True),
+    ("quadx2", "reducescatter", False),
+    ("quadx2", "reducescatter", True),
+    ("quadx2", "allreduce", False),
+    ("quadx2", "allreduce", True),
+    ("dgx1", "allgather", False),
+    ("dgx1", "reducescatter", False),
+)
+"""Tree-packing schedules (topology, collective, hierarchical), compiled: every one whose threadblocks
+fit an H100 at once (the DGX-1 allreduce needs 390, over its 264)."""
 
 
 def two_by_four() -> Topology:
@@ -59,4 +75,10 @@ def eight_rank_irs() -> tuple[tuple[str, IR], ...]:
     for coll, steps, rounds, chunks in SYNTHESIZED:
         outcome = solve_instance(dgx1, make_collective(coll, 8, chunks), steps, rounds)
         cases.append((f"smt:{coll}-s{steps}-r{rounds}-c{chunks}", compile_algorithm(outcome.algorithm, dgx1)))
+    for where, coll, hierarchical in TREES:
+        topo = quad if where == "quadx2" else dgx1
+        made = pack_trees(topo, coll, hierarchical=hierarchical).made
+        algo = made.algorithm() if isinstance(made, Composed) else made
+        kind = "trees-hierarchical" if hierarchical else "trees"
+        cases.append((f"{kind}:{where}-{coll}", compile_algorithm(algo, topo)))
     return tuple(cases)
