@@ -34,7 +34,8 @@ from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from synth.errors import InfeasibleError
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution
 from synth.reductions.hierarchy import HIERARCHY, Composed, Machines, machines_of
-from synth.reductions.hierarchy_time import simulate_composition
+from synth.reductions.hierarchy_dual import Staged, allreduce_of, dual_of
+from synth.reductions.hierarchy_time import simulate_composition, simulate_stages
 from synth.timing import DEFAULT, Params, model_params
 from synth.trees.packing import Packing, pack, pair_classes
 from synth.trees.schedule import MAX_CHUNKS, MAX_SENDS, choose_chunks, chunk_choices, schedule
@@ -59,9 +60,10 @@ Log = Callable[[str], None]
 class TreesResult:
     """A verified schedule, and the packings it was built from (one per allgather in it: an
     allreduce's two on a symmetric topology are one packing, listed twice). ``made`` is an
-    :class:`Algorithm`, or a hierarchical allgather still held as arrays (:class:`Composed`)."""
+    :class:`Algorithm`, or a hierarchical schedule still held as arrays: an allgather
+    (:class:`Composed`), a reducescatter or allreduce (:class:`Staged`)."""
 
-    made: Algorithm | Composed
+    made: Algorithm | Composed | Staged
     packings: tuple[Packing, ...]
     seconds: float
     interrupted: bool
@@ -90,8 +92,10 @@ class TreesResult:
         :data:`SENDS` (a :class:`~common.limits.LimitError` naming it beyond)."""
         if isinstance(self.made, Algorithm):
             return self.made
-        n = self.made.collective.num_ranks
-        SENDS.check(n * (n - 1), f"allgather on {self.made.topology} as an Algorithm")
+        coll = self.made.collective
+        n = coll.num_ranks
+        sends = n * (n - 1) * (2 if coll.name == "allreduce" else 1)
+        SENDS.check(sends, f"{coll.name} on {self.made.topology} as an Algorithm")
         return self.made.algorithm()
 
 
@@ -99,22 +103,42 @@ def check_sends(topology: Topology, collective: str, why: str = "") -> None:
     """Refuse at once a ``collective`` whose :class:`Algorithm` would exceed :data:`SENDS`: every
     chunk goes to every other rank (twice for allreduce); ``why`` follows the topology's name."""
     n = topology.num_ranks
-    SENDS.check(n * (n - 1) * (2 if collective == "allreduce" else 1), f"{collective} on {topology.name}{why}")
+    SENDS.check(
+        n * (n - 1) * (2 if collective == "allreduce" else 1), f"{collective} on {topology.name}{why}"
+    )
 
 
 def modeled(
-    result: TreesResult, topology: Topology, size_bytes: float, params: Params = DEFAULT, log: Log | None = None
+    result: TreesResult,
+    topology: Topology,
+    size_bytes: float,
+    params: Params = DEFAULT,
+    log: Log | None = None,
 ) -> SimResult:
     """The timing engine's time of ``result``: :func:`synth.cost.simulate` of its Algorithm, or for
-    a composed (hierarchical) allgather the same time from the composition's parts
-    (:func:`~synth.reductions.hierarchy_time.simulate_composition`, equal to it and held so by
-    tests/test_hierarchy_time.py), which needs no Algorithm: 4096 GPUs in about 2 minutes."""
-    composed = result.composed
-    if composed is None:
-        return simulate(result.algorithm, topology, size_bytes, params)
-    return simulate_composition(
-        composed.composition, topology, size_bytes, params, provenance=composed.provenance, log=log
-    )
+    a composed (hierarchical) schedule the same time from its parts
+    (:func:`~synth.reductions.hierarchy_time.simulate_composition` and ``simulate_stages``, equal
+    to it and held so by tests/test_hierarchy_time.py and tests/test_hierarchy_dual.py), which
+    needs no Algorithm: 4096 GPUs in about 2 minutes."""
+    made = result.made
+    if isinstance(made, Composed):
+        return simulate_composition(
+            made.composition, topology, size_bytes, params, provenance=made.provenance, log=log
+        )
+    if isinstance(made, Staged):
+        return simulate_stages(
+            made,
+            made.stages,
+            made.machines,
+            made.chunks,
+            made.collective,
+            topology,
+            size_bytes,
+            params,
+            provenance=made.provenance,
+            log=log,
+        )
+    return simulate(made, topology, size_bytes, params)
 
 
 @dataclass
@@ -169,8 +193,7 @@ def synthesize(
         raise InfeasibleError(f"{collective} on {topology.name}: tree packing needs at least 2 ranks")
     if within not in WITHIN:
         raise InfeasibleError(f"within: expected one of {', '.join(WITHIN)}, got {within!r}")
-    composing = hierarchical and collective == "allgather"
-    if not composing:  # refused here, not out of memory later; a composed allgather is arrays
+    if not hierarchical:  # refused here, not out of memory later; a composed schedule is arrays
         check_sends(topology, collective)
     if hierarchical:
         machines_of(topology)  # refused before any work: one machine, or machines not alike
@@ -178,8 +201,8 @@ def synthesize(
     run.say(f"{collective} on {topology.name} ({n} ranks), time limit {time_limit_s:g} s")
     chunks = n if collective == "allreduce" else 1
     problem = Problem(topology, make_collective(collective, n, chunks))
-    if composing:  # verified as arrays by the composition; an Algorithm only on demand
-        made: Algorithm | Composed = _hierarchical(problem, float(size_bytes) / n, run)
+    if hierarchical:  # verified as arrays by the composition; an Algorithm only on demand
+        made: Algorithm | Composed | Staged = _composed(problem, float(size_bytes) / n, run)
     else:
         made = _solve(problem, float(size_bytes) / n, run, "").algorithm
         if collective == "allgather":
@@ -209,10 +232,7 @@ def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Soluti
         run.say(f"{problem.topology.name}: the allgather solved before")
         return solution
     before = len(run.packings)
-    if run.hierarchical and not role:
-        solution = Solution(_hierarchical(problem, shard_bytes, run).algorithm())
-    else:
-        solution = _allgather(problem, shard_bytes, run, role or "flat")
+    solution = _allgather(problem, shard_bytes, run, role or "flat")
     run.solved[key] = (solution, run.packings[before:])
     return solution
 
@@ -243,6 +263,40 @@ def _untimed(algo: Algorithm) -> Algorithm:
     return replace(algo, steps=steps)
 
 
+def _composed(problem: Problem, shard_bytes: float, run: _Run) -> Composed | Staged:
+    """``problem`` composed over its machines, held as arrays and verified: an allgather
+    (:func:`_hierarchical`), a reducescatter as the dual's allgather run backwards, an allreduce as
+    that reducescatter then the allgather (:mod:`synth.reductions.hierarchy_dual`)."""
+    name, topology = problem.collective.name, problem.topology
+    if name == "allgather":
+        return _once(problem, shard_bytes, run)
+    if name == "reducescatter":
+        sub = DUAL.apply(problem).subproblems[0]
+        allgather = _once(sub, shard_bytes, run)
+        run.say(f"dual: running the composed allgather backwards on {topology.name}, verifying as arrays")
+        return dual_of(allgather, topology)
+    first, second = REDUCESCATTER_ALLGATHER.apply(problem).subproblems
+    reducescatter = _composed(first, shard_bytes, run)
+    allgather = _once(second, shard_bytes, run)
+    run.say(f"{REDUCESCATTER_ALLGATHER.name}: the two composed parts, one after the other")
+    return allreduce_of(reducescatter, allgather, topology)
+
+
+def _once(problem: Problem, shard_bytes: float, run: _Run) -> Composed:
+    """:func:`_hierarchical` of ``problem``'s allgather, once per topology: an allreduce's two
+    halves on a symmetric topology are one composition (its packings listed twice)."""
+    key = (problem.topology, "composed")
+    if key in run.solved:
+        composed, packings = run.solved[key]
+        run.packings.extend(packings)
+        run.say(f"{problem.topology.name}: the allgather composed before")
+        return composed
+    before = len(run.packings)
+    composed = _hierarchical(problem, shard_bytes, run)
+    run.solved[key] = (composed, run.packings[before:])
+    return composed
+
+
 def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Composed:
     """The allgather between machines (one rail) and inside one machine, packed each and composed,
     verified as arrays; the rails' chunks are capped as a flat allgather's (the lift gives
@@ -253,7 +307,9 @@ def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Composed:
     between, within = reduced.subproblems
     run.say(f"{reduced.via}")
     # every chunk of the rails' schedule becomes n - 1 sends in the whole, as in a flat allgather
-    first = _allgather(between, shard_bytes, run, "between", list(chunk_choices(problem.topology, run.most_sends)))
+    first = _allgather(
+        between, shard_bytes, run, "between", list(chunk_choices(problem.topology, run.most_sends))
+    )
     held = machines.count * first.algorithm.chunks
     choices = [c for c in range(1, held + 1) if held % c == 0]
     if run.within == "trees":
@@ -317,6 +373,8 @@ def _allgather(
     allocation = choose_chunks(packing, topo, size, choices, run.params)
     run.chunks[role] = allocation.chunks
     n = topo.num_ranks
-    run.say(f"{topo.name}: {allocation.chunks} chunks per rank, building {n * (n - 1) * allocation.chunks} sends")
+    run.say(
+        f"{topo.name}: {allocation.chunks} chunks per rank, building {n * (n - 1) * allocation.chunks} sends"
+    )
     algo = schedule(packing, topo, allocation, time.perf_counter() - began)
     return Solution(algo)
