@@ -6,7 +6,9 @@ the reversed topology run backwards (:data:`synth.reductions.DUAL`), allreduce a
 then allgather (:data:`synth.reductions.REDUCESCATTER_ALLGATHER`). With ``hierarchical``, an
 allgather on identical machines is first split into one between the machines and one inside a
 machine (:data:`synth.reductions.hierarchy.HIERARCHY`), each packed on its own, far smaller, graph,
-then composed and verified as arrays: its Algorithm (16.8 M sends at 4096 GPUs) is made on demand.
+then composed and verified as arrays, and so are its reducescatter and allreduce
+(:mod:`synth.reductions.hierarchy_dual`): their Algorithm (16.8 M and 33.5 M sends at 4096 GPUs) is
+made on demand.
 
 Every allgather is packed under the largest symmetry group found (:mod:`synth.trees.symmetry`),
 so ``dgx-h100x64`` packs the trees of one root and lifts them onto 512. The result is verified on
@@ -47,8 +49,9 @@ __all__ = ["SENDS", "WITHIN", "TreesResult", "check_sends", "modeled", "synthesi
 SENDS = Limit("sends", 2_000_000, "XCCL_MAX_TREES_SENDS")
 """The sends of an :class:`Algorithm` made, at one chunk per rank, at most: about 1.5-3 KB each
 while it is built, verified and timed (512 GPUs: 261,632 sends, 379 MB; 4096 GPUs, 16.8 M, ran out
-of 7 GB). A hierarchical allgather is composed and verified as arrays (:class:`Composed`, about 24
-bytes a send) and made an Algorithm only when asked for (:attr:`TreesResult.algorithm`)."""
+of 7 GB). A hierarchical schedule is composed and verified as arrays (:class:`Composed`,
+:class:`Staged`: about 24 bytes a send) and made an Algorithm only when asked for
+(:attr:`TreesResult.algorithm`)."""
 
 WITHIN = ("trees", "smt", *(kind for kind in BASELINES if kind != "hierarchical"))
 """How the allgather inside a machine is made in a hierarchical synthesis."""
@@ -149,15 +152,15 @@ class _Run:
     deadline: float
     log: Log | None
     most_sends: int
-    hierarchical: bool
     within: str = "trees"
     params: Params = DEFAULT
     """The timing model the chunk counts are chosen in (the calibrated one unless told)."""
     chunks: dict[str, int] = field(default_factory=dict)
     packings: list[Packing] = field(default_factory=list)
     interrupted: bool = False
-    solved: dict[tuple, tuple[Solution, list[Packing]]] = field(default_factory=dict)
-    """Each allgather solved, by (topology, collective, role), with its packings: an allreduce's
+    solved: dict[tuple, tuple[Solution | Composed, list[Packing]]] = field(default_factory=dict)
+    """Each allgather solved, by (topology, collective, role) or composed, by (topology,
+    "composed"), with its packings: an allreduce's
     reducescatter is the allgather of the reversed topology, which on a symmetric topology is
     the topology itself (:class:`~synth.reductions.Dual`), so both halves are one solve."""
 
@@ -197,10 +200,11 @@ def synthesize(
         check_sends(topology, collective)
     if hierarchical:
         machines_of(topology)  # refused before any work: one machine, or machines not alike
-    run = _Run(began + time_limit_s, log, max_sends, hierarchical, within, params)
+    run = _Run(began + time_limit_s, log, max_sends, within, params)
     run.say(f"{collective} on {topology.name} ({n} ranks), time limit {time_limit_s:g} s")
     chunks = n if collective == "allreduce" else 1
-    problem = Problem(topology, make_collective(collective, n, chunks))
+    # composed, never described: a reducescatter's chunks at 4096 GPUs are 16.8 M contributions
+    problem = Problem(topology, make_collective(collective, n, chunks, lazy=hierarchical))
     if hierarchical:  # verified as arrays by the composition; an Algorithm only on demand
         made: Algorithm | Composed | Staged = _composed(problem, float(size_bytes) / n, run)
     else:
