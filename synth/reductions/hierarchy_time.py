@@ -22,6 +22,15 @@ checked on the composition and topology at hand (where a check fails, more is ru
   with the same ready times from the rails, over routes of the same shape and rates, run alike: each
   kind runs once (``ordered`` sorts by such relative keys, so on a symmetric network all machines
   are one kind). Machines that share an edge run together.
+
+:func:`simulate_stages` times any sequence of such stages the same way (the composed reducescatter:
+inner then rails; the allreduce: inner, rails, inner; :mod:`synth.reductions.hierarchy_dual`): each
+stage runs after the ones before, a send ready no earlier than the last write of the slot it reads
+in an earlier stage; one rail stands for all only where every rail is also ready as rail 0 is, and
+machines are alike only where also ready alike. Two inner stages share the machines' edges: they
+run apart only where the later one's first start is no earlier than the earlier one's last arrival
+(no transfer of one can then delay one of the other: a transfer's arrival is no earlier than the
+end of its hold on any resource); else everything runs at once.
 """
 
 from __future__ import annotations
