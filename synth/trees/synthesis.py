@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TypeVar
 
 from common.limits import Limit
 from synth.algorithm import Algorithm, Send, Step
@@ -57,6 +58,7 @@ WITHIN = ("trees", "smt", *(kind for kind in BASELINES if kind != "hierarchical"
 """How the allgather inside a machine is made in a hierarchical synthesis."""
 
 Log = Callable[[str], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -230,15 +232,20 @@ def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Soluti
         inverted = _invert(reduced, [solution], run)  # its verification routes the pairs by source
         return Solution(_untimed(inverted.algorithm))
     key = (problem.topology, problem.collective, role)
+    return _cached(run, key, "solved", lambda: _allgather(problem, shard_bytes, run, role or "flat"))
+
+
+def _cached(run: _Run, key: tuple, how: str, make: Callable[[], T]) -> T:
+    """``make()``, once per ``key`` in a synthesis, with the packings it added (listed again)."""
     if key in run.solved:
-        solution, packings = run.solved[key]
+        made, packings = run.solved[key]
         run.packings.extend(packings)
-        run.say(f"{problem.topology.name}: the allgather solved before")
-        return solution
+        run.say(f"{key[0].name}: the allgather {how} before")
+        return made
     before = len(run.packings)
-    solution = _allgather(problem, shard_bytes, run, role or "flat")
-    run.solved[key] = (solution, run.packings[before:])
-    return solution
+    made = make()
+    run.solved[key] = (made, run.packings[before:])
+    return made
 
 
 def _timed(problem: Problem, solution: Solution, shard_bytes: float, run: _Run) -> Solution:
@@ -289,16 +296,9 @@ def _composed(problem: Problem, shard_bytes: float, run: _Run) -> Composed | Sta
 def _once(problem: Problem, shard_bytes: float, run: _Run) -> Composed:
     """:func:`_hierarchical` of ``problem``'s allgather, once per topology: an allreduce's two
     halves on a symmetric topology are one composition (its packings listed twice)."""
-    key = (problem.topology, "composed")
-    if key in run.solved:
-        composed, packings = run.solved[key]
-        run.packings.extend(packings)
-        run.say(f"{problem.topology.name}: the allgather composed before")
-        return composed
-    before = len(run.packings)
-    composed = _hierarchical(problem, shard_bytes, run)
-    run.solved[key] = (composed, run.packings[before:])
-    return composed
+    return _cached(
+        run, (problem.topology, "composed"), "composed", lambda: _hierarchical(problem, shard_bytes, run)
+    )
 
 
 def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Composed:
