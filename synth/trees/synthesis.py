@@ -108,17 +108,11 @@ def check_sends(topology: Topology, collective: str, why: str = "") -> None:
     """Refuse at once a ``collective`` whose :class:`Algorithm` would exceed :data:`SENDS`: every
     chunk goes to every other rank (twice for allreduce); ``why`` follows the topology's name."""
     n = topology.num_ranks
-    SENDS.check(
-        n * (n - 1) * (2 if collective == "allreduce" else 1), f"{collective} on {topology.name}{why}"
-    )
+    SENDS.check(n * (n - 1) * (2 if collective == "allreduce" else 1), f"{collective} on {topology.name}{why}")
 
 
 def modeled(
-    result: TreesResult,
-    topology: Topology,
-    size_bytes: float,
-    params: Params = DEFAULT,
-    log: Log | None = None,
+    result: TreesResult, topology: Topology, size_bytes: float, params: Params = DEFAULT, log: Log | None = None
 ) -> SimResult:
     """The timing engine's time of ``result``: :func:`synth.cost.simulate` of its Algorithm, or for
     a composed (hierarchical) schedule the same time from its parts
@@ -161,10 +155,10 @@ class _Run:
     packings: list[Packing] = field(default_factory=list)
     interrupted: bool = False
     solved: dict[tuple, tuple[Solution | Composed, list[Packing]]] = field(default_factory=dict)
-    """Each allgather solved, by (topology, collective, role) or composed, by (topology,
-    "composed"), with its packings: an allreduce's
-    reducescatter is the allgather of the reversed topology, which on a symmetric topology is
-    the topology itself (:class:`~synth.reductions.Dual`), so both halves are one solve."""
+    """Each allgather solved, by (topology, collective, role), or composed, by (topology,
+    "composed"), with its packings: an allreduce's reducescatter is the allgather of the reversed
+    topology, which on a symmetric topology is the topology itself (:class:`~synth.reductions.Dual`),
+    so both halves are one solve."""
 
     def say(self, message: str) -> None:
         if self.log is not None:
@@ -311,9 +305,7 @@ def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Composed:
     between, within = reduced.subproblems
     run.say(f"{reduced.via}")
     # every chunk of the rails' schedule becomes n - 1 sends in the whole, as in a flat allgather
-    first = _allgather(
-        between, shard_bytes, run, "between", list(chunk_choices(problem.topology, run.most_sends))
-    )
+    first = _allgather(between, shard_bytes, run, "between", list(chunk_choices(problem.topology, run.most_sends)))
     held = machines.count * first.algorithm.chunks
     choices = [c for c in range(1, held + 1) if held % c == 0]
     if run.within == "trees":
@@ -377,8 +369,6 @@ def _allgather(
     allocation = choose_chunks(packing, topo, size, choices, run.params)
     run.chunks[role] = allocation.chunks
     n = topo.num_ranks
-    run.say(
-        f"{topo.name}: {allocation.chunks} chunks per rank, building {n * (n - 1) * allocation.chunks} sends"
-    )
+    run.say(f"{topo.name}: {allocation.chunks} chunks per rank, building {n * (n - 1) * allocation.chunks} sends")
     algo = schedule(packing, topo, allocation, time.perf_counter() - began)
     return Solution(algo)
