@@ -65,18 +65,18 @@ def _synthesize(topo, collective: str, limit_s: float, compose: bool):
 
 def _refuse_early(topo, collective: str, compose: bool) -> None:
     """The synthesizer's size limits, checked before the bound (minutes at 4096 GPUs): tree
-    packing's sends, except a composed allgather's (arrays); the collective's own for the others."""
+    packing's sends, except a composed schedule's (arrays); the collective's own for the others."""
     from synth.collectives import make_collective
     from synth.trees.synthesis import check_sends
 
     if METHOD[collective] != "trees":
         make_collective(collective, topo.num_ranks)  # described now: its limits checked
-    elif not (compose and collective == "allgather"):
+    elif not compose:
         check_sends(topo, collective)
 
 
 def _model(made, topo) -> tuple[float, float]:
-    """The modeled time at 1 GiB, ideal and calibrated (a composed allgather's from its parts,
+    """The modeled time at 1 GiB, ideal and calibrated (a composed schedule's from its parts,
     :func:`synth.trees.synthesis.modeled`: no Algorithm needed at 4096 GPUs)."""
     from synth.cost import simulate
     from synth.timing import model_params
@@ -180,7 +180,7 @@ def _stages(topology: str, collective: str, limit_s: float, compose: bool, with_
 
 
 def _whole(made):
-    """``made`` as an Algorithm, or None for a composed allgather over XCCL_MAX_TREES_SENDS (4096
+    """``made`` as an Algorithm, or None for a composed schedule over XCCL_MAX_TREES_SENDS (4096
     GPUs: 16.8 M sends), which is verified and timed as arrays."""
     from common.limits import LimitError
     from synth.trees.synthesis import TreesResult

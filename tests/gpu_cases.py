@@ -10,7 +10,6 @@ from codegen import compile_algorithm, compile_program, example_names, load_prog
 from codegen.ir import IR
 from synth.baselines import BASELINES, applies, default_chunks, make_baseline
 from synth.collectives import COLLECTIVES, ROOTED, make_collective
-from synth.reductions.hierarchy import Composed
 from synth.smt import solve_instance
 from synth.trees.synthesis import synthesize as pack_trees
 from topologies import Link, Nic, Topology, load, multi_node
@@ -77,8 +76,7 @@ def eight_rank_irs() -> tuple[tuple[str, IR], ...]:
         cases.append((f"smt:{coll}-s{steps}-r{rounds}-c{chunks}", compile_algorithm(outcome.algorithm, dgx1)))
     for where, coll, hierarchical in TREES:
         topo = quad if where == "quadx2" else dgx1
-        made = pack_trees(topo, coll, hierarchical=hierarchical).made
-        algo = made.algorithm() if isinstance(made, Composed) else made
+        algo = pack_trees(topo, coll, hierarchical=hierarchical).algorithm
         kind = "trees-hierarchical" if hierarchical else "trees"
         cases.append((f"{kind}:{where}-{coll}", compile_algorithm(algo, topo)))
     return tuple(cases)

@@ -22,6 +22,15 @@ checked on the composition and topology at hand (where a check fails, more is ru
   with the same ready times from the rails, over routes of the same shape and rates, run alike: each
   kind runs once (``ordered`` sorts by such relative keys, so on a symmetric network all machines
   are one kind). Machines that share an edge run together.
+
+:func:`simulate_stages` times any sequence of such stages the same way (the composed reducescatter:
+inner then rails; the allreduce: inner, rails, inner; :mod:`synth.reductions.hierarchy_dual`): each
+stage runs after the ones before, a send ready no earlier than the last write of the slot it reads
+in an earlier stage; one rail stands for all only where every rail is also ready as rail 0 is, and
+machines are alike only where also ready alike. Two inner stages share the machines' edges: they
+run apart only where the later one's first start is no earlier than the earlier one's last arrival
+(no transfer of one can then delay one of the other: a transfer's arrival is no earlier than the
+end of its hold on any resource); else everything runs at once.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING
@@ -44,11 +53,26 @@ from topologies.routes import NETWORK
 
 if TYPE_CHECKING:
     from synth.algorithm import Provenance
-    from synth.reductions.hierarchy import Composition
+    from synth.collectives import Collective
+    from synth.reductions.hierarchy import Composition, Machines
     from topologies.logical import Edge, LogicalTopology
     from topologies.model import Topology
 
-__all__ = ["simulate_composition"]
+__all__ = ["INNER", "RAILS", "Stage", "simulate_composition", "simulate_stages"]
+
+
+RAILS, INNER = "rails", "inner"
+"""The kinds of :class:`Stage`: the network's sends (on the rails) and the machines' own."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Consecutive steps of one part of a composed schedule, from step ``first_step``: the rails'
+    sends (``RAILS``) or the machines' inner ones (``INNER``), rows ``(chunk, src, dst)``."""
+
+    kind: str
+    first_step: int
+    blocks: tuple[np.ndarray, ...]
 
 
 @dataclass(frozen=True)
@@ -60,7 +84,7 @@ class _Run:
     merge: bool
     num_ranks: int
     chunks: int
-    """Chunks per rank of the composed allgather."""
+    """Chunks per rank of the composed allgather (and of each allgather a composition is made of)."""
     size: int
     """Ranks per machine."""
     count: int
@@ -79,18 +103,51 @@ def simulate_composition(
     """:func:`synth.cost.simulate` of the composition's Algorithm (``provenance``: the one it
     carries, which says whether a step's sends on one connection are one call), from the engine's
     runs of its parts (module docstring); ``log`` gets one line saying which runs were made."""
-    machines = composition.machines
     collective = make_collective("allgather", topology.num_ranks, composition.chunks, lazy=True)
+    cut = composition.rail_steps
+    stages = (Stage(RAILS, 0, composition.blocks[:cut]), Stage(INNER, cut, composition.blocks[cut:]))
+    return simulate_stages(
+        composition,
+        stages,
+        composition.machines,
+        composition.chunks,
+        collective,
+        topology,
+        size_bytes,
+        params,
+        provenance=provenance,
+        log=log,
+    )
+
+
+def simulate_stages(
+    owner: object,
+    stages: Sequence[Stage],
+    machines: Machines,
+    chunks: int,
+    collective: Collective,
+    topology: Topology,
+    size_bytes: float,
+    params: Params = DEFAULT,
+    *,
+    provenance: Provenance | None = None,
+    log: Callable[[str], None] | None = None,
+) -> SimResult:
+    """:func:`synth.cost.simulate` of the Algorithm for ``collective`` whose steps are ``stages``'
+    (a composed allgather: rails then inner; its dual, a reducescatter: inner then rails; an
+    allreduce: inner, rails, inner), from the engine's runs of the parts (module docstring).
+    ``chunks``: the chunks per rank of the allgathers it is made of; ``owner``: what holds the
+    stages (their routes are checked once per owner and topology)."""
     run = _Run(
         Network(topology, params),
         chunk_bytes(collective, size_bytes),
         not calls_apart(provenance),
         topology.num_ranks,
-        composition.chunks,
+        chunks,
         machines.size,
         machines.count,
     )
-    finish, how = _finish(composition, run)
+    finish, how = _finish(owner, tuple(stages), run)
     if log is not None:
         log(f"composition timed: {how}")
     if finish > 0:
@@ -99,60 +156,95 @@ def simulate_composition(
     return SimResult(size_bytes, finish, algbw, algbw * collective.busbw_factor, params.label)
 
 
-def _finish(composition: Composition, run: _Run) -> tuple[float, str]:
+def _finish(owner: object, stages: tuple[Stage, ...], run: _Run) -> tuple[float, str]:
     """The last arrival and how it was found."""
-    rails, inner = composition.blocks[: composition.rail_steps], composition.blocks[composition.rail_steps :]
+    every = [b for s in stages for b in s.blocks]
+    rails = [b for s in stages if s.kind == RAILS for b in s.blocks]
+    inner = [b for s in stages if s.kind == INNER for b in s.blocks]
+    total = sum(map(len, every))
     why = _shape_fault(rails, inner, run)
     if why:
-        return _whole(composition.blocks, run), f"one run of all {composition.num_sends:,} sends ({why})"
+        return _whole(every, run), f"one run of all {total:,} sends ({why})"
     began = time.perf_counter()
-    ways, routes = _checked_routes(composition, run)
+    ways, routes = _checked_routes(owner, rails, inner, run)
     checked = time.perf_counter()
     owners = {m: edges for m, (edges, _) in routes.items()}
     if any(e in ways.edges for edges in owners.values() for e in edges):
         why = "an inner route shares an edge with a rail"
-        return _whole(composition.blocks, run), f"one run of all {composition.num_sends:,} sends ({why})"
-    one_rail = ways.apart and ways.alike(run.size) and _shifted(rails, run)
-    rail_finish, codes, arrivals, rails_how = _rails(rails, run, one_rail)
-    railed = time.perf_counter()
-    ready = [_ready(block, codes, arrivals, run, one_rail) for block in inner]
-    machines_apart = len({e for edges in owners.values() for e in edges}) == sum(map(len, owners.values()))
-    if machines_apart:
-        shapes = {m: shape for m, (_, shape) in routes.items()}
-        inner_finish, inner_how = _machines(inner, ready, composition.rail_steps, shapes, run)
-    else:
-        sends = _sends(inner, composition.rail_steps)
-        at = np.concatenate(ready).tolist() if ready else []
-        inner_finish = max(feed(sends, run.network, run.nbytes, run.merge, at)[1], default=0.0)
-        inner_how = f"all machines' {len(sends):,} inner sends in one run (machines share an edge)"
-    done = time.perf_counter()
-    seconds = f"routes checked in {checked - began:.1f} s, rails {railed - checked:.1f} s, machines {done - railed:.1f} s"
-    return max(rail_finish, inner_finish), f"{rails_how}; {inner_how} ({seconds})"
+        return _whole(every, run), f"one run of all {total:,} sends ({why})"
+    apart = len({e for edges in owners.values() for e in edges}) == sum(map(len, owners.values()))
+    shapes = {m: shape for m, (_, shape) in routes.items()} if apart else None
+    slots = _Slots(run)
+    finish, inner_done, hows, spent = 0.0, None, [], {RAILS: 0.0, INNER: 0.0}
+    for stage in stages:
+        t = time.perf_counter()
+        ready = [slots.ready(block) for block in stage.blocks]
+        if stage.kind == RAILS:
+            started, arrived, how = _rails(stage, ready, ways, run)
+        else:
+            started, arrived, how = _machines(stage, ready, shapes, run)
+            first = min((float(s.min()) for s in started if len(s)), default=float("inf"))
+            if inner_done is not None and first < inner_done:
+                why = "a machine's inner sends of two stages overlap in time"
+                return _whole(every, run), f"one run of all {total:,} sends ({why})"
+            inner_done = max(inner_done or 0.0, max((float(a.max()) for a in arrived if len(a)), default=0.0))
+        slots.add(stage.blocks, arrived)
+        finish = max(finish, max((float(a.max()) for a in arrived if len(a)), default=0.0))
+        hows.append(how)
+        spent[stage.kind] += time.perf_counter() - t
+    seconds = f"routes checked in {checked - began:.1f} s, rails {spent[RAILS]:.1f} s, machines {spent[INNER]:.1f} s"
+    return finish, f"{'; '.join(hows)} ({seconds})"
+
+
+class _Slots:
+    """When each slot ``(rank, chunk)`` written by the stages run so far was last written: a
+    send of a later stage is ready no earlier (the engine's rule, :func:`synth.cost.feed`)."""
+
+    def __init__(self, run: _Run) -> None:
+        self.width = run.num_ranks * run.chunks
+        self.codes = np.zeros(0, np.int64)
+        self.times = np.zeros(0, np.float64)
+
+    def ready(self, block: np.ndarray) -> np.ndarray:
+        """Per row, the last write of the slot it reads (0.0: none)."""
+        if not len(self.codes):
+            return np.zeros(len(block))
+        want = block[:, 1] * self.width + block[:, 0]
+        at = np.minimum(np.searchsorted(self.codes, want), len(self.codes) - 1)
+        return np.where(self.codes[at] == want, self.times[at], 0.0)
+
+    def add(self, blocks: Sequence[np.ndarray], arrived: Sequence[np.ndarray]) -> None:
+        codes = np.concatenate([self.codes, *(b[:, 2] * self.width + b[:, 0] for b in blocks)])
+        times = np.concatenate([self.times, *arrived])
+        order = np.argsort(codes, kind="stable")
+        self.codes, first = np.unique(codes[order], return_index=True)
+        self.times = np.maximum.reduceat(times[order], first) if len(first) else times
 
 
 _CHECKED: list = []
-"""The last composition's checked routes, ``[(weak composition, weak logical view, ways, inner
+"""The last composition's checked routes, ``[(weak owner, weak logical view, ways, inner
 routes)]``: they depend on the composition and topology only, so timing it in a second model (a
 benchmark's ideal and calibrated times) does not search 4,096 sources' routes again (77 s)."""
 
 
-def _checked_routes(composition: Composition, run: _Run) -> tuple[_Ways, dict[int, tuple[list, tuple]]]:
-    """The rails' ways and the machines' inner routes of ``composition``, found once per
-    composition and topology (:data:`_CHECKED`)."""
+def _checked_routes(
+    owner: object, rails: list[np.ndarray], inner: list[np.ndarray], run: _Run
+) -> tuple[_Ways, dict[int, tuple[list, tuple]]]:
+    """The rails' ways and the machines' inner routes of ``owner``'s stages, found once per owner
+    and topology (:data:`_CHECKED`)."""
     logical = run.network.topology.logical()
     if _CHECKED:
         was, where, ways, routes = _CHECKED[0]
-        if was() is composition and where() is logical:
+        if was() is owner and where() is logical:
             return ways, routes
-    rails, inner = composition.blocks[: composition.rail_steps], composition.blocks[composition.rail_steps :]
-    ways = _Ways(logical, rails, run.size)
+    ways = _Ways(logical, rails)
     routes = _inner_routes(logical, inner, run)
-    _CHECKED[:] = [(weakref.ref(composition), weakref.ref(logical), ways, routes)]
+    _CHECKED[:] = [(weakref.ref(owner), weakref.ref(logical), ways, routes)]
     return ways, routes
 
 
-def _shape_fault(rails: tuple[np.ndarray, ...], inner: tuple[np.ndarray, ...], run: _Run) -> str:
-    """Why the composition cannot be timed by parts ('' where it can): a rail row that leaves its
+def _shape_fault(rails: list[np.ndarray], inner: list[np.ndarray], run: _Run) -> str:
+    """Why the stages cannot be timed by parts ('' where they can): a rail row that leaves its
     rail or machine pair, an inner row that leaves its machine, a transfer within the tolerance."""
     g, c = run.size, run.chunks
     for block in rails:
@@ -169,7 +261,7 @@ def _shape_fault(rails: tuple[np.ndarray, ...], inner: tuple[np.ndarray, ...], r
     return ""
 
 
-def _whole(blocks: tuple[np.ndarray, ...], run: _Run) -> float:
+def _whole(blocks: list[np.ndarray], run: _Run) -> float:
     """The engine's run of every send, as :func:`synth.cost.simulate` makes it."""
     return max(feed(_sends(blocks, 0), run.network, run.nbytes, run.merge)[1], default=0.0)
 
@@ -183,7 +275,7 @@ class _Ways:
     down (vertex ids, the network switch in both), whether every route is up(src) + down(dst)
     (``split``), and the edges the rails use."""
 
-    def __init__(self, logical: LogicalTopology, rails: tuple[np.ndarray, ...], g: int) -> None:
+    def __init__(self, logical: LogicalTopology, rails: list[np.ndarray]) -> None:
         self.logical = logical
         self.up: dict[int, tuple[int, ...]] = {}
         self.down: dict[int, tuple[int, ...]] = {}
@@ -195,22 +287,21 @@ class _Ways:
             if rails
             else np.zeros(0, np.int64)
         )
-        sources, first = np.unique(pairs // n, return_index=True)
-        ends = [*first[1:].tolist(), len(pairs)]
-        for src, lo, hi in zip(sources.tolist(), first.tolist(), ends, strict=True):
-            table = logical.table(src)  # one search per source
-            for dst in (pairs[lo:hi] % n).tolist():
-                ids = table[dst]
-                if src % g == 0:
-                    logical.link(src, dst)  # rail 0's links, read off the table: one rail's run needs them
-                at = next((k for k, v in enumerate(ids) if kind[v] == NETWORK), None)
-                if (
-                    at is None
-                    or self.up.setdefault(src, ids[: at + 1]) != ids[: at + 1]
-                    or self.down.setdefault(dst, ids[at:]) != ids[at:]
-                ):
-                    self.split = False
-                    unsplit.append(ids)
+        # the routes the verification made (one search per source for any it did not): searched
+        # again from a table per source, 4,096 sources took 77 s at 4096 GPUs after the
+        # verification's own search, its tables not kept (TABLES_KEPT)
+        logical.route(zip((pairs // n).tolist(), (pairs % n).tolist(), strict=True))
+        index = {v: i for i, v in enumerate(logical.graph.names)}
+        for src, dst in zip((pairs // n).tolist(), (pairs % n).tolist(), strict=True):
+            ids = tuple(index[v] for v in logical.links[(src, dst)].path)
+            at = next((k for k, v in enumerate(ids) if kind[v] == NETWORK), None)
+            if (
+                at is None
+                or self.up.setdefault(src, ids[: at + 1]) != ids[: at + 1]
+                or self.down.setdefault(dst, ids[at:]) != ids[at:]
+            ):
+                self.split = False
+                unsplit.append(ids)
         ways = [*self.up.values(), *self.down.values(), *unsplit]
         names = logical.graph.names
         edges = [(names[a], names[b]) for w in ways for a, b in pairwise(w)]
@@ -234,7 +325,7 @@ class _Ways:
         return [(r.bandwidth_GBps, r.count, r.alpha_us) for r in edges]
 
 
-def _shifted(rails: tuple[np.ndarray, ...], run: _Run) -> bool:
+def _shifted(rails: list[np.ndarray], run: _Run) -> bool:
     """Whether every rail's rows are rail 0's with ranks moved by r and chunks by ``r * chunks``,
     in the same order in each step."""
     g, c = run.size, run.chunks
@@ -251,47 +342,64 @@ def _shifted(rails: tuple[np.ndarray, ...], run: _Run) -> bool:
 
 
 def _rails(
-    rails: tuple[np.ndarray, ...], run: _Run, one_rail: bool
-) -> tuple[float, np.ndarray, np.ndarray, str]:
-    """The rails' run: last arrival, the written slots' codes (``dst * n * chunks + chunk``; rail 0's
-    alone where one rail stands for all) sorted and unique, each slot's last arrival; how it ran."""
+    stage: Stage, ready: list[np.ndarray], ways: _Ways, run: _Run
+) -> tuple[list[np.ndarray], list[np.ndarray], str]:
+    """The rails' run: each row's start and arrival, and how it ran. One rail's run stands for
+    all when the routes allow it (module docstring) and every rail is ready as rail 0 is."""
     g = run.size
-    blocks = [b[b[:, 1] % g == 0] for b in rails] if one_rail else list(rails)
-    sends = _sends(blocks, 0)
+    blocks = list(stage.blocks)
+    one = ways.apart and ways.alike(g) and _shifted(blocks, run) and _alike_ready(blocks, ready, run)
+    picks = [np.flatnonzero(b[:, 1] % g == 0) if one else np.arange(len(b)) for b in blocks]
+    taken = [b[p] for b, p in zip(blocks, picks, strict=True)]
+    sends = _sends(taken, stage.first_step)
     run.network.topology.logical().route((s.src, s.dst) for _, s in sends)  # one search per source
-    arrived = np.array(feed(sends, run.network, run.nbytes, run.merge)[1], dtype=np.float64)
-    rows = np.concatenate(blocks) if blocks else np.zeros((0, 3), np.int64)
-    codes = rows[:, 2] * (run.num_ranks * run.chunks) + rows[:, 0]
-    order = np.argsort(codes, kind="stable")
-    unique, first = np.unique(codes[order], return_index=True)
-    last = np.maximum.reduceat(arrived[order], first) if len(first) else arrived
+    at = np.concatenate([r[p] for r, p in zip(ready, picks, strict=True)]).tolist() if blocks else []
+    started, arrived = (
+        np.array(x, dtype=np.float64) for x in feed(sends, run.network, run.nbytes, run.merge, at)
+    )
+    outs = tuple(
+        [_spread(b, t, g) if one else t for b, t in zip(blocks, _split(times, taken), strict=True)]
+        for times in (started, arrived)
+    )
     how = (
         f"one rail's {len(sends):,} sends run for all {g} rails"
-        if one_rail
+        if one
         else f"all {g} rails' {len(sends):,} sends in one run (their routes meet or differ)"
     )
-    return float(arrived.max(initial=0.0)), unique, last, how
+    return outs[0], outs[1], how
 
 
-def _ready(
-    block: np.ndarray, codes: np.ndarray, arrivals: np.ndarray, run: _Run, one_rail: bool
-) -> np.ndarray:
-    """Per inner row, when the rails' writes of the slot it reads have all arrived (0.0: none)."""
-    chunk, src = block[:, 0], block[:, 1]
-    g, c = run.size, run.chunks
-    if one_rail:  # rail r's slot (m*g + r, (o*g + r)*c + j) arrives as rail 0's (m*g, o*g*c + j)
-        rail = src % g
-        want = np.where(chunk // c % g == rail, (src - rail) * (run.num_ranks * c) + chunk - rail * c, -1)
-    else:
-        want = src * (run.num_ranks * c) + chunk
-    if not len(codes):
-        return np.zeros(len(block))
-    at = np.minimum(np.searchsorted(codes, want), len(codes) - 1)
-    return np.where(codes[at] == want, arrivals[at], 0.0)
+def _split(times: np.ndarray, blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``times`` (one per row of ``blocks``, in order) cut into one array per block."""
+    return np.split(times, np.cumsum([len(b) for b in blocks])[:-1]) if blocks else []
+
+
+def _by_rail(block: np.ndarray, g: int) -> np.ndarray:
+    """The block's row indices as a rails x rows matrix (rail r's rows in order; equal counts)."""
+    order = np.argsort(block[:, 1] % g, kind="stable")
+    return order.reshape(g, len(block) // g)
+
+
+def _alike_ready(blocks: list[np.ndarray], ready: list[np.ndarray], run: _Run) -> bool:
+    """Whether every rail's rows are ready when rail 0's matching rows are."""
+    for block, at in zip(blocks, ready, strict=True):
+        if len(block):
+            by = at[_by_rail(block, run.size)]
+            if not np.array_equal(by, np.broadcast_to(by[0], by.shape)):
+                return False
+    return True
+
+
+def _spread(block: np.ndarray, times: np.ndarray, g: int) -> np.ndarray:
+    """Rail 0's times (its rows in order) given to the matching row of every rail."""
+    out = np.empty(len(block))
+    if len(block):
+        out[_by_rail(block, g)] = times[np.newaxis, :]
+    return out
 
 
 def _inner_routes(
-    logical: LogicalTopology, inner: tuple[np.ndarray, ...], run: _Run
+    logical: LogicalTopology, inner: list[np.ndarray], run: _Run
 ) -> dict[int, tuple[list, tuple]]:
     """Per machine, the edges its inner sends' routes take (each once) and their shape: per rank
     pair (by place), each edge as its first place in the machine's list, rate, count, latency."""
@@ -313,22 +421,51 @@ def _inner_routes(
 
 
 def _machines(
-    inner: tuple[np.ndarray, ...],
+    stage: Stage, ready: list[np.ndarray], shapes: dict[int, tuple] | None, run: _Run
+) -> tuple[list[np.ndarray], list[np.ndarray], str]:
+    """Each row's start and arrival when each kind of machine's inner sends run once (module
+    docstring), or all machines' in one run where they share an edge (``shapes`` None); how."""
+    blocks = list(stage.blocks)
+    if shapes is None:
+        sends = _sends(blocks, stage.first_step)
+        at = np.concatenate(ready).tolist() if blocks else []
+        started, arrived = (
+            np.array(x, dtype=np.float64) for x in feed(sends, run.network, run.nbytes, run.merge, at)
+        )
+        how = f"all machines' {len(sends):,} inner sends in one run (machines share an edge)"
+        return _split(started, blocks), _split(arrived, blocks), how
+    cut = [_by_machine(block, run) for block in blocks]
+    takes = [[order[start[m] : start[m + 1]] for order, start in cut] for m in range(run.count)]
+    runs = _kinds(blocks, ready, takes, shapes, run)
+    started = [np.zeros(len(b)) for b in blocks]
+    arrived = [np.zeros(len(b)) for b in blocks]
+    for leader, members in runs:
+        rows = [block[take] for block, take in zip(blocks, takes[leader], strict=True)]
+        at = np.concatenate([a[take] for a, take in zip(ready, takes[leader], strict=True)]).tolist()
+        times = feed(_sends(rows, stage.first_step), run.network, run.nbytes, run.merge, at)
+        for out, got in zip((started, arrived), times, strict=True):
+            for k, piece in enumerate(_split(np.array(got, dtype=np.float64), rows)):
+                for m in members:
+                    out[k][takes[m][k]] = piece
+    per = sum(map(len, blocks)) // max(run.count, 1)
+    return started, arrived, f"{len(runs)} machine run(s) of {per:,} inner sends for {run.count} machines"
+
+
+def _kinds(
+    blocks: list[np.ndarray],
     ready: list[np.ndarray],
-    first_step: int,
+    takes: list[list[np.ndarray]],
     shapes: dict[int, tuple],
     run: _Run,
-) -> tuple[float, str]:
-    """Each kind of machine's inner sends run once (module docstring): last arrival, and how."""
-    cut = [_by_machine(block, run) for block in inner]
+) -> list[tuple[int, list[int]]]:
+    """The machines grouped by kind: (the one run, the machines it stands for). Alike: the same
+    route shapes and the same rows counted from the machine, in the same order, ready alike."""
 
     def part(m: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Machine m's rows counted from it, and their ready times, step by step."""
-        out = []
-        for block, at, (order, start) in zip(inner, ready, cut, strict=True):
-            take = order[start[m] : start[m + 1]]
-            out.append((_relative(block[take], m, run), at[take]))
-        return out
+        return [
+            (_relative(block[take], m, run), at[take])
+            for block, at, take in zip(blocks, ready, takes[m], strict=True)
+        ]
 
     kinds: dict[bytes, list[int]] = {}
     for m in range(run.count):
@@ -336,26 +473,21 @@ def _machines(
         for rows, at in part(m):
             digest.update(np.int64(len(rows)).tobytes() + rows.tobytes() + at.tobytes())
         kinds.setdefault(digest.digest(), []).append(m)
-    leaders: list[int] = []
+    runs: list[tuple[int, list[int]]] = []
     for members in kinds.values():  # each member checked against its kind's first: a digest is no proof
         first = part(members[0])
-        leaders.append(members[0])
+        alike = [members[0]]
         for m in members[1:]:
             same = shapes.get(m) == shapes.get(members[0]) and all(
                 np.array_equal(a, b) and np.array_equal(x, y)
                 for (a, x), (b, y) in zip(part(m), first, strict=True)
             )
-            if not same:
-                leaders.append(m)
-    finish = 0.0
-    for m in leaders:
-        takes = [order[start[m] : start[m + 1]] for order, start in cut]
-        blocks = [block[take] for block, take in zip(inner, takes, strict=True)]
-        at = np.concatenate([a[take] for a, take in zip(ready, takes, strict=True)]).tolist() if takes else []
-        arrived = feed(_sends(blocks, first_step), run.network, run.nbytes, run.merge, at)[1]
-        finish = max(finish, max(arrived, default=0.0))
-    per = sum(map(len, inner)) // max(run.count, 1)
-    return finish, f"{len(leaders)} machine run(s) of {per:,} inner sends for {run.count} machines"
+            if same:
+                alike.append(m)
+            else:
+                runs.append((m, [m]))
+        runs.append((members[0], alike))
+    return runs
 
 
 def _by_machine(block: np.ndarray, run: _Run) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,9 @@ the reversed topology run backwards (:data:`synth.reductions.DUAL`), allreduce a
 then allgather (:data:`synth.reductions.REDUCESCATTER_ALLGATHER`). With ``hierarchical``, an
 allgather on identical machines is first split into one between the machines and one inside a
 machine (:data:`synth.reductions.hierarchy.HIERARCHY`), each packed on its own, far smaller, graph,
-then composed and verified as arrays: its Algorithm (16.8 M sends at 4096 GPUs) is made on demand.
+then composed and verified as arrays, and so are its reducescatter and allreduce
+(:mod:`synth.reductions.hierarchy_dual`): their Algorithm (16.8 M and 33.5 M sends at 4096 GPUs) is
+made on demand.
 
 Every allgather is packed under the largest symmetry group found (:mod:`synth.trees.symmetry`),
 so ``dgx-h100x64`` packs the trees of one root and lifts them onto 512. The result is verified on
@@ -24,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TypeVar
 
 from common.limits import Limit
 from synth.algorithm import Algorithm, Send, Step
@@ -34,7 +37,8 @@ from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from synth.errors import InfeasibleError
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution
 from synth.reductions.hierarchy import HIERARCHY, Composed, Machines, machines_of
-from synth.reductions.hierarchy_time import simulate_composition
+from synth.reductions.hierarchy_dual import Staged, allreduce_of, dual_of
+from synth.reductions.hierarchy_time import simulate_composition, simulate_stages
 from synth.timing import DEFAULT, Params, model_params
 from synth.trees.packing import Packing, pack, pair_classes
 from synth.trees.schedule import MAX_CHUNKS, MAX_SENDS, choose_chunks, chunk_choices, schedule
@@ -46,22 +50,25 @@ __all__ = ["SENDS", "WITHIN", "TreesResult", "check_sends", "modeled", "synthesi
 SENDS = Limit("sends", 2_000_000, "XCCL_MAX_TREES_SENDS")
 """The sends of an :class:`Algorithm` made, at one chunk per rank, at most: about 1.5-3 KB each
 while it is built, verified and timed (512 GPUs: 261,632 sends, 379 MB; 4096 GPUs, 16.8 M, ran out
-of 7 GB). A hierarchical allgather is composed and verified as arrays (:class:`Composed`, about 24
-bytes a send) and made an Algorithm only when asked for (:attr:`TreesResult.algorithm`)."""
+of 7 GB). A hierarchical schedule is composed and verified as arrays (:class:`Composed`,
+:class:`Staged`: about 24 bytes a send) and made an Algorithm only when asked for
+(:attr:`TreesResult.algorithm`)."""
 
 WITHIN = ("trees", "smt", *(kind for kind in BASELINES if kind != "hierarchical"))
 """How the allgather inside a machine is made in a hierarchical synthesis."""
 
 Log = Callable[[str], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class TreesResult:
     """A verified schedule, and the packings it was built from (one per allgather in it: an
     allreduce's two on a symmetric topology are one packing, listed twice). ``made`` is an
-    :class:`Algorithm`, or a hierarchical allgather still held as arrays (:class:`Composed`)."""
+    :class:`Algorithm`, or a hierarchical schedule still held as arrays: an allgather
+    (:class:`Composed`), a reducescatter or allreduce (:class:`Staged`)."""
 
-    made: Algorithm | Composed
+    made: Algorithm | Composed | Staged
     packings: tuple[Packing, ...]
     seconds: float
     interrupted: bool
@@ -90,8 +97,10 @@ class TreesResult:
         :data:`SENDS` (a :class:`~common.limits.LimitError` naming it beyond)."""
         if isinstance(self.made, Algorithm):
             return self.made
-        n = self.made.collective.num_ranks
-        SENDS.check(n * (n - 1), f"allgather on {self.made.topology} as an Algorithm")
+        coll = self.made.collective
+        n = coll.num_ranks
+        sends = n * (n - 1) * (2 if coll.name == "allreduce" else 1)
+        SENDS.check(sends, f"{coll.name} on {self.made.topology} as an Algorithm")
         return self.made.algorithm()
 
 
@@ -106,15 +115,29 @@ def modeled(
     result: TreesResult, topology: Topology, size_bytes: float, params: Params = DEFAULT, log: Log | None = None
 ) -> SimResult:
     """The timing engine's time of ``result``: :func:`synth.cost.simulate` of its Algorithm, or for
-    a composed (hierarchical) allgather the same time from the composition's parts
-    (:func:`~synth.reductions.hierarchy_time.simulate_composition`, equal to it and held so by
-    tests/test_hierarchy_time.py), which needs no Algorithm: 4096 GPUs in about 2 minutes."""
-    composed = result.composed
-    if composed is None:
-        return simulate(result.algorithm, topology, size_bytes, params)
-    return simulate_composition(
-        composed.composition, topology, size_bytes, params, provenance=composed.provenance, log=log
-    )
+    a composed (hierarchical) schedule the same time from its parts
+    (:func:`~synth.reductions.hierarchy_time.simulate_composition` and ``simulate_stages``, equal
+    to it and held so by tests/test_hierarchy_time.py and tests/test_hierarchy_dual.py), which
+    needs no Algorithm: 4096 GPUs in about 2 minutes."""
+    made = result.made
+    if isinstance(made, Composed):
+        return simulate_composition(
+            made.composition, topology, size_bytes, params, provenance=made.provenance, log=log
+        )
+    if isinstance(made, Staged):
+        return simulate_stages(
+            made,
+            made.stages,
+            made.machines,
+            made.chunks,
+            made.collective,
+            topology,
+            size_bytes,
+            params,
+            provenance=made.provenance,
+            log=log,
+        )
+    return simulate(made, topology, size_bytes, params)
 
 
 @dataclass
@@ -125,17 +148,17 @@ class _Run:
     deadline: float
     log: Log | None
     most_sends: int
-    hierarchical: bool
     within: str = "trees"
     params: Params = DEFAULT
     """The timing model the chunk counts are chosen in (the calibrated one unless told)."""
     chunks: dict[str, int] = field(default_factory=dict)
     packings: list[Packing] = field(default_factory=list)
     interrupted: bool = False
-    solved: dict[tuple, tuple[Solution, list[Packing]]] = field(default_factory=dict)
-    """Each allgather solved, by (topology, collective, role), with its packings: an allreduce's
-    reducescatter is the allgather of the reversed topology, which on a symmetric topology is
-    the topology itself (:class:`~synth.reductions.Dual`), so both halves are one solve."""
+    solved: dict[tuple, tuple[Solution | Composed, list[Packing]]] = field(default_factory=dict)
+    """Each allgather solved, by (topology, collective, role), or composed, by (topology,
+    "composed"), with its packings: an allreduce's reducescatter is the allgather of the reversed
+    topology, which on a symmetric topology is the topology itself (:class:`~synth.reductions.Dual`),
+    so both halves are one solve."""
 
     def say(self, message: str) -> None:
         if self.log is not None:
@@ -169,17 +192,17 @@ def synthesize(
         raise InfeasibleError(f"{collective} on {topology.name}: tree packing needs at least 2 ranks")
     if within not in WITHIN:
         raise InfeasibleError(f"within: expected one of {', '.join(WITHIN)}, got {within!r}")
-    composing = hierarchical and collective == "allgather"
-    if not composing:  # refused here, not out of memory later; a composed allgather is arrays
+    if not hierarchical:  # refused here, not out of memory later; a composed schedule is arrays
         check_sends(topology, collective)
     if hierarchical:
         machines_of(topology)  # refused before any work: one machine, or machines not alike
-    run = _Run(began + time_limit_s, log, max_sends, hierarchical, within, params)
+    run = _Run(began + time_limit_s, log, max_sends, within, params)
     run.say(f"{collective} on {topology.name} ({n} ranks), time limit {time_limit_s:g} s")
     chunks = n if collective == "allreduce" else 1
-    problem = Problem(topology, make_collective(collective, n, chunks))
-    if composing:  # verified as arrays by the composition; an Algorithm only on demand
-        made: Algorithm | Composed = _hierarchical(problem, float(size_bytes) / n, run)
+    # composed, never described: a reducescatter's chunks at 4096 GPUs are 16.8 M contributions
+    problem = Problem(topology, make_collective(collective, n, chunks, lazy=hierarchical))
+    if hierarchical:  # verified as arrays by the composition; an Algorithm only on demand
+        made: Algorithm | Composed | Staged = _composed(problem, float(size_bytes) / n, run)
     else:
         made = _solve(problem, float(size_bytes) / n, run, "").algorithm
         if collective == "allgather":
@@ -203,18 +226,20 @@ def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Soluti
         inverted = _invert(reduced, [solution], run)  # its verification routes the pairs by source
         return Solution(_untimed(inverted.algorithm))
     key = (problem.topology, problem.collective, role)
+    return _cached(run, key, "solved", lambda: _allgather(problem, shard_bytes, run, role or "flat"))
+
+
+def _cached(run: _Run, key: tuple, how: str, make: Callable[[], T]) -> T:
+    """``make()``, once per ``key`` in a synthesis, with the packings it added (listed again)."""
     if key in run.solved:
-        solution, packings = run.solved[key]
+        made, packings = run.solved[key]
         run.packings.extend(packings)
-        run.say(f"{problem.topology.name}: the allgather solved before")
-        return solution
+        run.say(f"{key[0].name}: the allgather {how} before")
+        return made
     before = len(run.packings)
-    if run.hierarchical and not role:
-        solution = Solution(_hierarchical(problem, shard_bytes, run).algorithm())
-    else:
-        solution = _allgather(problem, shard_bytes, run, role or "flat")
-    run.solved[key] = (solution, run.packings[before:])
-    return solution
+    made = make()
+    run.solved[key] = (made, run.packings[before:])
+    return made
 
 
 def _timed(problem: Problem, solution: Solution, shard_bytes: float, run: _Run) -> Solution:
@@ -241,6 +266,33 @@ def _untimed(algo: Algorithm) -> Algorithm:
         Step(st.rounds, tuple(Send(x.chunk, x.src, x.dst, x.op) for x in st.sends)) for st in algo.steps
     )
     return replace(algo, steps=steps)
+
+
+def _composed(problem: Problem, shard_bytes: float, run: _Run) -> Composed | Staged:
+    """``problem`` composed over its machines, held as arrays and verified: an allgather
+    (:func:`_hierarchical`), a reducescatter as the dual's allgather run backwards, an allreduce as
+    that reducescatter then the allgather (:mod:`synth.reductions.hierarchy_dual`)."""
+    name, topology = problem.collective.name, problem.topology
+    if name == "allgather":
+        return _once(problem, shard_bytes, run)
+    if name == "reducescatter":
+        sub = DUAL.apply(problem).subproblems[0]
+        allgather = _once(sub, shard_bytes, run)
+        run.say(f"dual: running the composed allgather backwards on {topology.name}, verifying as arrays")
+        return dual_of(allgather, topology)
+    first, second = REDUCESCATTER_ALLGATHER.apply(problem).subproblems
+    reducescatter = _composed(first, shard_bytes, run)
+    allgather = _once(second, shard_bytes, run)
+    run.say(f"{REDUCESCATTER_ALLGATHER.name}: the two composed parts, one after the other")
+    return allreduce_of(reducescatter, allgather, topology)
+
+
+def _once(problem: Problem, shard_bytes: float, run: _Run) -> Composed:
+    """:func:`_hierarchical` of ``problem``'s allgather, once per topology: an allreduce's two
+    halves on a symmetric topology are one composition (its packings listed twice)."""
+    return _cached(
+        run, (problem.topology, "composed"), "composed", lambda: _hierarchical(problem, shard_bytes, run)
+    )
 
 
 def _hierarchical(problem: Problem, shard_bytes: float, run: _Run) -> Composed:
