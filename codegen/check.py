@@ -12,6 +12,8 @@ large sizes. Every problem names rank, threadblock and step. What the schedule c
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from codegen.errors import IRCheckError
@@ -51,19 +53,51 @@ def find_problems(
     """Every rule the IR breaks (empty: it is safe to run): the universal rules (``final`` adds
     ``has_dep`` on every awaited step), the flow once they hold, then ``facts`` (what the XML file
     it was read from says beyond it) and ``dialect``'s rules."""
-    out = _structure_problems(ir, final=final)
+    out = _MEMO.get(ir, ("structure", final), lambda x: _structure_problems(x, final=final), whole=True)
     if not ranks_in_order(ir):
         return out
     if not out:  # the flow checks need a sound structure
-        out.extend(_check_connections(ir))
+        out.extend(_MEMO.get(ir, "connections", _check_connections))
         if not out:
-            out.extend(_check_deadlock(ir))
+            out.extend(_MEMO.get(ir, "deadlock", _check_deadlock))
     d = None if dialect is None else get_dialect(dialect)
     if facts is not None:
         out.extend(file_problems(ir, facts, d))
     if d is not None:
         out.extend(dialect_problems(ir, d))
     return out
+
+
+class _Memo:
+    """The problems found in the last IR checked. The compiler checks the IR it keeps for deadlock,
+    then in full, and the writer checks it again (or a copy with another size window: the same
+    ranks): each check of a 512-rank ring takes about a second. Entries hold for the same IR
+    object (``whole``: its structure) or for the same rank objects (the flow: connections and
+    deadlock depend on the ranks and the protocol only); the IR is frozen, so the same objects
+    have the same content. Weak references: nothing here keeps an IR alive."""
+
+    def __init__(self) -> None:
+        self.ir: weakref.ref | None = None
+        self.gpus: tuple[weakref.ref, ...] = ()
+        self.found: dict[object, list[Problem]] = {}
+
+    def get(self, ir: IR, what: object, check: Callable[[IR], list[Problem]], whole: bool = False) -> list[Problem]:
+        """``check(ir)``'s problems (a new list), computed once per IR (``whole``) or per ranks."""
+        if not self._same_gpus(ir):
+            self.gpus, self.ir, self.found = tuple(weakref.ref(g) for g in ir.gpus), None, {}
+        if self.ir is None or self.ir() is not ir:
+            self.ir = weakref.ref(ir)
+            self.found = {k: v for k, v in self.found.items() if k[0] == "gpus"}
+        key = ("ir" if whole else "gpus", ir.protocol, what)
+        if key not in self.found:
+            self.found[key] = check(ir)
+        return list(self.found[key])
+
+    def _same_gpus(self, ir: IR) -> bool:
+        return len(self.gpus) == len(ir.gpus) and all(r() is g for r, g in zip(self.gpus, ir.gpus, strict=True))
+
+
+_MEMO = _Memo()
 
 
 def _transfers(ir: IR, rank: int, tb_id: int | None, sends: bool) -> list[tuple[int, int]]:
@@ -127,7 +161,7 @@ def _count_mismatch(
 
 def find_deadlock(ir: IR) -> Problem | None:
     """The deadlock of a structurally sound IR (see :func:`_check_deadlock`), or None."""
-    found = _check_deadlock(ir)
+    found = _MEMO.get(ir, "deadlock", _check_deadlock)
     return found[0] if found else None
 
 
