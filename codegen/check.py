@@ -12,8 +12,6 @@ large sizes. Every problem names rank, threadblock and step. What the schedule c
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from codegen.errors import IRCheckError
@@ -31,6 +29,7 @@ from codegen.rules import (
 )
 from codegen.rules import structure_problems as _structure_problems
 from common.gc_pause import gc_paused
+from common.memo import SameObjects
 
 if TYPE_CHECKING:
     from codegen.formats.xml_reader import XmlFacts
@@ -53,13 +52,13 @@ def find_problems(
     """Every rule the IR breaks (empty: it is safe to run): the universal rules (``final`` adds
     ``has_dep`` on every awaited step), the flow once they hold, then ``facts`` (what the XML file
     it was read from says beyond it) and ``dialect``'s rules."""
-    out = _MEMO.get(ir, ("structure", final), lambda x: _structure_problems(x, final=final), whole=True)
+    out = list(_BY_IR.get([ir], ("structure", final), lambda: _structure_problems(ir, final=final)))
     if not ranks_in_order(ir):
         return out
     if not out:  # the flow checks need a sound structure
-        out.extend(_MEMO.get(ir, "connections", _check_connections))
+        out.extend(_BY_RANKS.get(ir.gpus, ("connections", ir.protocol), lambda: _check_connections(ir)))
         if not out:
-            out.extend(_MEMO.get(ir, "deadlock", _check_deadlock))
+            out.extend(_BY_RANKS.get(ir.gpus, ("deadlock", ir.protocol), lambda: _check_deadlock(ir)))
     d = None if dialect is None else get_dialect(dialect)
     if facts is not None:
         out.extend(file_problems(ir, facts, d))
@@ -68,36 +67,12 @@ def find_problems(
     return out
 
 
-class _Memo:
-    """The problems found in the last IR checked. The compiler checks the IR it keeps for deadlock,
-    then in full, and the writer checks it again (or a copy with another size window: the same
-    ranks): each check of a 512-rank ring takes about a second. Entries hold for the same IR
-    object (``whole``: its structure) or for the same rank objects (the flow: connections and
-    deadlock depend on the ranks and the protocol only); the IR is frozen, so the same objects
-    have the same content. Weak references: nothing here keeps an IR alive."""
-
-    def __init__(self) -> None:
-        self.ir: weakref.ref | None = None
-        self.gpus: tuple[weakref.ref, ...] = ()
-        self.found: dict[object, list[Problem]] = {}
-
-    def get(self, ir: IR, what: object, check: Callable[[IR], list[Problem]], whole: bool = False) -> list[Problem]:
-        """``check(ir)``'s problems (a new list), computed once per IR (``whole``) or per ranks."""
-        if not self._same_gpus(ir):
-            self.gpus, self.ir, self.found = tuple(weakref.ref(g) for g in ir.gpus), None, {}
-        if self.ir is None or self.ir() is not ir:
-            self.ir = weakref.ref(ir)
-            self.found = {k: v for k, v in self.found.items() if k[0] == "gpus"}
-        key = ("ir" if whole else "gpus", ir.protocol, what)
-        if key not in self.found:
-            self.found[key] = check(ir)
-        return list(self.found[key])
-
-    def _same_gpus(self, ir: IR) -> bool:
-        return len(self.gpus) == len(ir.gpus) and all(r() is g for r, g in zip(self.gpus, ir.gpus, strict=True))
-
-
-_MEMO = _Memo()
+_BY_IR = SameObjects()
+"""The structure's problems of the last IR checked: the compiler checks the IR it keeps for
+deadlock, then in full, and the writer checks it again (about a second each at 512 ranks)."""
+_BY_RANKS = SameObjects()
+"""The flow's (connections, deadlock): they depend on the ranks and the protocol only, so they hold
+for a copy of the IR with another size window too."""
 
 
 def _transfers(ir: IR, rank: int, tb_id: int | None, sends: bool) -> list[tuple[int, int]]:
@@ -161,7 +136,7 @@ def _count_mismatch(
 
 def find_deadlock(ir: IR) -> Problem | None:
     """The deadlock of a structurally sound IR (see :func:`_check_deadlock`), or None."""
-    found = _MEMO.get(ir, "deadlock", _check_deadlock)
+    found = _BY_RANKS.get(ir.gpus, ("deadlock", ir.protocol), lambda: _check_deadlock(ir))
     return found[0] if found else None
 
 

@@ -146,7 +146,9 @@ class ChunkProgram:
         self.model_timed = False  # set by codegen.lower: the ops' times are the Algorithm model's
         self.ports: tuple[tuple[int, int, int], ...] = ()  # set by codegen.lower (ProgramInfo.ports)
         self._aliases = aliases_of(collective)
-        self._links = None if self.topology is None else frozenset(self.topology.logical().links)
+        # the logical links, asked per pair (it remembers each answer): not a set of all pairs, which
+        # at 512 ranks of switched machines is 261,632 of them, each routed, for a ring that uses 512
+        self._links = None if self.topology is None else self.topology.logical().links
         self._ops: list[_Op] = []
         self._slices: list[dict[str, int]] = [{} for _ in range(collective.num_ranks)]
         self._values: dict[tuple[int, str, int], Value] = {}

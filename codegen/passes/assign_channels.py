@@ -35,6 +35,7 @@ from codegen.instr_dag import InstrDAG
 from codegen.protocols import fifo_calls
 from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
+from common.memo import SameObjects
 
 __all__ = ["assign_channels", "steps_of"]
 
@@ -94,6 +95,11 @@ class _Taken:
     """(src, dst, inst, ch, depth of the send) -> (send position, receive position) of its transfers."""
 
 
+_SAME_DAG = SameObjects()
+"""The last DAG's flows and pinned groups (the compiler reruns this pass on one DAG for each
+channel count it tries; neither depends on the count)."""
+
+
 def assign_channels(
     dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS, compact: int = 0
 ) -> ChannelDAG:
@@ -101,13 +107,13 @@ def assign_channels(
     (``compact`` 1 or more: each connection over its share of them, see :func:`_shares`)."""
     if channels < 1:
         raise CodegenError(f"{dag.info.name}: channels: expected at least 1, got {channels}")
-    groups = _groups(dag)
+    groups = _SAME_DAG.get([dag], "groups", lambda: _groups(dag))
     _check_hinted_threadblocks(dag, groups)
     taken = _Taken()
     local: dict[int, int] = {}
     shares = _shares(dag, channels, max_channels) if compact else None
     auto: dict[tuple, int] = defaultdict(int)
-    for flow in _flows(dag):
+    for flow in _SAME_DAG.get([dag], "flows", lambda: _flows(dag)):
         hint = _hint(dag, flow)
         transfers = [(i, dag.instrs[i].send_match) for i in flow if dag.instrs[i].send_match is not None]
         pinned = [groups[i] for i in flow if i in groups]
