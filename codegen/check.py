@@ -29,6 +29,7 @@ from codegen.rules import (
 )
 from codegen.rules import structure_problems as _structure_problems
 from common.gc_pause import gc_paused
+from common.memo import SameObjects
 
 if TYPE_CHECKING:
     from codegen.formats.xml_reader import XmlFacts
@@ -51,19 +52,27 @@ def find_problems(
     """Every rule the IR breaks (empty: it is safe to run): the universal rules (``final`` adds
     ``has_dep`` on every awaited step), the flow once they hold, then ``facts`` (what the XML file
     it was read from says beyond it) and ``dialect``'s rules."""
-    out = _structure_problems(ir, final=final)
+    out = list(_BY_IR.get([ir], ("structure", final), lambda: _structure_problems(ir, final=final)))
     if not ranks_in_order(ir):
         return out
     if not out:  # the flow checks need a sound structure
-        out.extend(_check_connections(ir))
+        out.extend(_BY_RANKS.get(ir.gpus, ("connections", ir.protocol), lambda: _check_connections(ir)))
         if not out:
-            out.extend(_check_deadlock(ir))
+            out.extend(_BY_RANKS.get(ir.gpus, ("deadlock", ir.protocol), lambda: _check_deadlock(ir)))
     d = None if dialect is None else get_dialect(dialect)
     if facts is not None:
         out.extend(file_problems(ir, facts, d))
     if d is not None:
         out.extend(dialect_problems(ir, d))
     return out
+
+
+_BY_IR = SameObjects()
+"""The structure's problems of the last IR checked: the compiler checks the IR it keeps for
+deadlock, then in full, and the writer checks it again (about a second each at 512 ranks)."""
+_BY_RANKS = SameObjects()
+"""The flow's (connections, deadlock): they depend on the ranks and the protocol only, so they hold
+for a copy of the IR with another size window too."""
 
 
 def _transfers(ir: IR, rank: int, tb_id: int | None, sends: bool) -> list[tuple[int, int]]:
@@ -127,7 +136,7 @@ def _count_mismatch(
 
 def find_deadlock(ir: IR) -> Problem | None:
     """The deadlock of a structurally sound IR (see :func:`_check_deadlock`), or None."""
-    found = _check_deadlock(ir)
+    found = _BY_RANKS.get(ir.gpus, ("deadlock", ir.protocol), lambda: _check_deadlock(ir))
     return found[0] if found else None
 
 

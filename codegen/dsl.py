@@ -79,6 +79,11 @@ class _Slot:
     index: int
 
 
+def _at(slot: _Slot, k: int) -> _Slot:
+    """The slot ``k`` after ``slot`` (itself for 0: most ops move one chunk)."""
+    return slot if k == 0 else _Slot(slot.rank, slot.buffer, slot.index + k)
+
+
 @dataclass(frozen=True)
 class _Op:
     kind: str
@@ -141,10 +146,13 @@ class ChunkProgram:
         self.model_timed = False  # set by codegen.lower: the ops' times are the Algorithm model's
         self.ports: tuple[tuple[int, int, int], ...] = ()  # set by codegen.lower (ProgramInfo.ports)
         self._aliases = aliases_of(collective)
-        self._links = None if self.topology is None else frozenset(self.topology.logical().links)
+        # the logical links, asked per pair (it remembers each answer): not a set of all pairs, which
+        # at 512 ranks of switched machines is 261,632 of them, each routed, for a ring that uses 512
+        self._links = None if self.topology is None else self.topology.logical().links
         self._ops: list[_Op] = []
         self._slices: list[dict[str, int]] = [{} for _ in range(collective.num_ranks)]
         self._values: dict[tuple[int, str, int], Value] = {}
+        self._verified = -1  # the ops recorded when verify() last passed (lowering, then the compiler, verify)
         for r in range(collective.num_ranks):
             for j, cid in enumerate(collective.inputs[r]):
                 if cid is not None:
@@ -259,30 +267,31 @@ class ChunkProgram:
         sources = [(op.src, "source")] + (
             [(op.operand or op.dst, "destination")] if op.kind == "reduce" else []
         )
-        for base, role in sources:
-            for k in range(op.count):
-                slot = _Slot(base.rank, base.buffer, base.index + k)
-                if self._value(slot) is None:
-                    raise DslError(
-                        f"{self.name}: {op.kind} {role} rank {slot.rank} {slot.buffer}[{slot.index}] holds no data"
-                    )
+        held = [self._held(base, role, op) for base, role in sources]  # per source, per chunk
         new: list[tuple[tuple[int, str, int], Value]] = []
         for k in range(op.count):
-            src = self._value(_Slot(op.src.rank, op.src.buffer, op.src.index + k))
-            dst = _Slot(op.dst.rank, op.dst.buffer, op.dst.index + k)
-            if op.kind == "reduce":
-                base = op.operand or op.dst
-                mine = self._value(_Slot(base.rank, base.buffer, base.index + k))
-                value = tuple(sorted(mine + src))
-            else:
-                value = src
-            new.append((self._canon(dst), value))
+            src = held[0][k]
+            value = tuple(sorted(held[1][k] + src)) if op.kind == "reduce" else src
+            new.append((self._canon(_at(op.dst, k)), value))
         for key, value in new:
             self._values[key] = value
         if op.dst.buffer not in ("input", "output"):
             slices = self._slices[op.dst.rank]
             slices[op.dst.buffer] = max(slices.get(op.dst.buffer, 0), op.dst.index + op.count)
         self._ops.append(op)
+
+    def _held(self, base: _Slot, role: str, op: _Op) -> list[Value]:
+        """What the ``op.count`` slots from ``base`` hold; an error if one holds nothing."""
+        out = []
+        for k in range(op.count):
+            slot = _at(base, k)
+            value = self._value(slot)
+            if value is None:
+                raise DslError(
+                    f"{self.name}: {op.kind} {role} rank {slot.rank} {slot.buffer}[{slot.index}] holds no data"
+                )
+            out.append(value)
+        return out
 
     def _scratch_index(self, rank: int, name: str, index: int | None) -> int:
         if index is None or index == -1:
@@ -305,12 +314,16 @@ class ChunkProgram:
         return tuple(wrong)
 
     def verify(self) -> None:
-        """Raise :class:`DslError` naming the wrong output slots, if any."""
+        """Raise :class:`DslError` naming the wrong output slots, if any (not checked again while no
+        op was recorded since it last passed: the slots' contents change only by recording)."""
+        if self._verified == len(self._ops):
+            return
         wrong = self.check()
         if wrong:
             shown = "; ".join(str(w) for w in wrong[:3])
             more = f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else ""
             raise DslError(f"{self.name}: {len(wrong)} wrong output slot(s): {shown}{more}")
+        self._verified = len(self._ops)
 
     def _describe(self, value: Value | None) -> str:
         if value is None:

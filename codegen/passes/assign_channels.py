@@ -35,6 +35,7 @@ from codegen.instr_dag import InstrDAG
 from codegen.protocols import fifo_calls
 from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
+from common.memo import SameObjects
 
 __all__ = ["assign_channels", "steps_of"]
 
@@ -94,6 +95,11 @@ class _Taken:
     """(src, dst, inst, ch, depth of the send) -> (send position, receive position) of its transfers."""
 
 
+_SAME_DAG = SameObjects()
+"""The last DAG's flows and pinned groups (the compiler reruns this pass on one DAG for each
+channel count it tries; neither depends on the count)."""
+
+
 def assign_channels(
     dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS, compact: int = 0
 ) -> ChannelDAG:
@@ -101,13 +107,13 @@ def assign_channels(
     (``compact`` 1 or more: each connection over its share of them, see :func:`_shares`)."""
     if channels < 1:
         raise CodegenError(f"{dag.info.name}: channels: expected at least 1, got {channels}")
-    groups = _groups(dag)
+    groups = _SAME_DAG.get([dag], "groups", lambda: _groups(dag))
     _check_hinted_threadblocks(dag, groups)
     taken = _Taken()
     local: dict[int, int] = {}
     shares = _shares(dag, channels, max_channels) if compact else None
     auto: dict[tuple, int] = defaultdict(int)
-    for flow in _flows(dag):
+    for flow in _SAME_DAG.get([dag], "flows", lambda: _flows(dag)):
         hint = _hint(dag, flow)
         transfers = [(i, dag.instrs[i].send_match) for i in flow if dag.instrs[i].send_match is not None]
         pinned = [groups[i] for i in flow if i in groups]
@@ -216,11 +222,10 @@ def _place(
         lead = candidates if own >= len(candidates) else candidates[:own]
         lead = sorted(lead, key=lambda ch: any(_busy(dag, s, inst, ch, taken) for s, _ in transfers))
         candidates = [*lead, *candidates[len(lead):]]
+    moves = _Moves(dag, transfers)
     for ch in candidates:
-        if _fits(dag, transfers, pinned, inst, ch, taken.fifo, taken.owner, taken.peers) and (
-            hinted or not _serializes(dag, transfers, inst, ch, taken.by_depth)
-        ):
-            _commit(dag, transfers, pinned, inst, ch, taken)
+        if _fits(moves, pinned, inst, ch, taken) and (hinted or not _serializes(dag, moves, inst, ch, taken.by_depth)):
+            _commit(moves, pinned, inst, ch, taken)
             if timed:
                 for s, _ in transfers:
                     _hold(dag, s, (dag.instrs[s].rank, dag.instrs[s].send_to, inst, ch), taken)
@@ -262,20 +267,36 @@ def _check_hinted_threadblocks(dag: InstrDAG, groups: dict[int, tuple]) -> None:
             )
 
 
-def _fits(dag: InstrDAG, transfers, pinned, inst: int, ch: int, fifo: dict, owner: dict, peers: dict) -> bool:
-    pos = dag.position
-    added: dict[tuple, set] = defaultdict(set)
-    for s, r in transfers:
-        a, b = dag.instrs[s].rank, dag.instrs[r].rank
-        added[(a, inst, ch, "send")].add(b)
-        added[(b, inst, ch, "recv")].add(a)
-    if any(len(peers[key] | new) > MAX_PEERS_PER_CHANNEL for key, new in added.items()):
+class _Moves:
+    """What every candidate channel's checks read of a flow's transfers, computed once per flow:
+    per connection its (send position, receive position) pairs, sorted; per rank the peers it sends
+    to and receives from; per transfer its ranks, positions and the send's depth."""
+
+    def __init__(self, dag: InstrDAG, transfers: list[tuple[int, int]]) -> None:
+        instrs, pos, depth = dag.instrs, dag.position, dag.depth
+        self.each = [(instrs[s].rank, instrs[r].rank, pos[s], pos[r], depth[s], s) for s, r in transfers]
+        self.pairs: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+        self.sends: dict[int, set[int]] = defaultdict(set)
+        self.recvs: dict[int, set[int]] = defaultdict(set)
+        for a, b, ps, pr, _, _ in self.each:
+            self.pairs[(a, b)].append((ps, pr))
+            self.sends[a].add(b)
+            self.recvs[b].add(a)
+        for pairs in self.pairs.values():
+            pairs.sort()
+
+
+def _fits(moves: _Moves, pinned: list[tuple], inst: int, ch: int, taken: _Taken) -> bool:
+    peers = taken.peers
+    for side, table in (("send", moves.sends), ("recv", moves.recvs)):
+        for rank, new in table.items():
+            have = peers.get((rank, inst, ch, side), ())
+            if len(new) + len(have) > MAX_PEERS_PER_CHANNEL and len(new | have) > MAX_PEERS_PER_CHANNEL:
+                return False
+    fifo = taken.fifo
+    if not all(_in_order(fifo.get((a, b, inst, ch), ()), pairs) for (a, b), pairs in moves.pairs.items()):
         return False
-    new: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
-    for s, r in transfers:
-        new[(dag.instrs[s].rank, dag.instrs[r].rank, inst, ch)].append((pos[s], pos[r]))
-    if not all(_in_order(fifo.get(key, ()), pairs) for key, pairs in new.items()):
-        return False
+    owner = taken.owner
     claims: dict[tuple, tuple] = {}
     for rank, key, send, recv in pinned:
         for side, peer in (("send", send), ("recv", recv)):
@@ -294,9 +315,10 @@ def _in_order(placed: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> bo
     send order) gains ``pairs`` still receives in send order: the new pairs among themselves, and
     each against its neighbours in ``placed`` (a search, not a scan: a ring's connections carry
     thousands of transfers at 512 ranks)."""
-    pairs.sort()
-    if any(a[1] > b[1] for a, b in itertools.pairwise(pairs)):
-        return False
+    if len(pairs) > 1:
+        pairs.sort()
+        if any(a[1] > b[1] for a, b in itertools.pairwise(pairs)):
+            return False
     for pair in pairs:
         k = bisect.bisect(placed, pair)
         if (k > 0 and placed[k - 1][1] > pair[1]) or (k < len(placed) and pair[1] > placed[k][1]):
@@ -331,34 +353,39 @@ def _hold(dag: InstrDAG, send: int, key: tuple, taken: _Taken) -> None:
         taken.inverted.add(key)
 
 
-def _serializes(dag: InstrDAG, transfers, inst: int, ch: int, by_depth: dict) -> bool:
+def _serializes(dag: InstrDAG, moves: _Moves, inst: int, ch: int, by_depth: dict) -> bool:
     """Whether a transfer of the flow and one the other way between the same ranks, of the same
     depth (meant to run together), would share the channel while one of them has more calls than
     the FIFO holds and runs with its receive (next in the order, see ``order_by_critical_path``):
     the threadblock the two share would run them one after the other."""
+    if not by_depth:
+        return False
     room = fifo_calls(dag.info.protocol)
-    instrs, depth, pos = dag.instrs, dag.depth, dag.position
+    instrs, pos = dag.instrs, dag.position
 
     def drained(send: int, recv_pos: int) -> bool:
         return instrs[send].count > room and recv_pos == pos[send] + 1
 
-    for s, r in transfers:
-        a, b = instrs[s].rank, instrs[s].send_to
-        for p, q in by_depth.get((b, a, inst, ch, depth[s]), ()):
-            if drained(s, pos[r]) or drained(dag.order[p], q):
+    for a, b, _, pr, d, s in moves.each:
+        for p, q in by_depth.get((b, a, inst, ch, d), ()):
+            if drained(s, pr) or drained(dag.order[p], q):
                 return True
     return False
 
 
-def _commit(dag: InstrDAG, transfers, pinned, inst: int, ch: int, taken: _Taken) -> None:
-    pos, depth = dag.position, dag.depth
-    for s, r in transfers:
-        a, b = dag.instrs[s].rank, dag.instrs[r].rank
-        bisect.insort(taken.fifo[(a, b, inst, ch)], (pos[s], pos[r]))
-        taken.by_depth[(a, b, inst, ch, depth[s])].append((pos[s], pos[r]))
-        taken.peers[(a, inst, ch, "send")].add(b)
-        taken.peers[(b, inst, ch, "recv")].add(a)
+def _commit(moves: _Moves, pinned: list[tuple], inst: int, ch: int, taken: _Taken) -> None:
+    for (a, b), pairs in moves.pairs.items():
+        placed = taken.fifo[(a, b, inst, ch)]
+        for pair in pairs:
+            bisect.insort(placed, pair)
+    by_depth = taken.by_depth
+    for a, b, ps, pr, d, _ in moves.each:
+        by_depth[(a, b, inst, ch, d)].append((ps, pr))
+    for side, table in (("send", moves.sends), ("recv", moves.recvs)):
+        for rank, new in table.items():
+            taken.peers[(rank, inst, ch, side)] |= new
+    owner = taken.owner
     for rank, key, send, recv in pinned:
         for side, peer in (("send", send), ("recv", recv)):
             if peer is not None:
-                taken.owner[(rank, inst, ch, side, peer)] = key
+                owner[(rank, inst, ch, side, peer)] = key

@@ -16,6 +16,9 @@ def fold_deps_into_nops(ir: IR) -> IR:
     """Move all but one dependency of each op into preceding nops."""
     gpus = []
     for gpu in ir.gpus:
+        if all(len(op.deps) <= 1 for tb in gpu.threadblocks for op in tb.ops):
+            gpus.append(gpu)  # nothing to fold, no step moves: the rank as it is
+            continue
         new_pos: dict[tuple[int, int], int] = {}
         for tb in gpu.threadblocks:
             at = 0
@@ -28,6 +31,9 @@ def fold_deps_into_nops(ir: IR) -> IR:
         for tb in gpu.threadblocks:
             ops: list[Op] = []
             for op in tb.ops:
+                if len(op.deps) <= 1 and all(new_pos[(d.tb, d.op)] == d.op for d in op.deps):
+                    ops.append(op)  # as it is (the copy would equal it)
+                    continue
                 deps = [Dep(d.tb, new_pos[(d.tb, d.op)]) for d in op.deps]
                 ops.extend(Op(OpType.NOP, count=0, deps=(d,)) for d in deps[:-1])
                 ops.append(evolve(op, deps=tuple(deps[-1:])))

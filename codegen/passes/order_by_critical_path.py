@@ -39,12 +39,22 @@ from dataclasses import replace
 
 from codegen.instr_dag import InstrDAG, topological_order
 from codegen.protocols import fifo_calls
+from common.memo import SameObjects
 
 __all__ = ["order_by_critical_path"]
 
 
+_ORDERED = SameObjects()
+"""The last DAG's orders: the compiler reruns this pass on the same DAG for every channel count it
+tries, and the passes after it then find the DAG's positions, depths and edges computed."""
+
+
 def order_by_critical_path(dag: InstrDAG, bounded_fifos: bool = True) -> InstrDAG:
     """Order by ((time,) depth, -critical path, index), within the FIFO bound unless told otherwise."""
+    return _ORDERED.get([dag], bounded_fifos, lambda: _ordered(dag, bounded_fifos))
+
+
+def _ordered(dag: InstrDAG, bounded_fifos: bool) -> InstrDAG:
     if not bounded_fifos:
         key = _keys(dag)
         return replace(dag, order=topological_order(len(dag.instrs), dag.edges, key.__getitem__))

@@ -17,6 +17,7 @@ from codegen.passes.aggregate_chunks import WINDOW
 from codegen.protocols import PROTOCOLS
 from codegen.rules import DIALECTS
 from common.errors import XcclError
+from common.gc_pause import gc_paused
 from common.units import format_size, parse_size
 from runtime.datatypes import REDUCTIONS
 from xccl.cli.algorithms import algorithm_topology
@@ -108,6 +109,7 @@ def _compile_program(args: argparse.Namespace) -> Compiled:
     return _run_compiler(prog, args, args.port_order == "on"), prog.topology
 
 
+@gc_paused()  # loading, verifying and lowering build millions of acyclic objects (common.gc_pause)
 def _compile_algorithm(args: argparse.Namespace) -> Compiled:
     """An algorithm file, verified on its topology and lowered to a program first."""
     from codegen.lower import lower_algorithm
