@@ -121,3 +121,18 @@ def test_hypercube_11_allgather_bound_finishes():
     assert proc.returncode == 0, proc.stderr
     row = json.loads(proc.stdout)["rows"][-1]  # 1 GiB
     assert row["bandwidth_us"] == pytest.approx(2047 / 2048 * GIB / (11 * B_US), rel=1e-9)
+
+
+def test_the_sweep_benchmark_times_one_case():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bound_sweep.py"
+    spec = importlib.util.spec_from_file_location("bound_sweep", path)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    row = sweep.run_case("ring:8", "alltoall", 60, 8)
+    assert row["stopped"] == "" and row["how"] == bw_module.MET
+    assert row["bound_us"] == pytest.approx(GIB * 8 / (8 * B_US), rel=1e-12)
+    assert row["wall_s"] > 0 and row["peak_MB"] > 0
+    assert "ring:8" in sweep._table([row])
