@@ -19,6 +19,7 @@ from functools import lru_cache
 from common.units import BYTES_PER_US_PER_GBPS
 from synth.bounds.cuts import LP_COLUMNS, Capacities, scaled_rate
 from synth.bounds.flow import flow_network, max_rate
+from synth.bounds.routing import MEET_TOLERANCE, routed_rates
 from synth.collectives import Collective, make_collective
 from synth.cost import chunk_bytes
 from synth.errors import InfeasibleError
@@ -26,7 +27,10 @@ from synth.reductions import Problem, leaves, standard_reduction
 from topologies.logical import chunks_per_round
 from topologies.model import Topology
 
-__all__ = ["bandwidth_bound_method", "bandwidth_time_us", "rounds_per_chunk_bound"]
+__all__ = ["MET", "bandwidth_bound_method", "bandwidth_time_us", "rounds_per_chunk_bound"]
+
+MET = "routing meets a bound (= flow LP)"
+"""How a unicast bound found without its LP says so (:mod:`synth.bounds.routing`)."""
 
 
 def _commodities(collective: Collective) -> tuple[list[dict], bool]:
@@ -62,7 +66,8 @@ def _rate(topology: Topology, collective: Collective, unit: str) -> tuple[float,
     if collective.num_ranks * len(capacities.caps) <= LP_COLUMNS:
         commodities, shared = _commodities(collective)
         arcs = flow_network(topology, capacities.as_dict())
-        x, how = max_rate(arcs, commodities, shared), "flow LP"
+        met = _met_by_routing(topology, collective, capacities, arcs, commodities) if shared else None
+        x, how = (met, MET) if met is not None else (max_rate(arcs, commodities, shared), "flow LP")
     else:
         x, how = scaled_rate(topology, collective, capacities)
     if x <= 1e-12:
@@ -70,6 +75,21 @@ def _rate(topology: Topology, collective: Collective, unit: str) -> tuple[float,
             f"{collective.name} cannot be implemented on {topology.name}: some chunk cannot reach its destination"
         )
     return x, how
+
+
+def _met_by_routing(
+    topology: Topology, collective: Collective, capacities: Capacities, arcs: list, commodities: list[dict]
+) -> float | None:
+    """The multi-commodity LP's rate where a shortest-path routing reaches the volume or cut bound
+    (:mod:`synth.bounds.routing`), else None (the LP must run)."""
+    if len(commodities) < 2:
+        return None  # one commodity: the LP is small
+    rates = routed_rates(arcs, commodities)
+    if rates is None:
+        return None
+    lower, volume = rates
+    upper = min(volume, scaled_rate(topology, collective, capacities)[0])
+    return upper if lower >= upper * (1 - MEET_TOLERANCE) else None
 
 
 def _parts(topology: Topology, name: str, n: int, root: int | None) -> list[Problem]:

@@ -10,6 +10,13 @@ sources, negative at sinks); the LP maximises the common rate ``x``.
 - ``shared=False`` (data every destination needs): one commodity per destination, each bounded by
   the capacities on its own. By Edmonds' branching theorem this equals the min-cut bound
   ``min over sets S of (bandwidth into S) / (data S must receive)``, attained by packing trees.
+  No constraint joins two commodities, so the LP's ``x`` is the least of each commodity's own:
+  they are solved one at a time (:func:`max_rate` splits them), each a single-commodity LP.
+
+Single-commodity LPs run HiGHS's interior-point method (with its crossover to a vertex, so the
+rate is as exact as the simplex's): on tori, hypercubes and long rings the dual simplex after
+presolve stalls in degenerate pivots (hypercube:10: 115,000 iterations on 1,023 rows, 12 s;
+hypercube:11, 22,528 arcs, over 5 minutes) where the interior point takes under a second.
 """
 
 from __future__ import annotations
@@ -82,6 +89,8 @@ def max_rate(arcs: list[Arc], commodities: list[dict[Node, float]], shared: bool
     commodities = [c for c in commodities if any(v for v in c.values())]
     if not commodities:
         return float("inf")
+    if not shared and len(commodities) > 1:  # separable: the least of each commodity's own rate
+        return min(max_rate(arcs, [c], shared) for c in commodities)
     nodes = sorted(
         {a[0] for a in arcs} | {a[1] for a in arcs} | {v for c in commodities for v in c}, key=repr
     )
@@ -92,6 +101,8 @@ def max_rate(arcs: list[Arc], commodities: list[dict[Node, float]], shared: bool
     arc_upper = np.full(len(caps) * len(commodities), np.inf) if shared else np.tile(caps, len(commodities))
     cost = np.concatenate([[-1.0], np.zeros(n_cols - 1)])  # maximise x
     h = new_highs()
+    if len(commodities) == 1:
+        h.setOptionValue("solver", "ipm")  # the dual simplex stalls on these (module docstring)
     h.passModel(
         highs_lp(
             cost,
