@@ -31,6 +31,9 @@ _VARIED = frozenset({"bounded_fifos", "channels", "compact"})
 """The options ``run_compiler`` changes between attempts."""
 _LAYOUT = frozenset({"channels", "compact"})
 """Those of them a layout or width tried changes (the FIFO bound changes the order before)."""
+_HELD = 4
+"""Results kept per FIFO bound for a later layout that assigns the same channels: the default
+layout's widths (up to three at 128 ranks), which layout 1 often repeats at its first width."""
 
 
 @gc_paused()
@@ -146,10 +149,11 @@ class _Tails:
     def __init__(self, head: PipelineResult, rest: tuple[str, ...], instances: int, fixed: dict) -> None:
         self.head, self.instances, self.fixed = head, instances, fixed
         self.ordering, rest = _split(rest, _LAYOUT)
-        k = next((k for k, name in enumerate(rest) if "channels" in PASSES[name].options), len(rest) - 1)
+        k = next((k for k, name in enumerate(rest) if "channels" in _options(name)), len(rest) - 1)
         self.assign, self.after = rest[: k + 1], rest[k + 1 :]
+        self.read = tuple(o for name in self.after for o in _options(name) if o != "compact")
         self.ordered: dict[tuple, PipelineResult] = {}
-        self.last: dict[tuple, tuple[tuple, PipelineResult]] = {}  # the last run after assignment
+        self.last: dict[tuple, dict[tuple, PipelineResult]] = {}  # the latest runs after assignment
         self.checked: tuple[IR, bool] | None = None
 
     def run(self, bounded: bool, verify: bool, dumps: tuple[str, ...], width: int, compact: int) -> PipelineResult:
@@ -164,14 +168,17 @@ class _Tails:
         assigned = run_pipeline(start.result, self.assign, options, verify, dumps)
         stage = assigned.result
         # assign_threadblocks reads the layout only as whether (2) and how (3) to pair
-        key = (id(stage.dag), stage.channel, compact >= 2, compact >= 3) if isinstance(stage, ChannelDAG) else None
-        held = self.last.get(run)
-        if key is not None and held is not None and held[0] == key:
-            after = held[1]
-        else:
+        key = None
+        if isinstance(stage, ChannelDAG):
+            key = (id(stage.dag), stage.channel, compact >= 2, compact >= 3, *(getattr(options, o) for o in self.read))
+        held = self.last.setdefault(run, {})
+        after = held.get(key) if key is not None else None
+        if after is None:
             after = run_pipeline(stage, self.after, options, verify, dumps)
             if key is not None:
-                self.last[run] = (key, after)
+                held[key] = after
+                if len(held) > _HELD:  # the oldest goes: each is a whole IR
+                    del held[next(iter(held))]
         records = self.head.records + start.records + assigned.records + after.records
         return PipelineResult(after.result, records)
 
@@ -180,6 +187,11 @@ class _Tails:
         if self.checked is None or self.checked[0] is not ir:
             self.checked = (ir, find_deadlock(ir) is None)
         return self.checked[1]
+
+
+def _options(name: str) -> tuple[str, ...]:
+    """The options a pass takes (none for an unknown name: ``run_pipeline`` refuses it)."""
+    return PASSES[name].options if name in PASSES else ()
 
 
 def _no_layout(ir: IR, d: Dialect, problems: list) -> str:

@@ -109,8 +109,9 @@ def assign_channels(
     local: dict[int, int] = {}
     shares = _shares(dag, channels, max_channels) if compact else None
     auto: dict[tuple, int] = defaultdict(int)
+    hinted = any(ins.channel_hint is not None for ins in dag.instrs)
     for flow in _flows(dag):
-        hint = _hint(dag, flow)
+        hint = _hint(dag, flow) if hinted else None
         transfers = [(i, dag.instrs[i].send_match) for i in flow if dag.instrs[i].send_match is not None]
         pinned = [groups[i] for i in flow if i in groups]
         if not transfers and not pinned:

@@ -95,11 +95,13 @@ def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
     where: dict[int, _Tb] = {}
     timed = dag.times is not None
     for i in dag.order:
-        ins = dag.instrs[i]
-        preds = [
-            where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank
-        ]
-        tb = _place(ranks[ins.rank], ins, cdag.channel[i], preds, pos, timed and compact < 2)
+        ins, channel = dag.instrs[i], cdag.channel[i]
+        preds = (  # a local op's threadblocks before it on its rank (only a local op follows them)
+            [where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank]
+            if channel is None
+            else []
+        )
+        tb = _place(ranks[ins.rank], ins, channel, preds, pos, timed and compact < 2)
         tb.instrs.append(i)
         where[i] = tb
     plans = []
