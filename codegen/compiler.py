@@ -19,6 +19,7 @@ from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.passes.aggregate_chunks import WINDOW
 from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
 from codegen.rules import MAX_CHANNELS, MAX_COUNT, Dialect, get_dialect, layout_problems
+from codegen.schedule import ChannelDAG
 from common.fields import is_integer
 from common.gc_pause import gc_paused
 from synth.algorithm import Algorithm
@@ -28,6 +29,11 @@ __all__ = ["compile_algorithm", "compile_program", "run_compiler"]
 
 _VARIED = frozenset({"bounded_fifos", "channels", "compact"})
 """The options ``run_compiler`` changes between attempts."""
+_LAYOUT = frozenset({"channels", "compact"})
+"""Those of them a layout or width tried changes (the FIFO bound changes the order before)."""
+_HELD = 4
+"""Results kept per FIFO bound for a later layout that assigns the same channels: the default
+layout's widths (up to three at 128 ranks), which layout 1 often repeats at its first width."""
 
 
 @gc_paused()
@@ -79,17 +85,13 @@ def run_compiler(
     # rest is rerun for another order or width (passes return new stages, never change their input)
     prefix, rest = _split(pipeline)
     head = run_pipeline(dag, prefix, CompileOptions(instances=instances, **fixed), verify_each, print_after)
-
+    tails = _Tails(head, rest, instances, fixed)
     def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...], compact: int) -> PipelineResult:
         # a compact layout caps each connection's share at the runtime's channels, so its width may
         # pass them: the lighter connections keep spreading while steps fall
         width, widest, before = channels or 1, max_channels * (max_channels if compact else 1), None
         while True:
-            options = CompileOptions(
-                instances=instances, channels=width, bounded_fifos=bounded, compact=compact, **fixed
-            )
-            tail = run_pipeline(head.result, rest, options, verify, dumps)
-            result = PipelineResult(tail.result, head.records + tail.records)
+            result = tails.run(bounded, verify, dumps, width, compact)
             ir = result.result
             if not isinstance(ir, IR):
                 return result
@@ -107,7 +109,7 @@ def run_compiler(
         # the reference compiler's order, if it is deadlock-free with the runtime's FIFOs too (it
         # uses fewer channels); else the order within the FIFO bound (order_by_critical_path)
         result = attempt(False, False, (), compact)
-        if isinstance(result.result, IR) and find_deadlock(result.result) is None:
+        if isinstance(result.result, IR) and tails.deadlock_free(result.result):
             if verify_each or print_after:
                 result = attempt(False, verify_each, print_after, compact)
         else:
@@ -137,6 +139,61 @@ def run_compiler(
     return result
 
 
+class _Tails:
+    """The passes after the prefix, run for each FIFO bound, width and layout the compiler tries,
+    doing no work twice: the ordering passes (before the first that takes the channels or the
+    layout) once per FIFO bound, and the passes after the channel assignment once per distinct
+    assignment (at 512 ranks each run is tens of seconds: the default layout and layout 1 often
+    assign the same channels, then only their check of the result tells them apart)."""
+
+    def __init__(self, head: PipelineResult, rest: tuple[str, ...], instances: int, fixed: dict) -> None:
+        self.head, self.instances, self.fixed = head, instances, fixed
+        self.ordering, rest = _split(rest, _LAYOUT)
+        k = next((k for k, name in enumerate(rest) if "channels" in _options(name)), len(rest) - 1)
+        self.assign, self.after = rest[: k + 1], rest[k + 1 :]
+        self.read = tuple(o for name in self.after for o in _options(name) if o != "compact")
+        self.ordered: dict[tuple, PipelineResult] = {}
+        self.last: dict[tuple, dict[tuple, PipelineResult]] = {}  # the latest runs after assignment
+        self.checked: tuple[IR, bool] | None = None
+
+    def run(self, bounded: bool, verify: bool, dumps: tuple[str, ...], width: int, compact: int) -> PipelineResult:
+        """The pipeline's result for one attempt (records: every pass that made it, once each)."""
+        options = CompileOptions(
+            instances=self.instances, channels=width, bounded_fifos=bounded, compact=compact, **self.fixed
+        )
+        run = (bounded, verify, dumps)
+        if run not in self.ordered:
+            self.ordered[run] = run_pipeline(self.head.result, self.ordering, options, verify, dumps)
+        start = self.ordered[run]
+        assigned = run_pipeline(start.result, self.assign, options, verify, dumps)
+        stage = assigned.result
+        # assign_threadblocks reads the layout only as whether (2) and how (3) to pair
+        key = None
+        if isinstance(stage, ChannelDAG):
+            key = (id(stage.dag), stage.channel, compact >= 2, compact >= 3, *(getattr(options, o) for o in self.read))
+        held = self.last.setdefault(run, {})
+        after = held.get(key) if key is not None else None
+        if after is None:
+            after = run_pipeline(stage, self.after, options, verify, dumps)
+            if key is not None:
+                held[key] = after
+                if len(held) > _HELD:  # the oldest goes: each is a whole IR
+                    del held[next(iter(held))]
+        records = self.head.records + start.records + assigned.records + after.records
+        return PipelineResult(after.result, records)
+
+    def deadlock_free(self, ir: IR) -> bool:
+        """``find_deadlock`` of ``ir`` finds none (once per IR: a repeated tail gives the same one)."""
+        if self.checked is None or self.checked[0] is not ir:
+            self.checked = (ir, find_deadlock(ir) is None)
+        return self.checked[1]
+
+
+def _options(name: str) -> tuple[str, ...]:
+    """The options a pass takes (none for an unknown name: ``run_pipeline`` refuses it)."""
+    return PASSES[name].options if name in PASSES else ()
+
+
 def _no_layout(ir: IR, d: Dialect, problems: list) -> str:
     """Why no layout fits ``d``: the first problem, what the last layout tried needs, the limits."""
     tbs = max(len(g.threadblocks) for g in ir.gpus)
@@ -152,13 +209,14 @@ def _no_layout(ir: IR, d: Dialect, problems: list) -> str:
     )
 
 
-def _split(pipeline: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The leading passes whose output does not depend on the order or width being tried, the rest
-    (with an unknown name all is rest, so ``run_pipeline`` refuses it before any work)."""
+def _split(pipeline: tuple[str, ...], varied: frozenset[str] = _VARIED) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The leading passes whose output does not depend on the ``varied`` options (by default the
+    order and width being tried), the rest (with an unknown name all is rest, so ``run_pipeline``
+    refuses it before any work)."""
     if any(name not in PASSES for name in pipeline):
         return (), pipeline
     k = 0
-    while k < len(pipeline) and not _VARIED & set(PASSES[pipeline[k]].options):
+    while k < len(pipeline) and not varied & set(PASSES[pipeline[k]].options):
         k += 1
     return pipeline[:k], pipeline[k:]
 

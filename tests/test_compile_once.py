@@ -6,10 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+import xccl
 from codegen import passes
-from codegen.compiler import run_compiler
+from codegen.compiler import compile_algorithm, run_compiler
 from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE
+from codegen.rules import get_dialect
 from synth.baselines import make_baseline
 from synth.collectives import make_collective
 from topologies import load
@@ -41,3 +43,37 @@ def test_verify_each_expands_once(ring8, expand_calls):
     assert len(expand_calls) == 1
     assert [r.name for r in result.records] == list(DEFAULT_PIPELINE)
     assert [r.name for r in result.records if r.dump is not None] == ["fuse_recv_send"]
+
+
+@pytest.fixture()
+def runs(monkeypatch) -> dict[str, list]:
+    """What each pass of the tail ran on: its options (assign_channels: with the channels it gave)."""
+    seen: dict[str, list] = {"order_by_critical_path": [], "assign_channels": [], "assign_threadblocks": []}
+
+    def counting(name, original):
+        def run(stage, **options):
+            out = original.run(stage, **options)
+            seen[name].append((options, out.channel if name == "assign_channels" else None))
+            return out
+
+        return run
+
+    for name in seen:
+        original = passes.PASSES[name]
+        monkeypatch.setitem(passes.PASSES, name, replace(original, run=counting(name, original)))
+    return seen
+
+
+def test_layouts_order_once_and_skip_a_tail_whose_channels_repeat(runs):
+    # the trees allgather on two DGX H100 with a runtime of 16 threadblocks: the default layout and
+    # layout 1 do not fit (a threadblock per peer and direction), layout 2 (paired) does
+    topo = load("dgx-h100x2")
+    algo = xccl.synthesize("dgx-h100x2", "allgather", method="trees")
+    tight = replace(get_dialect("azure"), max_threadblocks=16)
+    ir = compile_algorithm(algo, topo, dialect=tight)
+    assert max(len(g.threadblocks) for g in ir.gpus) <= 16
+    assert len(runs["assign_channels"]) >= 3  # several layouts and widths tried
+    bounds = {opts["bounded_fifos"] for opts, _ in runs["order_by_critical_path"]}
+    assert len(runs["order_by_critical_path"]) == len(bounds)
+    pairing = [(ch, opts["compact"] >= 2, opts["compact"] >= 3) for opts, ch in runs["assign_channels"]]
+    assert len(runs["assign_threadblocks"]) == len(set(pairing)) < len(pairing)

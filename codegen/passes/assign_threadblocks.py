@@ -48,11 +48,27 @@ class _Rank:
         self.tbs: list[_Tb] = []
         self.owner: dict[tuple[int, str, int], _Tb] = {}  # (channel, "send"|"recv", peer) -> tb
         self.hinted: dict[tuple, _Tb] = {}
+        self.open: dict[tuple[int, str], list[_Tb]] = {}
+        """(channel, "send"|"recv"|"both") -> the user's-free threadblocks on it that had that side
+        (both sides) free when last looked at: a side once taken stays so, so a connection looks
+        at these, not at every threadblock of the rank (hundreds at 512 ranks)."""
 
     def new(self, channel: int, key: tuple | None = None) -> _Tb:
         tb = _Tb(channel, key=key, order=len(self.tbs))
         self.tbs.append(tb)
+        if key is None:
+            for side in ("send", "recv", "both"):
+                self.open.setdefault((channel, side), []).append(tb)
         return tb
+
+    def free(self, channel: int, side: str) -> list[_Tb]:
+        """The threadblocks on ``channel`` with no user key and ``side`` ("both": either) free."""
+        if side == "both":
+            kept = [t for t in self.open.get((channel, side), ()) if t.send is None and t.recv is None]
+        else:
+            kept = [t for t in self.open.get((channel, side), ()) if (t.send if side == "send" else t.recv) is None]
+        self.open[(channel, side)] = kept
+        return kept
 
     def claim(self, tb: _Tb, send: int | None, recv: int | None) -> None:
         if send is not None:
@@ -79,11 +95,13 @@ def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
     where: dict[int, _Tb] = {}
     timed = dag.times is not None
     for i in dag.order:
-        ins = dag.instrs[i]
-        preds = [
-            where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank
-        ]
-        tb = _place(ranks[ins.rank], ins, cdag.channel[i], preds, pos, timed and compact < 2)
+        ins, channel = dag.instrs[i], cdag.channel[i]
+        preds = (  # a local op's threadblocks before it on its rank (only a local op follows them)
+            [where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank]
+            if channel is None
+            else []
+        )
+        tb = _place(ranks[ins.rank], ins, channel, preds, pos, timed and compact < 2)
         tb.instrs.append(i)
         where[i] = tb
     plans = []
@@ -166,14 +184,7 @@ def _place(state: _Rank, ins: Instr, channel: int | None, preds: list[_Tb], pos,
     side, peer = ("send", ins.send_to) if ins.send_to is not None else ("recv", ins.recv_from)
     tb = state.owner.get((channel, side, peer))
     if tb is None:
-        free = [
-            t
-            for t in state.tbs
-            if t.key is None
-            and t.channel == channel
-            and (t.send if side == "send" else t.recv) is None
-            and not (timed and (t.send is not None or t.recv is not None))
-        ]
+        free = state.free(channel, "both" if timed else side)
         tb = min(
             free, key=lambda t: (pos[t.instrs[-1]] if t.instrs else -1, len(t.instrs), t.order), default=None
         )

@@ -16,26 +16,23 @@ from codegen.schedule import ScheduledDAG
 __all__ = ["insert_dependencies"]
 
 
-def _merge(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
-    out = dict(a)
-    for t, s in b.items():
-        if out.get(t, -1) < s:
-            out[t] = s
-    return out
-
-
 def insert_dependencies(sched: ScheduledDAG) -> IR:
     """Build the IR; each op depends on the last needed step of every other threadblock."""
     dag = sched.dag
     info = dag.info
     place = sched.placement
-    clock: dict[int, dict[int, int]] = {}  # instruction -> {tb: last step known complete} incl. itself
+    # instruction -> {tb: last step known complete}, less its own threadblock (whose last step
+    # known complete is its own; an entry for it is stale, never read). An op that keeps no new
+    # wait shares the dict of the op before it in its threadblock: a copy per op cost a rank's
+    # threadblocks per op (hundreds each at 512 ranks)
+    clock: dict[int, dict[int, int]] = {}
     deps: dict[int, tuple[Dep, ...]] = {}
+    empty: dict[int, int] = {}
     for i in dag.order:
         ins = dag.instrs[i]
         tb, step = place[i]
         plan = sched.threadblocks[ins.rank][tb]
-        base = dict(clock[plan.instrs[step - 1]]) if step else {}
+        base = clock[plan.instrs[step - 1]] if step else empty
         wanted: dict[int, int] = {}
         for e in dag.preds[i]:
             if e.kind is DepKind.MATCH:
@@ -49,13 +46,18 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
             implied = any(
                 clock[sched.threadblocks[ins.rank][u].instrs[v]].get(t, -1) >= s
                 for u, v in needed.items()
-                if (u, v) != (t, s)
+                if u != t
             )
             if not implied:
                 kept.append(Dep(t, s))
-        for d in kept:
-            base = _merge(base, clock[sched.threadblocks[ins.rank][d.tb].instrs[d.op]])
-        base[tb] = step
+        if kept:
+            base = dict(base)
+            for d in kept:
+                for t, s in clock[sched.threadblocks[ins.rank][d.tb].instrs[d.op]].items():
+                    if base.get(t, -1) < s:
+                        base[t] = s
+                if base.get(d.tb, -1) < d.op:
+                    base[d.tb] = d.op
         clock[i] = base
         deps[i] = tuple(sorted(kept))
     gpus = []
