@@ -95,12 +95,16 @@ CASES = [
     _case(
         "dgx2x2-relay",
         "reducescatter",
-        beyond="1.21x ideal, 1.19x calibrated, also with the compact layouts; port order 1.63x",
+        beyond="1.21x ideal, 1.19x calibrated: each NVSwitch port serves ready sends in waiting order, so a "
+        "rank's own chunks for later steps go before the partial sums its peers forward to the NIC "
+        "(rank 2's NIC idles 1.42 ms); the port order fixes that only with no pieces merged (1.000x "
+        "ideal) but then a port idles through each send's per-call cost (1.28x calibrated)",
     ),
     _case(
         "dgx2x2-relay",
         "allreduce",
-        beyond="1.21x in both models, also with the compact layouts; port order 2.0x",
+        beyond="1.21x in both models; only the pieces started at once merged 1.13x ideal, 1.12x "
+        "calibrated; port order 2.0x; not traced (its first half is the reducescatter above)",
     ),
     _case("dgx-a100x2-direct", "allreduce", beyond="1.51x ideal, 1.08x calibrated; no variant does better"),
 ]
