@@ -84,11 +84,9 @@ CASES = [
     ),
     _case("ndv2x2-relay", "reducescatter"),  # the compile failed (no channel below 32) before the compact layouts
     _case("ndv2x2-relay", "allreduce"),  # 1.14x ideal before the port order, 1.04x
-    _case(
-        "dgx-a100x4-direct",
-        "reducescatter",
-        beyond="1.10x in both models (1.103x ideal, 1.105x calibrated), also with the compact layouts",
-    ),
+    # 1.103x ideal, 1.105x calibrated before only the pieces the schedule starts at once were merged
+    # (runtime.choice.WIDER, window 0): a merged call lands whole, so every hop after it waited: 1.03x
+    _case("dgx-a100x4-direct", "reducescatter"),
     _case("dgx-a100x4-direct", "allreduce"),  # 1.19x ideal before the port order, 1.02x
     _case("ndv2x4-relay", "reducescatter"),  # over 127 threadblocks before the compact layouts
     _case("ndv2x4-relay", "allreduce"),  # 1.23x calibrated before the port order, 1.03x
@@ -97,12 +95,16 @@ CASES = [
     _case(
         "dgx2x2-relay",
         "reducescatter",
-        beyond="1.21x ideal, 1.19x calibrated, also with the compact layouts; port order 1.63x",
+        beyond="1.21x ideal, 1.19x calibrated: each NVSwitch port serves ready sends in waiting order, so a "
+        "rank's own chunks for later steps go before the partial sums its peers forward to the NIC "
+        "(rank 2's NIC idles 1.42 ms); the port order fixes that only with no pieces merged (1.000x "
+        "ideal) but then a port idles through each send's per-call cost (1.28x calibrated)",
     ),
     _case(
         "dgx2x2-relay",
         "allreduce",
-        beyond="1.21x in both models, also with the compact layouts; port order 2.0x",
+        beyond="1.21x in both models; only the pieces started at once merged 1.13x ideal, 1.12x "
+        "calibrated; port order 2.0x; not traced (its first half is the reducescatter above)",
     ),
     _case("dgx-a100x2-direct", "allreduce", beyond="1.51x ideal, 1.08x calibrated; no variant does better"),
 ]
