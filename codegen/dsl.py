@@ -139,7 +139,7 @@ class ChunkProgram:
         self.protocol = protocol
         self.inplace = inplace
         self.model_timed = False  # set by codegen.lower: the ops' times are the Algorithm model's
-        self.ports: tuple[tuple[int, int, int], ...] = ()  # set by codegen.lower (ProgramInfo.ports)
+        self.ports: tuple[tuple[int, int, int, float], ...] = ()  # set by codegen.lower (ProgramInfo.ports)
         self._aliases = aliases_of(collective)
         self._links = None if self.topology is None else frozenset(self.topology.logical().links)
         self._ops: list[_Op] = []

@@ -36,7 +36,7 @@ def _ordered_dag(algo, topo, port_order):
 def test_sends_through_one_port_are_chained_in_the_global_order(timed):
     algo, topo = timed
     dag, ordered = _ordered_dag(algo, topo, True)
-    port = {(a, b): p for a, b, p in dag.info.ports}
+    port = {(a, b): p for a, b, p, _ in dag.info.ports}
     chained = [e for e in ordered.edges if e.kind is DepKind.ORDER]
     sends = [i for i in dag.order if dag.instrs[i].send_to is not None]
     by_port: dict[tuple, list[int]] = {}
