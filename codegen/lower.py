@@ -109,10 +109,9 @@ def _timed(algo: Algorithm, topology: Topology, size: int) -> Algorithm:
 def retimed(algo: Algorithm, topology: Topology, size_bytes: float, params: Params) -> Algorithm:
     """``algo`` with every send's start where the Algorithm model in ``params`` starts it at
     ``size_bytes`` (:func:`synth.cost.start_times`), recorded as made in that model (so the
-    lowering times arrivals in it): the schedule the model times, compiled as it runs. A MILP's
-    own starts are its model's at its solve, and a model with per-call costs (the calibrated
-    one) runs sends to different peers side by side that the ideal schedule puts one after the
-    other through a port (``runtime.choice``)."""
+    lowering times arrivals in it): the schedule as that model runs it. A MILP's own starts are
+    the order of the model it was made in; the calibrated model runs side by side, through one
+    port, sends that an ideal MILP puts one after the other (``runtime.choice``)."""
     starts = iter(start_times(algo, topology, size_bytes, params))
     steps = tuple(
         replace(step, sends=tuple(replace(x, start_us=next(starts)) for x in step.sends)) for step in algo.steps
@@ -126,6 +125,7 @@ def retimed(algo: Algorithm, topology: Topology, size_bytes: float, params: Para
 
 
 def _whole(x: float) -> float | int:
+    """A size as the MILP records it (an integer where it is one)."""
     return int(x) if float(x).is_integer() else x
 
 
