@@ -86,11 +86,9 @@ CASES = [
     _case("dgx-a100x2-direct", "reducescatter"),
     _case("ndv2x2-relay", "reducescatter"),  # the compile failed (no channel below 32) before the compact layouts
     _case("ndv2x2-relay", "allreduce"),  # 1.14x ideal before the port order, 1.04x
-    _case(
-        "dgx-a100x4-direct",
-        "reducescatter",
-        beyond="1.10x in both models (1.103x ideal, 1.105x calibrated), also with the compact layouts",
-    ),
+    # 1.103x ideal, 1.105x calibrated before; within 10% in both with runtime.choice.OVERLAPPED (the
+    # slow file passed it, part w10a; its ratio not recorded)
+    _case("dgx-a100x4-direct", "reducescatter"),
     _case("dgx-a100x4-direct", "allreduce"),  # 1.19x ideal before the port order, 1.02x
     _case("ndv2x4-relay", "reducescatter"),  # over 127 threadblocks before the compact layouts
     _case("ndv2x4-relay", "allreduce"),  # 1.23x calibrated before the port order, 1.03x
