@@ -49,6 +49,7 @@ def run_compiler(
     print_after: tuple[str, ...] = (),
     port_order: bool = False,
     window: float = WINDOW,
+    port_overlap: bool = False,
 ) -> PipelineResult:
     """Compile with the pipeline's records (timings, dumps). ``instances``/``protocol`` override the
     program's. The passes keep within ``dialect``'s limits (channels, counts, steps per threadblock;
@@ -59,7 +60,8 @@ def run_compiler(
     threadblock has more steps than the dialect allows; an integer fixes the count. The plain
     critical-path order is kept when it is deadlock-free with the runtime's bounded FIFOs, else
     the order within the bound is used (``order_by_critical_path``). ``port_order``: a timed
-    program's sends take each port in the schedule's order (``order_ports``). ``window``: how close
+    program's sends take each port in the schedule's order (``order_ports``; ``port_overlap``: but
+    not the sends the schedule overlaps there). ``window``: how close
     in time (a fraction of a timed program's span) the pieces merged into one op start
     (``aggregate_chunks``).
     """
@@ -78,6 +80,7 @@ def run_compiler(
         "max_channels": max_channels,
         "max_count": MAX_COUNT if d is None else d.max_count,
         "port_order": port_order,
+        "port_overlap": port_overlap,
         "window": window,
     }
 
@@ -252,10 +255,11 @@ def compile_algorithm(
     dialect: str | Dialect | None = "azure",
     port_order: bool = False,
     window: float = WINDOW,
+    port_overlap: bool = False,
 ) -> IR:
     """The checked IR of a synthesized algorithm: lowered into DSL operations, then compiled
-    (``port_order``, ``window``: see :func:`run_compiler`; ``runtime.choice`` decides them by the IR
-    simulator).
+    (``port_order``, ``port_overlap``, ``window``: see :func:`run_compiler`; ``runtime.choice``
+    decides them by the IR simulator).
 
     >>> from synth.baselines import make_baseline
     >>> from synth.collectives import make_collective
@@ -266,4 +270,6 @@ def compile_algorithm(
     [1, 1, 1, 1]
     """
     prog = lower_algorithm(algo, topology, inplace=inplace, instances=instances, protocol=protocol)
-    return compile_program(prog, channels=channels, dialect=dialect, port_order=port_order, window=window)
+    return compile_program(
+        prog, channels=channels, dialect=dialect, port_order=port_order, port_overlap=port_overlap, window=window
+    )

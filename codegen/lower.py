@@ -39,7 +39,7 @@ from topologies import Topology, TopologyError, load
 
 Times = Callable[[Send], tuple[float, float]] | None
 
-__all__ = ["SCHEDULE_SIZE", "lower_algorithm"]
+__all__ = ["SCHEDULE_SIZE", "lower_algorithm", "retimed"]
 
 SCHEDULE_SIZE = 1 << 30
 """Bytes at which an untimed algorithm is list-scheduled by the Algorithm model (large: the
@@ -106,6 +106,29 @@ def _timed(algo: Algorithm, topology: Topology, size: int) -> Algorithm:
     return replace(algo, steps=steps, provenance=replace(prov, params=params))
 
 
+def retimed(algo: Algorithm, topology: Topology, size_bytes: float, params: Params) -> Algorithm:
+    """``algo`` with every send's start where the Algorithm model in ``params`` starts it at
+    ``size_bytes`` (:func:`synth.cost.start_times`), recorded as made in that model (so the
+    lowering times arrivals in it): the schedule as that model runs it. A MILP's own starts are
+    the order of the model it was made in; the calibrated model runs side by side, through one
+    port, sends that an ideal MILP puts one after the other (``runtime.choice``)."""
+    starts = iter(start_times(algo, topology, size_bytes, params))
+    steps = tuple(
+        replace(step, sends=tuple(replace(x, start_us=next(starts)) for x in step.sends)) for step in algo.steps
+    )
+    prov = algo.provenance or Provenance("model")
+    model = (("timing_model", params.model), ("protocol", params.protocol), ("send_us", params.send_us))
+    dropped = {"size_bytes", *(k for k, _ in model)}
+    kept = tuple((k, v) for k, v in prov.params if k not in dropped)
+    extra = model if params != IDEAL else ()
+    return replace(algo, steps=steps, provenance=replace(prov, params=(*kept, ("size_bytes", _whole(size_bytes)), *extra)))
+
+
+def _whole(x: float) -> float | int:
+    """A size as the MILP records it (an integer where it is one)."""
+    return int(x) if float(x).is_integer() else x
+
+
 def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
     """(start, arrival) of each send of a timed algorithm; None for an untimed one."""
     sends = [s for step in algo.steps for s in step.sends]
@@ -126,13 +149,17 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
     return times
 
 
-def _ports(algo: Algorithm, topology: Topology) -> tuple[tuple[int, int, int], ...]:
-    """``(src, dst, port)`` for every connection ``algo`` sends over: ``port`` numbers the
-    physical edge its logical link leaves ``src`` by (``ProgramInfo.ports``)."""
+def _ports(algo: Algorithm, topology: Topology) -> tuple[tuple[int, int, int, float], ...]:
+    """``(src, dst, port, alpha_us)`` for every connection ``algo`` sends over: ``port`` numbers
+    the physical edge its logical link leaves ``src`` by, ``alpha_us`` is the link's latency
+    (``ProgramInfo.ports``)."""
     logical = topology.logical()
     ids: dict[object, int] = {}
     pairs = sorted({(s.src, s.dst) for step in algo.steps for s in step.sends})
-    return tuple((a, b, ids.setdefault(logical.links[(a, b)].edges[0], len(ids))) for a, b in pairs)
+    return tuple(
+        (a, b, ids.setdefault(logical.links[(a, b)].edges[0], len(ids)), logical.links[(a, b)].alpha_us)
+        for a, b in pairs
+    )
 
 
 class _Scratch:

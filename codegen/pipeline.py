@@ -32,6 +32,8 @@ class CompileOptions:
     bounded_fifos: bool = True
     port_order: bool = False
     """Each send of a timed program waits for the one before it through its port (``order_ports``)."""
+    port_overlap: bool = False
+    """With ``port_order``, chain only the sends the schedule does not overlap (``order_ports``)."""
     compact: int = 0
     """How hard threadblocks are kept few, where the default layout (0) exceeds the runtime's: 1
     spreads each connection over its share of the channels only (``assign_channels``), 2 also

@@ -7,10 +7,21 @@ the calibrated model and in the ideal one (line rate, no per-call cost: the MILP
 Where neither port order does, the compiler also tries :data:`WIDER`: only the pieces the
 schedule starts at once merged (DGX-A100 x4's reducescatter 1.10x -> 1.03x), then pieces it starts
 close together merged into fewer calls, over every channel (on NDv2 x2 at 64 KiB a connection's
-two calls in flight bind: the fully connected sketch's allgather 2.37x -> 1.05x). A candidate
-within SPEED in both models beats one that is not; among equals the faster in the calibrated
-model is kept. :class:`Choice` says what was kept and how close it is, so the command line can
-tell the user.
+two calls in flight bind: the fully connected sketch's allgather 2.37x -> 1.05x), and where none of
+those is either, :data:`OVERLAPPED`, for the per-call costs the timing model overlaps:
+
+- the port order that chains only the sends the schedule does not overlap through a port, with
+  pieces merged within 1% of the span: a full chain serializes the per-call costs the calibrated
+  model overlaps on a port (DGX-A100 x2 allreduce, 1.51x ideal -> 1.03x, 1.10x calibrated);
+- the schedule re-timed as the calibrated Algorithm model runs it (``codegen.lower.retimed``),
+  compiled so, only pieces starting together merged: a MILP's own order through a port is its
+  model's, and the ideal one's cannot be kept without serializing those costs (DGX-A100 x2
+  reducescatter 1.27x -> 1.07x calibrated; DGX H100 x2 allreduce made calibrated 1.12x -> 1.00x).
+
+A candidate within SPEED in both models beats one that is not; among those the faster in the
+calibrated model is kept, and where none is within, the one closest to its Algorithm in its worse
+model. :class:`Choice` says what was kept and how close it is, so the command line can tell the
+user.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from typing import TypeVar
 from codegen.compiler import compile_algorithm
 from codegen.errors import CodegenError
 from codegen.ir import IR
+from codegen.lower import retimed
 from codegen.passes.aggregate_chunks import WINDOW
 from codegen.rules import MAX_CHANNELS
 from common.errors import XcclError
@@ -33,6 +45,7 @@ from synth.timing import DEFAULT, IDEAL, Params
 from topologies import Topology, TopologyError, load
 
 __all__ = [
+    "OVERLAPPED",
     "PORT_ORDERS",
     "SPEED",
     "WIDER",
@@ -40,6 +53,7 @@ __all__ = [
     "Variant",
     "choose_port_order",
     "compile_fastest",
+    "schedule_of",
     "synthesized_size",
 ]
 
@@ -55,14 +69,23 @@ PORT_ORDERS = ("auto", "on", "off")
 @dataclass(frozen=True)
 class Variant:
     """One way to compile a timed schedule: its port order, the merge window of
-    ``aggregate_chunks`` (a fraction of the span) and the channel count (None: the caller's)."""
+    ``aggregate_chunks`` (a fraction of the span), the channel count (None: the caller's), and
+    whether the port order leaves the sends the schedule overlaps unchained (``port_overlap``),
+    and whether the schedule is first re-timed by the Algorithm model in the calibrated default
+    (``retimed``: :func:`schedule_of`)."""
 
     port_order: bool = False
     window: float = WINDOW
     channels: int | None = None
+    port_overlap: bool = False
+    retimed: bool = False
 
     def describe(self) -> str:
         how = ["in the schedule's port order" if self.port_order else "without port order"]
+        if self.port_order and self.port_overlap:
+            how[0] += " where it does not overlap sends"
+        if self.retimed:
+            how.insert(0, "as the Algorithm model runs it")
         if self.window == 0:
             how.append("only pieces starting together merged")
         elif self.window != WINDOW:
@@ -82,6 +105,15 @@ the Algorithm model counts: only pieces the schedule starts at once merged (a me
 whole, so each hop after it waits for its last piece: DGX-A100 x4's MILP reducescatter 1.10x ->
 1.03x). Then fewer, larger calls over the most channels, where a connection's calls in flight bind
 (small sizes)."""
+
+OVERLAPPED = (
+    Variant(port_order=True, window=0.01, port_overlap=True),
+    Variant(port_order=True, window=0.0, port_overlap=True, retimed=True),
+)
+"""Tried only where neither port order nor :data:`WIDER` is within SPEED: the port order where the
+schedule does not overlap sends, with fewer pieces merged (a schedule made in the calibrated model
+overlaps per-call costs on a port), and the schedule as the calibrated model runs it (where the
+ideal MILP's order through a port would serialize them)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +162,13 @@ def synthesized_size(algo: Algorithm) -> float | None:
     return float(size) if timed and isinstance(size, int | float) and size > 0 else None
 
 
+def schedule_of(algo: Algorithm, topology: Topology, variant: Variant) -> Algorithm:
+    """The schedule ``variant`` compiles: ``algo``, or where ``variant.retimed`` its sends re-timed
+    as the Algorithm model (the calibrated default) runs them at its synthesized size."""
+    size = synthesized_size(algo)
+    return retimed(algo, topology, size, DEFAULT) if variant.retimed and size is not None else algo
+
+
 def choose_port_order(
     algo: Algorithm,
     topology: Topology,
@@ -137,9 +176,11 @@ def choose_port_order(
     ir_of: Callable[[T], IR] = lambda x: x,
     params: Params = DEFAULT,
     wider: Sequence[Variant] = WIDER,
+    overlapped: Sequence[Variant] = OVERLAPPED,
 ) -> tuple[T, Choice | None]:
     """``compiled(variant)`` with and without the port order, and where neither is within SPEED in
-    both models each of ``wider`` too; the best kept (see the module). A variant that does not
+    both models each of ``wider`` too, and where none of those is, each of ``overlapped``; the
+    best kept (see the module). A variant that does not
     compile is passed over (if none does, the first one's error is raised); an untimed ``algo``
     is compiled once, without (its Choice is None)."""
     size = synthesized_size(algo)
@@ -165,16 +206,21 @@ def choose_port_order(
     if not tried:
         raise errors[0]
     best = min(tried, key=_rank)
-    if not best[1].fits:
-        tried += [x for v in wider if (x := timed(replace(v, port_order=best[1].port_order))) is not None]
+    order = min(tried, key=lambda c: c[1].kept_us)[1].port_order
+    for stage in ([replace(v, port_order=order) for v in wider], overlapped):
+        if best[1].fits:
+            break
+        tried += [x for v in stage if (x := timed(v)) is not None]
         best = min(tried, key=_rank)
     others = tuple(c.kept_us for r, c in tried if r is not best[0])
     return best[0], replace(best[1], others_us=others)
 
 
 def _rank(candidate: tuple[object, Choice]) -> tuple[bool, float]:
-    """Within SPEED in every model first, then the faster (``min`` keeps the earliest of equals)."""
-    return not candidate[1].fits, candidate[1].kept_us
+    """Within SPEED in every model first, then the faster; where none is within, the closest to
+    its Algorithm in the model where it is furthest (``min`` keeps the earliest of equals)."""
+    choice = candidate[1]
+    return not choice.fits, choice.kept_us if choice.fits else max((choice.ratio, *choice.ratios))
 
 
 def compile_fastest(
@@ -203,7 +249,12 @@ def compile_fastest(
 
     def compiled(v: Variant) -> IR:
         return compile_algorithm(
-            algo, topo, port_order=v.port_order, window=v.window, **{**options, **_channels(v)}
+            schedule_of(algo, topo, v),
+            topo,
+            port_order=v.port_order,
+            window=v.window,
+            port_overlap=v.port_overlap,
+            **{**options, **_channels(v)},
         )
 
     wider = WIDER if options.get("channels") is None else ()

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from codegen.dsl import ChunkProgram
     from codegen.ir import IR
     from codegen.pipeline import PassRecord, PipelineResult
+    from runtime.choice import Variant
     from topologies import Topology
 
 __all__ = ["register"]
@@ -121,13 +122,17 @@ def _compile_algorithm(args: argparse.Namespace) -> Compiled:
     prog = lower_algorithm(algo, topo, inplace=args.inplace)
     if args.port_order != "auto":
         return _run_compiler(prog, args, args.port_order == "on"), topo
-    from runtime.choice import WIDER, choose_port_order
+    from runtime.choice import WIDER, choose_port_order, schedule_of
+
+    def compiled(v: Variant) -> PipelineResult:
+        program = lower_algorithm(schedule_of(algo, topo, v), topo, inplace=args.inplace) if v.retimed else prog
+        return _run_compiler(program, args, v.port_order, v.window, v.channels, v.port_overlap)
 
     wider = WIDER if args.channels is None else ()  # channels the user fixed are kept
     result, choice = choose_port_order(
         algo,
         topo,
-        lambda v: _run_compiler(prog, args, v.port_order, v.window, v.channels),
+        compiled,
         _result_ir,
         wider=wider,
     )
@@ -153,8 +158,10 @@ def _run_compiler(
     port_order: bool = False,
     window: float | None = None,
     channels: int | None = None,
+    port_overlap: bool = False,
 ) -> PipelineResult:
-    """The pipeline with the command's options (``window``, ``channels``: a variant's, where set)."""
+    """The pipeline with the command's options (``window``, ``channels``, ``port_overlap``: a
+    variant's, where set)."""
     from codegen.compiler import run_compiler
 
     return run_compiler(
@@ -167,6 +174,7 @@ def _run_compiler(
         verify_each=args.verify_each,
         print_after=tuple(args.print_after),
         port_order=port_order,
+        port_overlap=port_overlap,
     )
 
 
