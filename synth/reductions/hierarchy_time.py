@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -45,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common.memo import SameObjects
 from synth.algorithm import Send
 from synth.collectives import make_collective
 from synth.cost import SimResult, algbw_GBps, calls_apart, chunk_bytes, feed
@@ -221,10 +221,10 @@ class _Slots:
         self.times = np.maximum.reduceat(times[order], first) if len(first) else times
 
 
-_CHECKED: list = []
-"""The last composition's checked routes, ``[(weak owner, weak logical view, ways, inner
-routes)]``: they depend on the composition and topology only, so timing it in a second model (a
-benchmark's ideal and calibrated times) does not search 4,096 sources' routes again (77 s)."""
+_CHECKED = SameObjects()
+"""The last composition's checked routes, by the identity of its owner and the topology's logical
+view: they depend on those only, so timing it in a second model (a benchmark's ideal and calibrated
+times) does not search 4,096 sources' routes again (77 s)."""
 
 
 def _checked_routes(
@@ -233,14 +233,9 @@ def _checked_routes(
     """The rails' ways and the machines' inner routes of ``owner``'s stages, found once per owner
     and topology (:data:`_CHECKED`)."""
     logical = run.network.topology.logical()
-    if _CHECKED:
-        was, where, ways, routes = _CHECKED[0]
-        if was() is owner and where() is logical:
-            return ways, routes
-    ways = _Ways(logical, rails)
-    routes = _inner_routes(logical, inner, run)
-    _CHECKED[:] = [(weakref.ref(owner), weakref.ref(logical), ways, routes)]
-    return ways, routes
+    return _CHECKED.get(
+        [owner, logical], "routes", lambda: (_Ways(logical, rails), _inner_routes(logical, inner, run))
+    )
 
 
 def _shape_fault(rails: list[np.ndarray], inner: list[np.ndarray], run: _Run) -> str:
