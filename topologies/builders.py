@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from topologies import limits
+from topologies.arrays import LinkArrays
 from topologies.errors import TopologyError
 from topologies.model import Link, Topology, Vertex
 
@@ -35,6 +38,13 @@ def _both(links: dict, a: Vertex, b: Vertex, link: Link) -> None:
     links[(b, a)] = link
 
 
+def _both_ways(n: int, tails: np.ndarray, heads: np.ndarray, link: Link) -> LinkArrays:
+    """Each pair ``tails[i], heads[i]`` linked both ways, in the order :func:`_both` adds them."""
+    return LinkArrays.of_family(
+        n, np.stack([tails, heads], 1).ravel(), np.stack([heads, tails], 1).ravel(), link
+    )
+
+
 def _need(n: int, least: int, family: str, links: int) -> None:
     """At least ``least`` ranks; ``n`` ranks and ``links`` directed links within the limits."""
     if n < least:
@@ -46,11 +56,10 @@ def _need(n: int, least: int, family: str, links: int) -> None:
 def ring(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
     """``n`` ranks in a bidirectional cycle (two ranks: both links of the cycle join 0 and 1)."""
     _need(n, 2, "ring", 2 * n)
-    links: dict = {}
     link = Link(bandwidth_GBps, alpha_us, 2 if n == 2 else 1)  # one object shared by every edge
-    for r in range(n):
-        _both(links, r, (r + 1) % n, link)
-    return Topology.build(f"ring:{n}", n, links, description=f"bidirectional ring of {n} ranks")
+    r = np.arange(n)
+    arrays = _both_ways(n, r, (r + 1) % n, link)
+    return Topology.from_arrays(f"ring:{n}", arrays, description=f"bidirectional ring of {n} ranks")
 
 
 def line(n: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
@@ -100,14 +109,11 @@ def torus(
         raise TopologyError(f"torus: expected both dimensions >= 2, got {a}x{b}")
     limits.check_ranks(f"torus:{a}x{b}", a * b)
     limits.check_links(f"torus:{a}x{b}", 4 * a * b)
-    links: dict = {}
-    link = Link(bandwidth_GBps, alpha_us)
-    for i in range(a):
-        for j in range(b):
-            r = i * b + j
-            _both(links, r, ((i + 1) % a) * b + j, link)
-            _both(links, r, i * b + (j + 1) % b, link)
-    return Topology.build(f"torus:{a}x{b}", a * b, links, description=f"{a}x{b} torus")
+    i, j = np.divmod(np.arange(a * b), b)  # rank i * b + j, row by row
+    down, right = ((i + 1) % a) * b + j, i * b + (j + 1) % b
+    ends = np.stack([down, right], axis=1).ravel()  # per rank: its link down, then right
+    arrays = _both_ways(a * b, np.repeat(i * b + j, 2), ends, Link(bandwidth_GBps, alpha_us))
+    return Topology.from_arrays(f"torus:{a}x{b}", arrays, description=f"{a}x{b} torus")
 
 
 def hypercube(d: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DEFAULT_ALPHA_US) -> Topology:
@@ -123,8 +129,10 @@ def hypercube(d: int, bandwidth_GBps: float = DEFAULT_GBPS, alpha_us: float = DE
     limits.check_ranks(f"hypercube:{d}", n)
     limits.check_links(f"hypercube:{d}", n * d)
     link = Link(bandwidth_GBps, alpha_us)  # one object for 2.2 M edges on hypercube:17
-    links = {(r, r ^ (1 << k)): link for r in range(n) for k in range(d)}
-    return Topology.build(f"hypercube:{d}", n, links, description=f"{d}-dimensional hypercube, {n} ranks")
+    tails = np.repeat(np.arange(n, dtype=np.int64), d)  # rank by rank, bit by bit
+    heads = tails ^ np.tile(1 << np.arange(d, dtype=np.int64), n)
+    arrays = LinkArrays.of_family(n, tails, heads, link)
+    return Topology.from_arrays(f"hypercube:{d}", arrays, description=f"{d}-dimensional hypercube, {n} ranks")
 
 
 def multi_node(machine: Topology, k: int, name: str | None = None) -> Topology:
@@ -146,7 +154,7 @@ def multi_node(machine: Topology, k: int, name: str | None = None) -> Topology:
     where = name or f"{machine.name}x{k}"
     limits.check_ranks(where, g * k)
     nic_links = 2 * sum(len(nic.ranks) + 1 for nic in machine.nics) if k > 1 else 0
-    limits.check_links(where, k * (machine.graph.number_of_edges() + nic_links))
+    limits.check_links(where, k * (machine.num_links + nic_links))
     if k > 1:  # the network joins every rank with a NIC to every such rank of the other machines
         served = k * len({r for nic in machine.nics for r in nic.ranks})
         limits.check_links(where, served * (served - 1), "rank-to-rank links (at most)")

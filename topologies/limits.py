@@ -9,12 +9,14 @@ stays a finite, non-zero number.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.fields import is_integer, is_number
 from common.limits import Limit
 from topologies.errors import TopologyError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "ALPHA_US_MAX",
@@ -75,35 +77,39 @@ def check_links(where: str, links: int, what: str = "links") -> None:
     LINKS.check(links, where, TopologyError, unit=what)
 
 
-def logical_links_bound(num_ranks: int, edges: Iterable[tuple[Any, Any]]) -> int:
-    """An upper bound on the rank-to-rank links of the logical view, in one pass over the edges.
+def logical_links_bound(num_ranks: int, tails: np.ndarray, heads: np.ndarray) -> int:
+    """An upper bound on the rank-to-rank links of the logical view, from the physical links
+    ``tails[i] -> heads[i]`` (vertex ids: ranks below ``num_ranks``, switches above).
 
     A rank pair is linked directly or through a connected group of switches; every group
     contributes at most ``r * (r - 1)`` pairs for the ``r`` ranks wired to it. A switch joins all its
     ranks to each other (``switch:N`` has N*(N-1) rank pairs from 2N links), so this is checked
     before the view is derived.
     """
-    parent: dict[Any, Any] = {}
+    import numpy as np  # the limits load without numpy (the command line starts without it)
 
-    def root(v: Any) -> Any:
-        while parent.setdefault(v, v) != v:
+    n = num_ranks
+    tail_rank, head_rank = tails < n, heads < n
+    direct = int(np.count_nonzero(tail_rank & head_rank))
+    size = int(max(tails.max(initial=n - 1), heads.max(initial=n - 1))) + 1 - n
+    parent = list(range(size))  # switches joined by switch-to-switch links (few: no NumPy step)
+
+    def root(v: int) -> int:
+        while parent[v] != v:
             parent[v] = parent[parent[v]]
             v = parent[v]
         return v
 
-    direct = 0
-    attached: list[tuple[Any, int]] = []
-    for src, dst in edges:
-        if isinstance(src, int) and isinstance(dst, int):
-            direct += 1
-        elif isinstance(src, int) or isinstance(dst, int):
-            attached.append((dst, src) if isinstance(src, int) else (src, dst))
-        else:
-            parent[root(src)] = root(dst)
-    groups: dict[Any, set[int]] = {}
-    for sw, rank in attached:
-        groups.setdefault(root(sw), set()).add(rank)
-    bound = direct + sum(len(r) * (len(r) - 1) for r in groups.values())
+    between = ~tail_rank & ~head_rank
+    for a, b in zip((tails[between] - n).tolist(), (heads[between] - n).tolist(), strict=True):
+        parent[root(a)] = root(b)
+    group = np.array([root(v) for v in range(size)], dtype=np.int64)
+    attached = tail_rank ^ head_rank
+    ranks = np.where(tail_rank, tails, heads)[attached]
+    switch = np.where(tail_rank, heads, tails)[attached] - n
+    pairs = np.unique(group[switch] * max(n, 1) + ranks)  # each (group, rank) once
+    _, per_group = np.unique(pairs // max(n, 1), return_counts=True)
+    bound = direct + int((per_group * (per_group - 1)).sum())
     return min(bound, num_ranks * (num_ranks - 1))
 
 

@@ -206,7 +206,7 @@ class LogicalTopology:
 
     def _make(self, ids: tuple[int, ...]) -> LogicalLink:
         g = self.graph
-        hops = [g.link[(a, b)] for a, b in pairwise(ids)]
+        hops = [g.link(a, b) for a, b in pairwise(ids)]
         return LogicalLink(
             src=ids[0],
             dst=ids[-1],
@@ -231,9 +231,9 @@ class LogicalTopology:
         """``(dst, link(src, dst).alpha_us)`` of every logical link out of ``src``, read from its
         route table: no :class:`LogicalLink` is made or kept (a latency bound on hypercube:17 asks
         for all 2.2 M links once; keeping them held 0.6 GB)."""
-        links = self.graph.link
+        link = self.graph.link
         for dst, ids in self.table(src).items():  # the routes link() takes; summed as _make sums
-            yield dst, sum(links[(a, b)].alpha_us for a, b in pairwise(ids))
+            yield dst, sum(link(a, b).alpha_us for a, b in pairwise(ids))
 
     def successors(self, rank: int) -> tuple[int, ...]:
         """The ranks ``rank`` has a logical link to, ascending."""
@@ -395,7 +395,7 @@ def derive_chunk_capacity(topo: Topology, unit_GBps: float | None = None) -> Chu
     can carry some route in a topology worth synthesizing for) unless given."""
     logical = topo.logical()
     if unit_GBps is None:
-        bandwidths = {link.bandwidth_GBps for _, _, link in topo.graph.edges(data="link")}
+        bandwidths = {link.bandwidth_GBps for link in topo.arrays.values}
         unit_GBps = _unit(sorted(bandwidths) or [1.0])
     if unit_GBps <= 0:
         raise ValueError("unit_GBps must be positive")

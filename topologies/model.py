@@ -7,22 +7,24 @@ synthesizers want (rank-to-rank links with shared capacities) are derived in :mo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-import networkx as nx
+import numpy as np
 
 from topologies import limits
+from topologies.arrays import LinkArrays, reached
 from topologies.errors import TopologyError
 
 if TYPE_CHECKING:
+    import networkx as nx
+
     from topologies.logical import ChunkCapacity, LogicalTopology
 
 __all__ = ["SWITCH_KINDS", "Link", "Nic", "Topology", "Vertex"]
-
-_NO_EDGE: dict = {}
 
 Vertex = int | str
 """A rank is an ``int`` in ``0..num_ranks-1``; a switch is named by a ``str``."""
@@ -60,14 +62,16 @@ class Nic:
 class Topology:
     """A directed graph of ranks and switches (see DESIGN.md, core types).
 
-    ``graph`` is a frozen :class:`networkx.DiGraph`; each edge carries a :class:`Link` under the
-    key ``"link"`` and switch vertices carry their ``kind``. ``node_of[rank]`` is the machine index.
-    Build one with :meth:`build` (validating) or a builder in :mod:`topologies.builders`.
+    The links are held as arrays (:class:`topologies.arrays.LinkArrays`, ``arrays``); ``graph``
+    is the same graph as a frozen :class:`networkx.DiGraph`, made when first asked for: each edge
+    carries a :class:`Link` under the key ``"link"`` and switch vertices carry their ``kind``.
+    ``node_of[rank]`` is the machine index. Build one with :meth:`build` (validating) or a builder
+    in :mod:`topologies.builders`.
     """
 
     name: str
     num_ranks: int
-    graph: nx.DiGraph
+    arrays: LinkArrays = dataclasses.field(repr=False)
     node_of: tuple[int, ...]
     nics: tuple[Nic, ...] = ()
     description: str = ""
@@ -93,20 +97,32 @@ class Topology:
         """
         limits.check_ranks(where or name, num_ranks)
         limits.check_links(where or name, len(links))
-        pairs = limits.logical_links_bound(num_ranks, links)
+        arrays = LinkArrays.from_dict(num_ranks, switches or {}, links, where or name)
+        return cls.from_arrays(name, arrays, node_of, nics, description, source, where)
+
+    @classmethod
+    def from_arrays(
+        cls,
+        name: str,
+        arrays: LinkArrays,
+        node_of: tuple[int, ...] | None = None,
+        nics: tuple[Nic, ...] = (),
+        description: str = "",
+        source: str = "",
+        where: str = "",
+    ) -> Topology:
+        """:meth:`build` from links already held as arrays (the family builders': no dict of
+        2.2 M pairs for hypercube:17)."""
+        n = arrays.num_ranks
+        limits.check_ranks(where or name, n)
+        limits.check_links(where or name, len(arrays))
+        pairs = limits.logical_links_bound(n, arrays.tails, arrays.heads)
         limits.check_links(where or name, pairs, "rank-to-rank links (at most)")
-        switches = switches or {}
-        graph = nx.DiGraph()
-        graph.add_nodes_from(range(num_ranks), kind="rank")
-        for sw, kind in switches.items():
-            graph.add_node(sw, kind=kind)
-        for (src, dst), link in links.items():
-            graph.add_edge(src, dst, link=link)
         topo = cls(
             name=name,
-            num_ranks=num_ranks,
-            graph=nx.freeze(graph),
-            node_of=tuple(node_of) if node_of is not None else (0,) * num_ranks,
+            num_ranks=n,
+            arrays=arrays,
+            node_of=tuple(node_of) if node_of is not None else (0,) * n,
             nics=tuple(nics),
             description=description,
             source=source,
@@ -122,7 +138,17 @@ class Topology:
     @property
     def switches(self) -> dict[str, str]:
         """``{name: kind}`` of every switch vertex, in insertion order."""
-        return {v: d["kind"] for v, d in self.graph.nodes(data=True) if not isinstance(v, int)}
+        return dict(self.arrays.switches)
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The topology as a frozen networkx graph (made on first use, from the arrays)."""
+        return self.arrays.graph()
+
+    @property
+    def num_links(self) -> int:
+        """Directed physical links (``graph.number_of_edges()`` without making the graph)."""
+        return len(self.arrays)
 
     @property
     def num_machines(self) -> int:
@@ -133,12 +159,20 @@ class Topology:
 
     def links(self) -> Iterator[tuple[Vertex, Vertex, Link]]:
         """Every directed edge with its :class:`Link`, in a deterministic order."""
-        for src, dst, data in self.graph.edges(data=True):
-            yield src, dst, data["link"]
+        return self.arrays.links()
 
     def link(self, src: Vertex, dst: Vertex) -> Link | None:
-        data = self.graph.get_edge_data(src, dst)
-        return data["link"] if data else None
+        i = self.arrays.position(src, dst)
+        return None if i is None else self.arrays.values[int(self.arrays.which[i])]
+
+    def neighbours(self, v: Vertex) -> tuple[Vertex, ...]:
+        """The vertices ``v`` has a link to or from (``graph.successors`` then ``predecessors``,
+        without making the graph; predecessors by id, not in the order they were added)."""
+        a = self.arrays
+        i = a.ids[v]
+        order, into = a.into
+        ids = [*a.heads[a.offsets[i] : a.offsets[i + 1]].tolist(), *a.tails[order[into[i] : into[i + 1]]].tolist()]
+        return tuple(a.names[j] for j in ids)
 
     # -- derived views ---------------------------------------------------------------------
     @cached_property
@@ -178,9 +212,8 @@ class Topology:
 
     def reverse(self) -> Topology:
         """Every link turned around (used to synthesize a combining collective through its dual)."""
-        links = {(dst, src): link for src, dst, link in self.links()}
-        fields = (self.switches, self.node_of, self.nics, self.description, self.source)
-        return Topology.build(self.name, self.num_ranks, links, *fields)
+        fields = (self.node_of, self.nics, self.description, self.source)
+        return Topology.from_arrays(self.name, self.arrays.reversed(), *fields)
 
     def is_symmetric(self) -> bool:
         """True when every link has an equal link in the opposite direction (checked once)."""
@@ -188,8 +221,17 @@ class Topology:
 
     @cached_property
     def _symmetric(self) -> bool:
-        succ = self.graph.succ
-        return all(succ[dst].get(src, _NO_EDGE).get("link") == link for src, dst, link in self.links())
+        opposite = self.arrays.reverse_positions()
+        if (opposite < 0).any():
+            return False
+        alike = self._value_classes()
+        return bool((alike[opposite] == alike).all())
+
+    def _value_classes(self) -> np.ndarray:
+        """Each link's class of equal values (``values`` keeps 25 and 25.0 apart; they are equal)."""
+        index: dict[Link, int] = {}
+        classes = [index.setdefault(link, len(index)) for link in self.arrays.values]
+        return np.array(classes, dtype=np.int64)[self.arrays.which]
 
     # -- validation ------------------------------------------------------------------------
     def check(self, where: str = "") -> None:
@@ -206,23 +248,42 @@ class Topology:
         self._check_reach(prefix)
 
     def _check_reach(self, prefix: str) -> None:
-        """Rank 0 reaches every rank and every rank reaches rank 0 (breadth-first over the logical
-        links, each way; on a switch fabric the first rank's routes usually reach them all)."""
-        logical = self.logical()
-        for dist, words in (
-            (logical.hops_from(0), "rank 0 cannot reach rank {}"),
-            (logical.graph.hop_distances(0, logical.predecessors), "rank {} cannot reach rank 0"),
-        ):
-            unreached = next((r for r, d in enumerate(dist) if d < 0), None)
+        """Rank 0 reaches every rank and every rank reaches rank 0, each way breadth-first.
+
+        Without NICs and network switches (whose routing rules forbid some paths) a chain of
+        logical links is any path of the physical graph, so the search runs on its arrays;
+        otherwise over the logical links (on a switch fabric the first rank's routes usually
+        reach them all)."""
+        for seen, words in self._reach():
+            unreached = next((r for r, ok in enumerate(seen) if not ok), None)
             if unreached is not None:
                 raise TopologyError(f"{prefix}links: {words.format(unreached)}; every rank must reach every other")
+
+    def _reach(self) -> Iterator[tuple[list[bool], str]]:
+        """Whether each rank is reached from rank 0, then whether it reaches rank 0, each with
+        the words of its error."""
+        words = ("rank 0 cannot reach rank {}", "rank {} cannot reach rank 0")
+        if any(kind in ("nic", "network") for kind in self.arrays.switches.values()):
+            logical = self.logical()
+            yield [d >= 0 for d in logical.hops_from(0)], words[0]
+            yield [d >= 0 for d in logical.graph.hop_distances(0, logical.predecessors)], words[1]
+            return
+        a, n = self.arrays, self.num_ranks
+        forward = reached(a.offsets, a.heads, 0)[:n]
+        yield forward, words[0]
+        if not self.is_symmetric():  # else what reaches rank 0 is what rank 0 reaches
+            order, into = a.into
+            forward = reached(into, a.tails[order], 0)[:n]
+        yield forward, words[1]
 
     def _check_values(self, prefix: str) -> None:
         """Values computed by builders and callers obey the same ranges as the file format's.
 
         Each distinct link value is checked once (a family has one), so that this stays cheap
         for millions of links."""
-        distinct = {link for _, _, link in self.graph.edges(data="link")}
+        which = self.arrays.which
+        _, first = np.unique(which, return_index=True)
+        distinct = {self.arrays.values[int(which[i])] for i in np.sort(first)}  # as the links come
         for item in [*distinct, *self.nics]:
             checks = [
                 ("bandwidth_GBps", item.bandwidth_GBps, limits.bandwidth_problem),
@@ -240,15 +301,17 @@ class Topology:
     def _name_of(self, item: Link | Nic) -> str:
         if isinstance(item, Nic):
             return f"nics: {item.name}"
-        src, dst = next((s, d) for s, d, link in self.links() if link == item)
-        return f"links: {src} -> {dst}"
+        a = self.arrays
+        alike = [i for i, link in enumerate(a.values) if link == item]
+        first = int(np.flatnonzero(np.isin(a.which, alike))[0])
+        return f"links: {a.names[int(a.tails[first])]} -> {a.names[int(a.heads[first])]}"
 
     # -- identity --------------------------------------------------------------------------
     @cached_property
     def _hash(self) -> int:
         """A hash of what equal topologies share, without listing the links (an edge list of a
         2.2 M-link hypercube, sorted, held half a GB): the graph is not changed after it is built."""
-        summary = (self.name, self.num_ranks, self.graph.number_of_edges(), frozenset(self.switches.items()))
+        summary = (self.name, self.num_ranks, self.num_links, frozenset(self.arrays.switches.items()))
         return hash((summary, self.node_of, self.nics))
 
     def __eq__(self, other: object) -> bool:
@@ -260,7 +323,7 @@ class Topology:
         fields = ("name", "num_ranks", "switches", "node_of", "nics")
         if any(getattr(self, f) != getattr(other, f) for f in fields):
             return False
-        if self.graph.number_of_edges() != other.graph.number_of_edges():
+        if self.num_links != other.num_links:
             return False
         return all(other.link(u, v) == link for u, v, link in self.links())
 
@@ -270,5 +333,5 @@ class Topology:
     def __repr__(self) -> str:
         return (
             f"Topology({self.name!r}, ranks={self.num_ranks}, switches={len(self.switches)}, "
-            f"links={self.graph.number_of_edges()}, machines={self.num_machines})"
+            f"links={self.num_links}, machines={self.num_machines})"
         )

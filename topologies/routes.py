@@ -57,28 +57,42 @@ class _Search:
         return False
 
 
+class _Rows:
+    """Row ``v`` of a flat list: ``flat[bounds[v]:bounds[v + 1]]`` (a list made when read; no
+    list kept per vertex)."""
+
+    def __init__(self, flat: list, bounds: list[int]) -> None:
+        self.flat, self.bounds = flat, bounds
+
+    def __getitem__(self, v: int) -> list:
+        return self.flat[self.bounds[v] : self.bounds[v + 1]]
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+
 class RouteGraph:
-    """The physical graph in integer ids (ranks keep theirs, switches follow) with its links."""
+    """The physical graph in integer ids (ranks keep theirs, switches follow) with its links,
+    read from the topology's arrays (:class:`topologies.arrays.LinkArrays`)."""
 
     def __init__(self, topo: Topology) -> None:
+        arrays = topo.arrays
         n = topo.num_ranks
-        switches = topo.switches
         self.num_ranks = n
-        self.names: list[Vertex] = [*range(n), *switches]
-        ids = {v: i for i, v in enumerate(self.names)}
-        self.kind = [RANK] * n + [_KIND.get(k, PLAIN) for k in switches.values()]
+        self.names: list[Vertex] = list(arrays.names)
+        self.kind = [RANK] * n + [_KIND.get(k, PLAIN) for k in arrays.switches.values()]
         self.machine = topo.node_of
-        size = len(self.names)
-        self.succ: list[list[int]] = [[] for _ in range(size)]
-        self.pred: list[list[int]] = [[] for _ in range(size)]
-        self.link: dict[tuple[int, int], Link] = {}
-        for v in self.names:  # the graph's order of vertices and of each one's successors
-            a = ids[v]
-            for w, data in topo.graph.adj[v].items():
-                b = ids[w]
-                self.succ[a].append(b)
-                self.pred[b].append(a)
-                self.link[(a, b)] = data["link"]
+        bounds = arrays.offsets.tolist()  # successors in the graph's order of links
+        values = arrays.values
+        self.succ = _Rows(arrays.heads.tolist(), bounds)
+        self.succ_links: _Rows = _Rows([values[w] for w in arrays.which.tolist()], bounds)
+        order, into = arrays.into  # predecessors ascending
+        self.pred = _Rows(arrays.tails[order].tolist(), into.tolist())
+
+    def link(self, a: int, b: int) -> Link:
+        """The physical link ``a -> b`` (there is one: a route's hop)."""
+        lo = self.succ.bounds[a]
+        return self.succ_links.flat[self.succ.flat.index(b, lo, self.succ.bounds[a + 1])]
 
     # -- routes ---------------------------------------------------------------------------
     def routes(self, src: int, target: int | None = None, reverse: bool = False) -> Table:
@@ -146,8 +160,8 @@ class RouteGraph:
             if v < n:
                 if d > dist[v]:
                     continue
-                for w in self.succ[v]:
-                    nd = d + self.link[(v, w)].alpha_us
+                for w, lk in zip(self.succ[v], self.succ_links[v], strict=True):
+                    nd = d + lk.alpha_us
                     if w < n:
                         if nd < dist[w]:
                             dist[w] = nd
@@ -157,8 +171,8 @@ class RouteGraph:
                 continue
             if not _settle(best, (v, net, first), d, home if net else -1):
                 continue
-            for w in self.succ[v]:
-                nd = d + self.link[(v, w)].alpha_us
+            for w, lk in zip(self.succ[v], self.succ_links[v], strict=True):
+                nd = d + lk.alpha_us
                 if w < n:
                     if (first and kind[v] == NIC) or (net and machine[w] == home) or nd >= dist[w]:
                         continue

@@ -75,9 +75,9 @@ def _rank_sets(topology: Topology, reps: list[int]) -> Iterator[frozenset[int]]:
 
 def _local_switches(topology: Topology, ranks: frozenset[int]) -> set[Vertex]:
     """Switches wired to some rank and to ranks of ``ranks`` only."""
-    graph, out = topology.graph, set()
+    out = set()
     for s in topology.switches:
-        touching = [v for v in (*graph.successors(s), *graph.predecessors(s)) if isinstance(v, int)]
+        touching = [v for v in topology.neighbours(s) if isinstance(v, int)]
         if touching and all(v in ranks for v in touching):
             out.add(s)
     return out
@@ -98,14 +98,9 @@ class Capacities:
     @classmethod
     def of(cls, topology: Topology, capacity: Callable[[Link], float]) -> Capacities:
         """Each edge's capacity from ``capacity(link)``."""
-        names = (*topology.ranks, *topology.switches)
-        ids = {v: i for i, v in enumerate(names)}
-        m = topology.graph.number_of_edges()
-        tails, heads = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-        caps = np.empty(m, dtype=float)
-        for i, (u, v, link) in enumerate(topology.links()):
-            tails[i], heads[i], caps[i] = ids[u], ids[v], capacity(link)
-        return cls(names, ids, tails, heads, caps)
+        arrays = topology.arrays
+        caps = np.array([capacity(link) for link in arrays.values], dtype=float)[arrays.which]
+        return cls(arrays.names, arrays.ids, arrays.tails, arrays.heads, caps)
 
     def as_dict(self) -> dict[tuple[Vertex, Vertex], float]:
         """``{(src, dst): capacity}`` in the same order (what the flow LPs take)."""

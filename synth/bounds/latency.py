@@ -98,7 +98,7 @@ def latency_time_us(topology: Topology, collective: Collective) -> float:
             return ((v, logical.link(v, u).alpha_us) for v in logical.predecessors(u))
         return logical.alphas_from(u)  # no LogicalLink kept per pair (2.2 M on hypercube:17)
 
-    least = min((link.alpha_us for _, _, link in topology.graph.edges(data="link")), default=0.0)
+    least = min((link.alpha_us for link in topology.arrays.values), default=0.0)
 
     def dijkstra(src: int, backwards: bool) -> list[float]:
         return _dijkstra(n, src, lambda u: _alphas(u, backwards), least)

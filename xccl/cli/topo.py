@@ -22,7 +22,7 @@ def _summary_row(topo: Topology) -> list:
         topo.num_ranks,
         topo.num_machines,
         len(topo.switches),
-        topo.graph.number_of_edges(),
+        topo.num_links,
         len(topo.logical().links),
         topo.description,
     ]
@@ -35,7 +35,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print_json(
             {
-                "machines": [topology_to_dict(t) | {"links": len(t.graph.edges)} for t in machines],
+                "machines": [topology_to_dict(t) | {"links": t.num_links} for t in machines],
                 "families": list(FAMILIES),
             }
         )
@@ -85,7 +85,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     topo = load_topology_file(args.file)
     print(
         f"{args.file}: ok: {topo.name}, {topo.num_ranks} ranks, {topo.num_machines} machine(s), "
-        f"{len(topo.switches)} switch(es), {topo.graph.number_of_edges()} links, every rank reaches every other"
+        f"{len(topo.switches)} switch(es), {topo.num_links} links, every rank reaches every other"
     )
     return 0
 
@@ -110,7 +110,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     )
     if args.output:
         save_text(args.output, dump_topology(topo), force=args.force)
-        print(f"wrote {args.output}: {topo.num_ranks} GPUs, {topo.graph.number_of_edges()} links")
+        print(f"wrote {args.output}: {topo.num_ranks} GPUs, {topo.num_links} links")
     else:
         print(dump_topology(topo), end="")
     return 0
