@@ -110,6 +110,12 @@ class LinkArrays:
     def ids(self) -> dict[Vertex, int]:
         return {v: i for i, v in enumerate(self.names)}
 
+    @cached_property
+    def alike(self) -> np.ndarray:
+        """Each value's class of equal values (``values`` keeps 25 and 25.0 apart; they are equal)."""
+        index: dict[Link, int] = {}
+        return np.array([index.setdefault(link, len(index)) for link in self.values], dtype=np.int64)
+
     @property
     def num_vertices(self) -> int:
         return self.num_ranks + len(self.switches)

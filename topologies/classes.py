@@ -7,7 +7,8 @@ when they are coarser than the orbits: the bounds take the maximum of a lower bo
 per class, which is a lower bound whatever the classes are, and exact where they are orbits.
 
 Each round gives a vertex a new colour from its old one and the multisets of (link, colour) of
-its successors and of its predecessors: time linear in the links per round, and at most
+its successors and of its predecessors (sorted per vertex as arrays, compared as bytes): time
+linear in the links per round, and at most
 :data:`MAX_ROUNDS` rounds (a long line would take one round per hop; stopping early only leaves
 the classes coarser).
 """
@@ -15,6 +16,8 @@ the classes coarser).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:
     from topologies.model import Topology
@@ -27,35 +30,33 @@ MAX_ROUNDS = 64
 
 def rank_classes(topo: Topology) -> tuple[tuple[int, ...], ...]:
     """The ranks split into classes of alike ranks, each ascending, ordered by their least rank."""
-    names = [*topo.ranks, *topo.switches]
-    ids = {v: i for i, v in enumerate(names)}
-    kinds = topo.switches
-    succ: list[list[tuple[int, int]]] = [[] for _ in names]
-    pred: list[list[tuple[int, int]]] = [[] for _ in names]
-    labels: dict = {}
-    for u, v, link in topo.links():
-        label = labels.setdefault(link, len(labels))
-        succ[ids[u]].append((label, ids[v]))
-        pred[ids[v]].append((label, ids[u]))
-    colour = _compress([("rank",) if isinstance(v, int) else ("switch", kinds[v]) for v in names])
+    arrays = topo.arrays
+    label = arrays.alike[arrays.which]  # equal links share a label
+    into, into_offsets = arrays.into
+    colour = np.array(
+        _compress([("rank",)] * topo.num_ranks + [("switch", k) for k in arrays.switches.values()])
+    )
     for _ in range(MAX_ROUNDS):
-        refined = _compress(
-            [
-                (
-                    colour[i],
-                    tuple(sorted((lab, colour[j]) for lab, j in succ[i])),
-                    tuple(sorted((lab, colour[j]) for lab, j in pred[i])),
-                )
-                for i in range(len(names))
-            ]
-        )
-        if max(refined, default=0) == max(colour, default=0):
+        k = int(colour.max(initial=0)) + 1
+        out = _rows(arrays.tails, label * k + colour[arrays.heads], arrays.offsets)
+        back = _rows(arrays.heads[into], (label * k + colour[arrays.tails])[into], into_offsets)
+        refined = np.array(_compress(list(zip(colour.tolist(), out, back, strict=True))))
+        if refined.max(initial=0) == colour.max(initial=0):
             break  # no class split: stable
         colour = refined
     groups: dict[int, list[int]] = {}
-    for r in topo.ranks:
-        groups.setdefault(colour[r], []).append(r)
+    for r, c in enumerate(colour[: topo.num_ranks].tolist()):
+        groups.setdefault(c, []).append(r)
     return tuple(sorted(tuple(g) for g in groups.values()))
+
+
+def _rows(owners: np.ndarray, keys: np.ndarray, offsets: np.ndarray) -> list[bytes]:
+    """Each vertex's multiset of ``keys`` (``owners`` ascending, vertex ``v``'s entries at
+    ``offsets[v]:offsets[v + 1]``) as the bytes of its sorted keys: equal multisets, equal bytes."""
+    order = np.lexsort((keys, owners))
+    data = keys[order].astype(np.int64).tobytes()
+    at = (offsets * 8).tolist()
+    return [data[at[v] : at[v + 1]] for v in range(len(at) - 1)]
 
 
 def _compress(keys: list) -> list[int]:

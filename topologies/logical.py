@@ -164,6 +164,9 @@ class LogicalTopology:
         self._tables: OrderedDict[int, Table] = OrderedDict()
         self._succ: dict[int, tuple[int, ...]] = {}
         self._pred: dict[int, tuple[int, ...]] = {}
+        self._direct = not topo.arrays.switches
+        """No switches: the logical links are the physical ones, read from the route graph's rows
+        without a route table per rank (hypercube:17's latency bound asks for all 131,072)."""
 
     @cached_property
     def resources(self) -> dict[Edge, Resource]:
@@ -231,12 +234,17 @@ class LogicalTopology:
         """``(dst, link(src, dst).alpha_us)`` of every logical link out of ``src``, read from its
         route table: no :class:`LogicalLink` is made or kept (a latency bound on hypercube:17 asks
         for all 2.2 M links once; keeping them held 0.6 GB)."""
+        if self._direct:
+            yield from zip(self.graph.succ[src], [lk.alpha_us for lk in self.graph.succ_links[src]], strict=True)
+            return
         link = self.graph.link
         for dst, ids in self.table(src).items():  # the routes link() takes; summed as _make sums
             yield dst, sum(link(a, b).alpha_us for a, b in pairwise(ids))
 
     def successors(self, rank: int) -> tuple[int, ...]:
         """The ranks ``rank`` has a logical link to, ascending."""
+        if self._direct:
+            return tuple(sorted(self.graph.succ[rank]))
         out = self._succ.get(rank)
         if out is None:
             out = self._succ[rank] = tuple(sorted(self.table(rank)))
@@ -244,6 +252,8 @@ class LogicalTopology:
 
     def predecessors(self, rank: int) -> tuple[int, ...]:
         """The ranks with a logical link to ``rank``, ascending."""
+        if self._direct:
+            return tuple(self.graph.pred[rank])  # ascending
         out = self._pred.get(rank)
         if out is None:
             out = self._pred[rank] = tuple(sorted(self.graph.routes(rank, reverse=True)))

@@ -224,14 +224,8 @@ class Topology:
         opposite = self.arrays.reverse_positions()
         if (opposite < 0).any():
             return False
-        alike = self._value_classes()
+        alike = self.arrays.alike[self.arrays.which]
         return bool((alike[opposite] == alike).all())
-
-    def _value_classes(self) -> np.ndarray:
-        """Each link's class of equal values (``values`` keeps 25 and 25.0 apart; they are equal)."""
-        index: dict[Link, int] = {}
-        classes = [index.setdefault(link, len(index)) for link in self.arrays.values]
-        return np.array(classes, dtype=np.int64)[self.arrays.which]
 
     # -- validation ------------------------------------------------------------------------
     def check(self, where: str = "") -> None:
