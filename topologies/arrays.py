@@ -149,7 +149,7 @@ class LinkArrays:
     def position(self, src: Vertex, dst: Vertex) -> int | None:
         """Where the link ``src -> dst`` is in link order (None where there is none)."""
         a, b = self.ids.get(src), self.ids.get(dst)
-        if a is None or b is None or type(src) is bool or type(dst) is bool:
+        if a is None or b is None:
             return None
         keys, order = self._keys
         key = a * self.num_vertices + b
