@@ -77,3 +77,17 @@ def test_layouts_order_once_and_skip_a_tail_whose_channels_repeat(runs):
     assert len(runs["order_by_critical_path"]) == len(bounds)
     pairing = [(ch, opts["compact"] >= 2, opts["compact"] >= 3) for opts, ch in runs["assign_channels"]]
     assert len(runs["assign_threadblocks"]) == len(set(pairing)) < len(pairing)
+
+
+@pytest.mark.slow
+def test_default_layout_stops_widening_where_steps_grow(runs):
+    # the hierarchical alltoall on 16 DGX H100 with a runtime of 20 steps per threadblock: the
+    # default layout's round robin over all flows takes 24 steps at 1 channel and 30 at 2, 4, ..., 32
+    # (at 512 ranks 72, 70, 126, 126 for 1, 2, 4, 8, each a tail of 15 s): it stops at 2
+    topo = load("dgx-h100x16")
+    algo = xccl.synthesize("dgx-h100x16", "alltoall", method="hierarchical")
+    tight = replace(get_dialect("azure"), max_steps=20)
+    ir = compile_algorithm(algo, topo, dialect=tight)
+    assert max(len(tb.ops) for g in ir.gpus for tb in g.threadblocks) <= 20
+    default = [opts["channels"] for opts, _ in runs["assign_channels"] if not opts["compact"]]
+    assert default[:3] == [1, 2, 1]  # unbounded 1, 2, then the bounded order from 1
