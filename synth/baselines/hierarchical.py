@@ -15,8 +15,9 @@ m*g .. m*g+g-1).
 
 from __future__ import annotations
 
-from synth.algorithm import Algorithm, Send
+from synth.algorithm import Algorithm
 from synth.baselines.common import BaselineError, _search_cycle, make_algorithm, schedule_paths
+from synth.baselines.rails import rail_aligned
 from synth.collectives import Collective
 from topologies.model import Topology
 
@@ -66,19 +67,8 @@ def _alltoall(topology: Topology, collective: Collective, g: int) -> Algorithm:
     """Step d (1 .. K-1) sends the relayed chunks across to the machine d places on, so every rail
     carries a permutation of the machines (no NIC waits on another's pair); they were relayed
     inside their machine in step d - 1, when a rank also sends its own chunks for that machine.
-    The sends inside a machine come last. Every rank must link to every rank of its machine."""
-    k = topology.num_machines
-    steps: list[list[Send]] = [[] for _ in range(k)]
-    for cid, chunk in enumerate(collective.chunks):
-        src = min(chunk.pre)
-        for dst in chunk.post - chunk.pre:
-            shift = (dst // g - src // g) % k
-            relay = (src // g) * g + dst % g
-            if shift == 0:  # inside the machine: last, on NVLink the relays have left idle
-                steps[-1].append(Send(cid, src, dst))
-            elif relay == src:  # on its own rail: a step early, while the relays move
-                steps[shift - 1].append(Send(cid, src, dst))
-            else:
-                steps[shift - 1].append(Send(cid, src, relay))
-                steps[shift].append(Send(cid, relay, dst))
-    return make_algorithm("hierarchical", topology, collective, [sorted(s) for s in steps])
+    The sends inside a machine come last. Every rank must link to every rank of its machine. The
+    schedule is :func:`synth.baselines.rails.rail_aligned`'s (held as arrays at scale), each step's
+    sends in its order (relative to the sender's machine and rail)."""
+    held = rail_aligned(topology, topology.num_machines, collective.chunks_per_rank)
+    return make_algorithm("hierarchical", topology, collective, held.send_steps())
