@@ -15,13 +15,14 @@ m*g .. m*g+g-1).
 
 from __future__ import annotations
 
-from synth.algorithm import Algorithm
+from synth.algorithm import Algorithm, Provenance
 from synth.baselines.common import BaselineError, _search_cycle, make_algorithm, schedule_paths
-from synth.baselines.rails import rail_aligned
+from synth.baselines.rails import VerifiedRails, rail_aligned, verify_rails
+from synth.baselines.ring import SENDS
 from synth.collectives import Collective
 from topologies.model import Topology
 
-__all__ = ["hierarchical"]
+__all__ = ["check_alltoall_sends", "hierarchical", "rail_alltoall"]
 
 
 def hierarchical(topology: Topology, collective: Collective) -> Algorithm:
@@ -71,4 +72,25 @@ def _alltoall(topology: Topology, collective: Collective, g: int) -> Algorithm:
     schedule is :func:`synth.baselines.rails.rail_aligned`'s (held as arrays at scale), each step's
     sends in its order (relative to the sender's machine and rail)."""
     held = rail_aligned(topology, topology.num_machines, collective.chunks_per_rank)
+    check_alltoall_sends(topology, collective.chunks_per_rank)
     return make_algorithm("hierarchical", topology, collective, held.send_steps())
+
+
+def check_alltoall_sends(topology: Topology, chunks: int) -> None:
+    """Refuse at once an alltoall whose Algorithm would exceed ``XCCL_MAX_BASELINE_SENDS``
+    (4096 GPUs: 31.4 M sends; :func:`rail_alltoall` holds it as arrays instead)."""
+    k, _ = _machines(topology)
+    sends = rail_aligned(topology, k, chunks).num_sends
+    where = f"baseline hierarchical: alltoall on {topology.name} as an Algorithm"
+    SENDS.check(
+        sends, f"{where} (held as arrays by synth.baselines.hierarchical.rail_alltoall: docs/scale.md)"
+    )
+
+
+def rail_alltoall(topology: Topology, chunks: int = 1) -> VerifiedRails:
+    """The rail-aligned alltoall of ``chunks`` per pair on ``topology``, held as arrays and verified
+    as arrays (:mod:`synth.baselines.rails`): 4096 GPUs without a :class:`Send` made (its
+    Algorithm, 31.4 M sends there, on demand); timed by :func:`synth.baselines.rails_time.simulate_rails`."""
+    k, _ = _machines(topology)
+    provenance = Provenance(method="baseline:hierarchical")
+    return verify_rails(rail_aligned(topology, k, chunks), topology, provenance)

@@ -95,12 +95,21 @@ def _finish(run: _Run, topology: Topology) -> tuple[float, str]:
         ), f"one run of all {rails.num_sends:,} sends ({why})"
     began = time.perf_counter()
     one_machine = _machines_alike(rails, routes)
-    nv = [_pick(rails.rows(t), 0, None if not one_machine else 0, g) for t in run.steps]
+    nv, rail0, first = (
+        [],
+        [],
+        [],
+    )  # NVLink rows (machine 0's where it stands for all), rail 0's, machine 0's across
+    for t in run.steps:
+        made = rails.rows(t)
+        nv.append(_pick(made, 0, 0 if one_machine else None, g))
+        rail0.append(_pick(made, 1, 0, g, by_rail=True))
+        first.append(_pick(made, 1, 0 if one_machine else None, g))
     _, nv_arrived = run.feed(nv, None)
     arrival = _Arrivals(nv, nv_arrived, n, rails, relative=one_machine)
     nv_done = float(nv_arrived.max(initial=0.0))
-    one_rail = _rails_alike(rails, routes) and _ready_alike(run, arrival)
-    across = [_pick(rails.rows(t), 1, 0 if one_rail else None, g, by_rail=True) for t in run.steps]
+    one_rail = _rails_alike(rails, routes) and _ready_alike(first, arrival, g)
+    across = rail0 if one_rail else [_pick(rails.rows(t), 1, None, g) for t in run.steps]
     ready = [arrival.ready(block) for block in across]
     _, rail_arrived = run.feed(across, ready)
     finish = max(nv_done, float(rail_arrived.max(initial=0.0)))
@@ -222,14 +231,10 @@ def _rails_alike(rails: Rails, routes: Routes) -> bool:
     return _alike(routes, groups)
 
 
-def _ready_alike(run: _Run, arrival: _Arrivals) -> bool:
-    """Every rail's rows of machine 0 are ready when rail 0's matching rows are (machines alike:
-    the other machines' are machine 0's); where machines are not alike, every machine's."""
-    g = run.rails.size
-    for t in run.steps:
-        rows = _pick(run.rails.rows(t), 1, None, g)
-        if arrival.relative:
-            rows = rows[rows[:, 1] // g == 0]
+def _ready_alike(blocks: list[np.ndarray], arrival: _Arrivals, g: int) -> bool:
+    """Every rail's rows are ready when rail 0's matching rows are: ``blocks``, per step, the rows
+    across of machine 0 where machines are alike (the others' are then machine 0's), else all."""
+    for rows in blocks:
         if not len(rows):
             continue
         at = arrival.ready(rows)
