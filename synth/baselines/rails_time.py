@@ -78,6 +78,7 @@ class _Run:
     def feed(self, blocks: list[np.ndarray], ready: list[np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
         """(start, arrival) per row of ``blocks`` (one per Algorithm step, in order) in one run."""
         sends = [(k, Send(c, s, d)) for k, block in enumerate(blocks) for c, s, d in block.tolist()]
+        self.network.topology.logical().route((s.src, s.dst) for _, s in sends)  # one search per source
         at = np.concatenate(ready).tolist() if ready is not None and blocks else None
         started, arrived = feed(sends, self.network, self.nbytes, self.merge, at)
         return np.array(started, np.float64), np.array(arrived, np.float64)
