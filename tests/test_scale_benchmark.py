@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCALE = Path(__file__).resolve().parent.parent / "benchmarks" / "scale.py"
 
 
@@ -38,3 +40,24 @@ def test_a_default_run_prints_both_limits_and_a_refused_4096_case_in_its_row():
     assert proc.stdout.startswith("per-case limit 600 s; 1 GiB;")
     (row,) = [line for line in proc.stdout.splitlines() if line.startswith("dgx-h100x512")]
     assert "more than the limit of 1024 (set XCCL_MAX_RANKS" in row
+
+
+def test_the_held_alltoall_is_timed_from_its_parts_and_its_xml_refused_over_the_limit(monkeypatch):
+    from synth.baselines.hierarchical import rail_alltoall
+    from synth.cost import simulate
+    from synth.timing import model_params
+    from topologies.registry import load
+
+    scale = _scale()
+    topo = load("dgx-h100x2")
+    made, method = scale._synthesize(topo, "alltoall", 10.0, False)
+    algo = rail_alltoall(topo).algorithm()
+    ideal, calibrated = scale._model(made, topo)
+    assert method == "hierarchical" and made.num_sends == algo.num_sends
+    assert ideal == pytest.approx(simulate(algo, topo, scale.SIZE, model_params("ideal")).time_us, rel=1e-9)
+    want = simulate(algo, topo, scale.SIZE, model_params("calibrated")).time_us
+    assert calibrated == pytest.approx(want, rel=1e-9)
+    assert scale._whole(made)[0].steps == algo.steps
+    monkeypatch.setenv("XCCL_MAX_BASELINE_SENDS", "100")
+    whole, why = scale._whole(made)
+    assert whole is None and "352 sends, more than the limit of 100 (set XCCL_MAX_BASELINE_SENDS" in why
