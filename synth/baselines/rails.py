@@ -56,7 +56,16 @@ from synth.errors import VerificationError
 if TYPE_CHECKING:
     from topologies.model import Topology
 
-__all__ = ["NVLINK", "RAIL", "Rails", "VerifiedRails", "rail_aligned", "verify_rails"]
+__all__ = [
+    "NVLINK",
+    "RAIL",
+    "Rails",
+    "Routes",
+    "VerifiedRails",
+    "off_diagonal",
+    "rail_aligned",
+    "verify_rails",
+]
 
 NVLINK, RAIL = 0, 1
 """Row kinds: a send inside a machine, a send across on a rail."""
@@ -132,13 +141,11 @@ class Rails:
         """Machine, sender and receiver local indices, and piece, over every machine (and every
         local pair a != b where ``pairs``, else every local index as both), flattened."""
         k, g, c = self.machines, self.size, self.chunks
-        a, b = np.meshgrid(np.arange(g), np.arange(g), indexing="ij")
-        keep = a != b if pairs else a == b
-        a, b = a[keep], b[keep]
+        a, b = off_diagonal(g) if pairs else (np.arange(g), np.arange(g))
         m = np.repeat(np.arange(k), len(a) * c)
+        piece = np.tile(np.arange(c), k * len(a))
         a = np.tile(np.repeat(a, c), k)
         b = np.tile(np.repeat(b, c), k)
-        piece = np.tile(np.arange(c), k * int(keep.sum()))
         return m, a, b, piece
 
     def _rows(self, origin, final, src, dst, piece) -> np.ndarray:
@@ -171,6 +178,13 @@ class Rails:
     def send_steps(self) -> list[list[Send]]:
         """Every step's sends as :class:`Send` objects, in the engine's order (empty steps kept)."""
         return [[Send(c, s, d) for c, s, d in self.rows(t)[0].tolist()] for t in range(self.last + 1)]
+
+
+def off_diagonal(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair (i, j), i != j, of 0 .. size - 1, row by row."""
+    i, j = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    keep = i != j
+    return i[keep], j[keep]
 
 
 def rail_aligned(topology: Topology, machines: int, chunks: int) -> Rails:
@@ -245,13 +259,16 @@ class Routes:
     def index(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.codes, src * self.num_ranks + dst)
 
+    def edges_of(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs' (indices, with repeats) route edges one after another, and each one's count."""
+        count = self.start[pairs + 1] - self.start[pairs]
+        first = np.repeat(self.start[pairs] - np.cumsum(count) + count, count)
+        return self.edges[first + np.arange(int(count.sum()))], count
+
     def loads(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Chunks over each physical edge when each pair (with repeats) sends one."""
-        pair = self.index(src, dst)
-        count = self.start[pair + 1] - self.start[pair]
-        first = np.repeat(self.start[pair] - np.cumsum(count) + count, count)
-        at = first + np.arange(int(count.sum()))
-        return np.bincount(self.edges[at], minlength=len(self.capacity))
+        edges, _ = self.edges_of(self.index(src, dst))
+        return np.bincount(edges, minlength=len(self.capacity))
 
     def pair_edges(self, src: int, dst: int) -> np.ndarray:
         i = int(self.index(np.array([src]), np.array([dst]))[0])

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from synth.algorithm import Send
+from synth.baselines.rails import off_diagonal
 from synth.cost import SimResult, algbw_GBps, calls_apart, chunk_bytes, feed
 from synth.timing import DEFAULT, Network, Params
 
@@ -184,9 +185,7 @@ def _fault(run: _Run, topology: Topology) -> str:
 def _shapes(routes: Routes, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For the pairs (indices, in order): edges per pair, and per edge its rate/count/latency key
     and its first place among the pairs' edges (which pairs share an edge)."""
-    count = routes.start[pairs + 1] - routes.start[pairs]
-    first = np.repeat(routes.start[pairs] - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
-    edges = routes.edges[first]
+    edges, count = routes.edges_of(pairs)
     _, where, inverse = np.unique(edges, return_index=True, return_inverse=True)
     return count, routes.props[edges], where[inverse]
 
@@ -200,9 +199,7 @@ def _alike(routes: Routes, groups: list[np.ndarray]) -> bool:
         shape = _shapes(routes, pairs)
         if any(not np.array_equal(a, b) for a, b in zip(shape, base, strict=True)):
             return False
-        count = routes.start[pairs + 1] - routes.start[pairs]
-        first = np.repeat(routes.start[pairs] - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
-        seen.append(np.unique(routes.edges[first]))
+        seen.append(np.unique(routes.edges_of(pairs)[0]))
     every = np.concatenate(seen)
     return len(np.unique(every)) == len(every)
 
@@ -211,13 +208,10 @@ def _machines_alike(rails: Rails, routes: Routes) -> bool:
     """Every machine's NVLink rows are machine 0's moved and its routes have machine 0's shape."""
     k, g = rails.machines, rails.size
     ahead = (rails.across - np.arange(k)[None, None, :]) % k
-    if k < 2 or g < 2 or not np.all(ahead == ahead[:, :, :1]):
+    if g < 2 or not np.all(ahead == ahead[:, :, :1]):
         return False
-    a, b = np.meshgrid(np.arange(g), np.arange(g), indexing="ij")
-    keep = a != b
-    a, b = a[keep], b[keep]
-    groups = [routes.index(m * g + a, m * g + b) for m in range(k)]
-    return _alike(routes, groups)
+    a, b = off_diagonal(g)
+    return _alike(routes, [routes.index(m * g + a, m * g + b) for m in range(k)])
 
 
 def _rails_alike(rails: Rails, routes: Routes) -> bool:
@@ -225,11 +219,8 @@ def _rails_alike(rails: Rails, routes: Routes) -> bool:
     k, g = rails.machines, rails.size
     if g < 2 or not np.all(rails.across == rails.across[:, :1, :]):
         return False
-    m, x = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
-    keep = m != x
-    m, x = m[keep], x[keep]
-    groups = [routes.index(m * g + b, x * g + b) for b in range(g)]
-    return _alike(routes, groups)
+    m, x = off_diagonal(k)
+    return _alike(routes, [routes.index(m * g + b, x * g + b) for b in range(g)])
 
 
 def _ready_alike(blocks: list[np.ndarray], arrival: _Arrivals, g: int) -> bool:
