@@ -97,11 +97,8 @@ def _model(made, topo) -> tuple[float, float]:
     from synth.trees.synthesis import modeled
 
     ideal, calibrated = model_params("ideal"), model_params("calibrated")
-    if isinstance(made, VerifiedRails):
-        return simulate_rails(made, topo, SIZE, ideal).time_us, simulate_rails(
-            made, topo, SIZE, calibrated
-        ).time_us
-    return modeled(made, topo, SIZE, ideal).time_us, modeled(made, topo, SIZE, calibrated).time_us
+    timed = simulate_rails if isinstance(made, VerifiedRails) else modeled
+    return timed(made, topo, SIZE, ideal).time_us, timed(made, topo, SIZE, calibrated).time_us
 
 
 def _xml_stages(algo, topo) -> None:

@@ -120,3 +120,4 @@ def schedule_paths(routes: Iterable[tuple[int, Sequence[int], int]]) -> list[lis
                 steps.append([])
             steps[t].append(Send(chunk, u, v))
     return [sorted(s) for s in steps]
+

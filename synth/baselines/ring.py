@@ -78,9 +78,7 @@ def _check_size(collective: Collective, kind: str) -> None:
     chunks travel n / 2 hops on average: n^3 / 2 sends)."""
     n, c = collective.num_ranks, collective.chunks_per_rank
     hops = {"allgather": n * (n - 1), "alltoall": n * n * (n - 1) // (4 if kind == "bidir-ring" else 2)}
-    SENDS.check(
-        c * hops.get(collective.name, n * (n - 1)), f"baseline {kind}: {collective.name} on {n} ranks"
-    )
+    SENDS.check(c * hops.get(collective.name, n * (n - 1)), f"baseline {kind}: {collective.name} on {n} ranks")
 
 
 def _build(topology: Topology, collective: Collective, bidirectional: bool) -> Algorithm:

@@ -59,18 +59,10 @@ def register(methods: argparse._SubParsersAction) -> None:
         "permutation of the machines per step; it meets the cut bound at bandwidth-bound sizes "
         "(docs/scale.md). Verified; allgather at scale is `xccl synth trees --hierarchical`.",
     )
-    p.add_argument(
-        "--topology", "-t", required=True, help="K identical machines (dgx-h100x64) or a JSON file"
-    )
-    p.add_argument(
-        "--collective", "-C", default="alltoall", choices=("alltoall",), metavar="COLL", help="alltoall"
-    )
-    p.add_argument(
-        "--chunks", "-c", type=positive_int, default=1, help="chunks per pair of ranks (default 1)"
-    )
-    p.add_argument(
-        "--size", "-s", default=DEFAULT_SIZE, help=f"buffer size it is timed at (default {DEFAULT_SIZE})"
-    )
+    p.add_argument("--topology", "-t", required=True, help="K identical machines (dgx-h100x64) or a JSON file")
+    p.add_argument("--collective", "-C", default="alltoall", choices=("alltoall",), metavar="COLL", help="alltoall")
+    p.add_argument("--chunks", "-c", type=positive_int, default=1, help="chunks per pair of ranks (default 1)")
+    p.add_argument("--size", "-s", default=DEFAULT_SIZE, help=f"buffer size it is timed at (default {DEFAULT_SIZE})")
     p.add_argument("-o", "--output", help="algorithm file to write (default: print it)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
     p.set_defaults(func=cmd_hierarchical)
