@@ -64,42 +64,41 @@ def _report(stage: str, start: float, **extra) -> None:
 
 
 def _synthesize(topo, collective: str, limit_s: float, compose: bool):
-    """The best synthesizer's verified result (a :class:`~synth.trees.TreesResult` or an
-    Algorithm), and how it was made."""
+    """The best synthesizer's verified result (a :class:`~synth.trees.TreesResult`, or the
+    rail-aligned alltoall held as arrays, :class:`~synth.baselines.rails.VerifiedRails`), and how
+    it was made."""
+    from synth.baselines.hierarchical import rail_alltoall
     from synth.trees import synthesize as trees_synthesize
-    from xccl.api import synthesize
 
     if METHOD[collective] == "trees":
         result = trees_synthesize(
             topo, collective, size_bytes=SIZE, time_limit_s=limit_s, hierarchical=compose
         )
         return result, "trees --hierarchical" if compose else "trees"
-    return synthesize(topo, collective, METHOD[collective], size=SIZE), METHOD[collective]
+    return rail_alltoall(topo), METHOD[collective]
 
 
 def _refuse_early(topo, collective: str, compose: bool) -> None:
     """The synthesizer's size limits, checked before the bound (minutes at 4096 GPUs): tree
-    packing's sends, except a composed schedule's (arrays); the collective's own for the others."""
-    from synth.collectives import make_collective
+    packing's sends, except a composed schedule's (arrays); the alltoall is held as arrays."""
     from synth.trees.synthesis import check_sends
 
-    if METHOD[collective] != "trees":
-        make_collective(collective, topo.num_ranks)  # described now: its limits checked
-    elif not compose:
+    if METHOD[collective] == "trees" and not compose:
         check_sends(topo, collective)
 
 
 def _model(made, topo) -> tuple[float, float]:
     """The modeled time at 1 GiB, ideal and calibrated (a composed schedule's from its parts,
-    :func:`synth.trees.synthesis.modeled`: no Algorithm needed at 4096 GPUs)."""
-    from synth.cost import simulate
+    :func:`synth.trees.synthesis.modeled`; the held alltoall's from its parts,
+    :func:`synth.baselines.rails_time.simulate_rails`: no Algorithm needed at 4096 GPUs)."""
+    from synth.baselines.rails import VerifiedRails
+    from synth.baselines.rails_time import simulate_rails
     from synth.timing import model_params
-    from synth.trees.synthesis import TreesResult, modeled
+    from synth.trees.synthesis import modeled
 
     ideal, calibrated = model_params("ideal"), model_params("calibrated")
-    if isinstance(made, TreesResult):
-        return modeled(made, topo, SIZE, ideal).time_us, modeled(made, topo, SIZE, calibrated).time_us
-    return simulate(made, topo, SIZE, ideal).time_us, simulate(made, topo, SIZE, calibrated).time_us
+    timed = simulate_rails if isinstance(made, VerifiedRails) else modeled
+    return timed(made, topo, SIZE, ideal).time_us, timed(made, topo, SIZE, calibrated).time_us
 
 
 def _xml_stages(algo, topo) -> None:
@@ -175,19 +174,17 @@ def _stages(topology: str, collective: str, limit_s: float, compose: bool, with_
     t = time.perf_counter()
     times = _model(made, topo)
     _report("model", t, ideal_us=times[0], calibrated_us=times[1])
-    whole = _whole(made)
+    whole, why = _whole(made)
     if with_xml:
         if whole is None:
-            raise Refused(
-                "compile", f"an XML needs the Algorithm: {made.num_sends} sends, over XCCL_MAX_TREES_SENDS"
-            )
+            raise Refused("compile", f"an XML needs the Algorithm: {why}")
         _xml_stages(whole, topo)
     t = time.perf_counter()
-    if whole is None:  # NCCL's layout has as many sends as ours: only NCCL's own model
-        from synth.nccl.model import nccl_time
+    if whole is None:  # NCCL's layout has as many sends as ours: only NCCL's own model, where it has one
+        from synth.nccl.model import COLLECTIVES, nccl_time
 
-        est = nccl_time(topo, collective, SIZE)
-        _report("nccl", t, layout_us=None, layout_ideal_us=None, model_us=est.time_us)
+        est = nccl_time(topo, collective, SIZE).time_us if collective in COLLECTIVES else None
+        _report("nccl", t, layout_us=None, layout_ideal_us=None, model_us=est)
         return
     calibrated, ideal = model_params("calibrated"), model_params("ideal")
     cal = nccl_reference(topo, lazy, SIZE, calibrated)
@@ -196,17 +193,16 @@ def _stages(topology: str, collective: str, limit_s: float, compose: bool, with_
 
 
 def _whole(made):
-    """``made`` as an Algorithm, or None for a composed schedule over XCCL_MAX_TREES_SENDS (4096
-    GPUs: 16.8 M sends), which is verified and timed as arrays."""
+    """``made`` as an Algorithm, or None and why for a schedule held as arrays over a limit on
+    the Algorithm (4096 GPUs: the composed allgather's 16.8 M sends, over XCCL_MAX_TREES_SENDS;
+    the alltoall's 31.4 M, over XCCL_MAX_BASELINE_SENDS), which is verified and timed as arrays."""
     from common.limits import LimitError
-    from synth.trees.synthesis import TreesResult
+    from synth.baselines.rails import VerifiedRails
 
-    if not isinstance(made, TreesResult):
-        return made
     try:
-        return made.algorithm
-    except LimitError:
-        return None
+        return (made.algorithm() if isinstance(made, VerifiedRails) else made.algorithm), ""
+    except LimitError as exc:
+        return None, str(exc)
 
 
 def _child(

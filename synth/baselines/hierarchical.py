@@ -15,12 +15,14 @@ m*g .. m*g+g-1).
 
 from __future__ import annotations
 
-from synth.algorithm import Algorithm, Send
+from synth.algorithm import Algorithm, Provenance
 from synth.baselines.common import BaselineError, _search_cycle, make_algorithm, schedule_paths
+from synth.baselines.rails import VerifiedRails, rail_aligned, verify_rails
+from synth.baselines.ring import SENDS
 from synth.collectives import Collective
 from topologies.model import Topology
 
-__all__ = ["hierarchical"]
+__all__ = ["check_alltoall_sends", "hierarchical", "rail_alltoall"]
 
 
 def hierarchical(topology: Topology, collective: Collective) -> Algorithm:
@@ -66,19 +68,31 @@ def _alltoall(topology: Topology, collective: Collective, g: int) -> Algorithm:
     """Step d (1 .. K-1) sends the relayed chunks across to the machine d places on, so every rail
     carries a permutation of the machines (no NIC waits on another's pair); they were relayed
     inside their machine in step d - 1, when a rank also sends its own chunks for that machine.
-    The sends inside a machine come last. Every rank must link to every rank of its machine."""
+    The sends inside a machine come last. Every rank must link to every rank of its machine. The
+    schedule is :func:`synth.baselines.rails.rail_aligned`'s (held as arrays at scale), each step's
+    sends in its order (relative to the sender's machine and rail)."""
+    held = rail_aligned(topology, topology.num_machines, collective.chunks_per_rank)
+    check_alltoall_sends(topology, collective.chunks_per_rank)
+    return make_algorithm("hierarchical", topology, collective, held.send_steps())
+
+
+def check_alltoall_sends(topology: Topology, chunks: int) -> None:
+    """Refuse at once an alltoall whose Algorithm would exceed ``XCCL_MAX_BASELINE_SENDS``
+    (4096 GPUs: 31.4 M sends; :func:`rail_alltoall` holds it as arrays instead)."""
     k = topology.num_machines
-    steps: list[list[Send]] = [[] for _ in range(k)]
-    for cid, chunk in enumerate(collective.chunks):
-        src = min(chunk.pre)
-        for dst in chunk.post - chunk.pre:
-            shift = (dst // g - src // g) % k
-            relay = (src // g) * g + dst % g
-            if shift == 0:  # inside the machine: last, on NVLink the relays have left idle
-                steps[-1].append(Send(cid, src, dst))
-            elif relay == src:  # on its own rail: a step early, while the relays move
-                steps[shift - 1].append(Send(cid, src, dst))
-            else:
-                steps[shift - 1].append(Send(cid, src, relay))
-                steps[shift].append(Send(cid, relay, dst))
-    return make_algorithm("hierarchical", topology, collective, [sorted(s) for s in steps])
+    if k < 2 or topology.num_ranks % k:
+        return  # not K alike machines: the baseline says why when it is built
+    sends = rail_aligned(topology, k, chunks).num_sends
+    where = f"baseline hierarchical: alltoall on {topology.name} as an Algorithm"
+    SENDS.check(
+        sends, f"{where} (held as arrays by synth.baselines.hierarchical.rail_alltoall: docs/scale.md)"
+    )
+
+
+def rail_alltoall(topology: Topology, chunks: int = 1) -> VerifiedRails:
+    """The rail-aligned alltoall of ``chunks`` per pair on ``topology``, held as arrays and verified
+    as arrays (:mod:`synth.baselines.rails`): 4096 GPUs without a :class:`Send` made (its
+    Algorithm, 31.4 M sends there, on demand); timed by :func:`synth.baselines.rails_time.simulate_rails`."""
+    k, _ = _machines(topology)
+    provenance = Provenance(method="baseline:hierarchical")
+    return verify_rails(rail_aligned(topology, k, chunks), topology, provenance)

@@ -18,6 +18,7 @@ DEFAULT_SIZE = "1GiB"
 def cmd_hierarchical(args: argparse.Namespace) -> int:
     from common.files import check_writable
     from synth.baselines import make_baseline
+    from synth.baselines.hierarchical import check_alltoall_sends
     from synth.bounds import lower_bound_us
     from synth.collectives import make_collective
     from synth.cost import simulate
@@ -29,9 +30,10 @@ def cmd_hierarchical(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     topo = topology_from_args(args)
     n = topo.num_ranks
+    check_alltoall_sends(topo, args.chunks)  # refused before any work: 31.4 M sends at 4096 GPUs
     progress(f"hierarchical: building and verifying the alltoall on {topo.name} ({n} ranks)")
     try:
-        algo = make_baseline("hierarchical", topo, make_collective("alltoall", n, args.chunks))
+        algo = make_baseline("hierarchical", topo, make_collective("alltoall", n, args.chunks, lazy=True))
     except KeyboardInterrupt:
         progress("hierarchical: interrupted before an algorithm was verified; nothing written")
         return EXIT_INTERRUPTED
