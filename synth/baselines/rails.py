@@ -326,7 +326,10 @@ def _routes(where: str, topology: Topology, k: int, g: int) -> Routes:
     logical = topology.logical()
     names = logical.graph.names
     index = {edge: i for i, edge in enumerate(logical.resources)}
-    by_ids = {(a, b): index[(names[a], names[b])] for a, b in logical.graph.link}
+    graph = logical.graph
+    by_ids = {
+        (a, b): index[(names[a], names[b])] for a in range(len(graph.succ)) for b in graph.succ[a]
+    }
     capacity = topology.chunk_capacity().edge_capacity
     caps = np.array([capacity[e] for e in logical.resources], dtype=np.int64)
     kinds: dict[tuple, int] = {}
