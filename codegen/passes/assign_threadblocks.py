@@ -135,6 +135,7 @@ def _pair(cdag: ChannelDAG, ranks: list[_Rank], balance: bool) -> None:
     sends; the busiest receives with ``balance``, else the idlest): as few threadblocks as that
     side has peers."""
     dag = cdag.dag
+    steps = steps_of(dag)
     load: dict[tuple[int, int, str], dict[int, int]] = {}
     for i in dag.order:
         ins, ch = dag.instrs[i], cdag.channel[i]
@@ -143,7 +144,7 @@ def _pair(cdag: ChannelDAG, ranks: list[_Rank], balance: bool) -> None:
         for side, peer in (("send", ins.send_to), ("recv", ins.recv_from)):
             if peer is not None and (ch, side, peer) not in ranks[ins.rank].owner:
                 peers = load.setdefault((ins.rank, ch, side), {})
-                peers[peer] = peers.get(peer, 0) + steps_of(dag, i)
+                peers[peer] = peers.get(peer, 0) + steps[i]
     for rank, ch in sorted({(rank, ch) for rank, ch, _ in load}):
         sends = sorted(load.get((rank, ch, "send"), {}).items(), key=lambda kv: (-kv[1], kv[0]))
         idlest = 1 if balance else -1  # the receives by load, first the idlest with ``balance``
