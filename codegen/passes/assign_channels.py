@@ -179,9 +179,10 @@ class _Tries:
 def _lone(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinted: bool) -> list[tuple | None]:
     """Per flow, where it is one transfer and nothing pinned in a program without channel hints:
     ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
-    :class:`_Moves`); else None."""
+    :class:`_Moves`) and in a timed program the send's hold (``InstrDAG.holds``); else None."""
     instrs, pos, depth = dag.instrs, dag.position, dag.depth
     room = fifo_calls(dag.info.protocol)
+    holds = dag.holds if dag.times is not None else lambda _: ()
     out: list[tuple | None] = []
     for flow in flows:
         one = None
@@ -189,7 +190,7 @@ def _lone(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinte
             s, r = flow
             if instrs[s].send_match == r and instrs[r].send_match is None:
                 drained = instrs[s].count > room and pos[r] == pos[s] + 1
-                one = (s, instrs[s].rank, instrs[r].rank, pos[s], pos[r], depth[s], drained)
+                one = (s, instrs[s].rank, instrs[r].rank, pos[s], pos[r], depth[s], drained, *holds(s))
         out.append(one)
     return out
 
@@ -203,10 +204,8 @@ def _place_lone(
     s, a = one[0], one[1]
     inst = dag.instrs[s].instance
     busy: list[int] = []
-    if timed:
-        start, end = dag.holds(s)
     for ch in lead:
-        if timed and _busy_while(dag, s, (a, dag.instrs[s].send_to, inst, ch), start, end, taken):
+        if timed and _busy_while(dag, s, (a, dag.instrs[s].send_to, inst, ch), one[7], one[8], taken):
             busy.append(ch)
         elif _lone_fits(one, inst, ch, taken):
             return _commit_lone(dag, one, inst, ch, taken, timed)
@@ -221,7 +220,7 @@ def _place_lone(
 
 def _lone_fits(one: tuple, inst: int, ch: int, taken: _Taken) -> bool:
     """:func:`_fits` and not :func:`_serializes`, for one transfer and nothing pinned."""
-    _, a, b, ps, pr, d, drained = one
+    _, a, b, ps, pr, d, drained = one[:7]
     for rank, side, peer in ((a, "send", b), (b, "recv", a)):
         have = taken.peers.get((rank, inst, ch, side))
         if have is not None and len(have) >= MAX_PEERS_PER_CHANNEL and len(have | {peer}) > MAX_PEERS_PER_CHANNEL:
@@ -240,7 +239,7 @@ def _lone_fits(one: tuple, inst: int, ch: int, taken: _Taken) -> bool:
 
 def _commit_lone(dag: InstrDAG, one: tuple, inst: int, ch: int, taken: _Taken, timed: bool) -> int:
     """:func:`_commit` (and :func:`_hold`) for one transfer, nothing pinned; ``ch``."""
-    s, a, b, ps, pr, d, drained = one
+    s, a, b, ps, pr, d, drained = one[:7]
     bisect.insort(taken.fifo[(a, b, inst, ch)], (ps, pr))
     slot = (a, b, inst, ch, d)
     taken.by_depth[slot] = taken.by_depth.get(slot, False) or drained

@@ -96,12 +96,14 @@ def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
     timed = dag.times is not None
     for i in dag.order:
         ins, channel = dag.instrs[i], cdag.channel[i]
-        preds = (  # a local op's threadblocks before it on its rank (only a local op follows them)
-            [where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank]
-            if channel is None
-            else []
-        )
-        tb = _place(ranks[ins.rank], ins, channel, preds, pos, timed and compact < 2)
+        tb = _owner(ranks[ins.rank], ins, channel)  # most sends and receives: their connection's
+        if tb is None:
+            preds = (  # a local op's threadblocks before it on its rank (only a local op follows them)
+                [where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank]
+                if channel is None
+                else []
+            )
+            tb = _place(ranks[ins.rank], ins, channel, preds, pos, timed and compact < 2)
         tb.instrs.append(i)
         where[i] = tb
     plans = []
@@ -172,6 +174,16 @@ def _pinned(state: _Rank, ins: Instr, channel: int | None) -> _Tb:
             tb = state.new(channel)
     state.claim(tb, ins.send_to, ins.recv_from)
     return tb
+
+
+def _owner(state: _Rank, ins: Instr, channel: int | None) -> _Tb | None:
+    """The threadblock owning a plain send's or receive's connection already, if any (what
+    :func:`_place` would give it, without its other cases)."""
+    if channel is None or ins.tb_hint is not None:
+        return None
+    if ins.send_to is not None:
+        return None if ins.recv_from is not None else state.owner.get((channel, "send", ins.send_to))
+    return None if ins.recv_from is None else state.owner.get((channel, "recv", ins.recv_from))
 
 
 def _place(state: _Rank, ins: Instr, channel: int | None, preds: list[_Tb], pos, timed: bool) -> _Tb:
