@@ -246,7 +246,7 @@ def _commit_lone(dag: InstrDAG, one: tuple, inst: int, ch: int, taken: _Taken, t
     taken.peers[(a, inst, ch, "send")].add(b)
     taken.peers[(b, inst, ch, "recv")].add(a)
     if timed:
-        _hold(dag, s, (a, dag.instrs[s].send_to, inst, ch), taken)
+        _hold(dag, s, (a, dag.instrs[s].send_to, inst, ch), taken, one[7:])
     return ch
 
 
@@ -509,9 +509,10 @@ def _busy_while(dag: InstrDAG, send: int, key: tuple, start: float, end: float, 
     return any(dag.overlap(send, other) for other in taken.held[key])
 
 
-def _hold(dag: InstrDAG, send: int, key: tuple, taken: _Taken) -> None:
-    """Record that ``send`` holds connection ``key`` (see :func:`_busy`)."""
-    start, end = dag.holds(send)
+def _hold(dag: InstrDAG, send: int, key: tuple, taken: _Taken, span: tuple[float, float] | None = None) -> None:
+    """Record that ``send`` holds connection ``key`` (see :func:`_busy`); ``span``: its hold, if
+    known (``InstrDAG.holds``)."""
+    start, end = dag.holds(send) if span is None else span
     taken.held[key].append(send)
     starts, ends = taken.spans.setdefault(key, ([], []))
     bisect.insort(starts, start)

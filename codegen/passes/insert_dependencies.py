@@ -10,8 +10,10 @@ The IR may hold several dependencies per op; ``fold_deps_into_nops`` makes it on
 from __future__ import annotations
 
 from codegen.chunk_dag import DepKind
+from codegen.instr_dag import InstrDAG
 from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock, evolve
 from codegen.schedule import ScheduledDAG
+from common.memo import SameObjects
 
 __all__ = ["insert_dependencies"]
 
@@ -21,16 +23,13 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
     dag = sched.dag
     info = dag.info
     deps = _waits(sched)
-    plain = Op(OpType.NOP)  # each op a copy of it with its fields (a frozen __init__ per op was slower)
+    bare = _SAME_DAG.get([dag], "ops", lambda: _bare_ops(dag))
     gpus = []
     for rank, plans in enumerate(sched.threadblocks):
         tbs = []
         for t, plan in enumerate(plans):
-            ops = []
-            for i in plan.instrs:
-                ins = dag.instrs[i]
-                ops.append(evolve(plain, type=ins.type, src=ins.src, dst=ins.dst, count=ins.count, deps=deps[i]))
-            tbs.append(Threadblock(t, plan.send, plan.recv, plan.channel, tuple(ops)))
+            ops = tuple(evolve(bare[i], deps=deps[i]) if deps[i] else bare[i] for i in plan.instrs)
+            tbs.append(Threadblock(t, plan.send, plan.recv, plan.channel, ops))
         gpus.append(Gpu(rank, info.input_chunks, info.output_chunks, info.scratch_chunks[rank], tuple(tbs)))
     return IR(
         name=info.name,
@@ -43,6 +42,17 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
         outofplace=not info.inplace,
         root=info.root,
     )
+
+
+_SAME_DAG = SameObjects()
+"""Each instruction's op without dependencies, for the last DAG (the compiler builds an IR from one
+DAG for each width and layout it tries; ops are frozen, so the IRs share those that wait for none)."""
+
+
+def _bare_ops(dag: InstrDAG) -> list[Op]:
+    """Per instruction its op with no dependencies."""
+    plain = Op(OpType.NOP)  # each a copy of it with its fields (a frozen __init__ per op was slower)
+    return [evolve(plain, type=ins.type, src=ins.src, dst=ins.dst, count=ins.count) for ins in dag.instrs]
 
 
 def _waits(sched: ScheduledDAG) -> list[tuple[Dep, ...]]:
@@ -79,9 +89,12 @@ def _waits(sched: ScheduledDAG) -> list[tuple[Dep, ...]]:
                 for t, s in needed
                 if not any(clock[mine[u].instrs[v]].get(t, -1) >= s for u, v in needed if u != t)
             ]
-        base = dict(base)
         for t, s in kept:
-            for u, v in clock[mine[t].instrs[s]].items():
+            other = clock[mine[t].instrs[s]]
+            if len(other) > len(base):  # the larger copied whole, the smaller merged into it
+                base, other = other, base
+            base = dict(base)
+            for u, v in other.items():
                 if base.get(u, -1) < v:
                     base[u] = v
             if base.get(t, -1) < s:
