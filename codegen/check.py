@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from codegen.errors import IRCheckError
-from codegen.ir import IR
+from codegen.ir import IR, Threadblock
 from codegen.limits import TRANSFERS
 from codegen.protocols import PROTOCOLS, fifo_calls
 from codegen.rules import (
@@ -75,19 +75,26 @@ _BY_RANKS = SameObjects()
 for a copy of the IR with another size window too."""
 
 
-def _transfers(ir: IR, rank: int, tb_id: int | None, sends: bool) -> list[tuple[int, int]]:
+def _transfers(
+    tbs: dict[tuple[int, int], Threadblock], rank: int, tb_id: int | None, sends: bool
+) -> list[tuple[int, int]]:
     if tb_id is None:
         return []
-    tb = ir.gpu(rank).threadblock(tb_id)
+    tb = tbs[(rank, tb_id)]
     return [(k, op.count) for k, op in enumerate(tb.ops) if (op.type.sends if sends else op.type.receives)]
 
 
 def _check_connections(ir: IR) -> list[Problem]:
     """On every connection, each transfer sent is received, with the same count, in order."""
     out = []
+    # threadblocks by (rank, id), found once (``Gpu.threadblock`` scans the rank's: hundreds at 512 ranks)
+    tbs: dict[tuple[int, int], Threadblock] = {}
+    for g in ir.gpus:
+        for tb in g.threadblocks:
+            tbs.setdefault((g.rank, tb.id), tb)
     for (a, b, ch), (stb, rtb) in sorted(connections(ir).items()):
-        sent = _transfers(ir, a, stb, True)
-        got = _transfers(ir, b, rtb, False)
+        sent = _transfers(tbs, a, stb, True)
+        got = _transfers(tbs, b, rtb, False)
         if not sent and not got:
             continue
         if rtb is None or stb is None:

@@ -98,8 +98,9 @@ class _Taken:
 
 
 _SAME_DAG = SameObjects()
-"""The last DAG's flows and pinned groups (the compiler reruns this pass on one DAG for each
-channel count it tries; neither depends on the count)."""
+"""What the last DAG gives every run of this pass (the compiler reruns it on one DAG for each
+channel count and layout it tries): its flows, pinned groups, steps, loads, and the channels
+assigned per (count, compact or not)."""
 
 
 def assign_channels(
@@ -111,12 +112,31 @@ def assign_channels(
         raise CodegenError(f"{dag.info.name}: channels: expected at least 1, got {channels}")
     groups = _SAME_DAG.get([dag], "groups", lambda: _groups(dag))
     _check_hinted_threadblocks(dag, groups)
+    # the compact layouts differ only after this pass: the compiler's layouts 1 and 2 at one width
+    # would assign the same channels twice
+    key = ("assigned", channels, max_channels, compact > 0)
+    return _SAME_DAG.get([dag], key, lambda: _assign(dag, groups, channels, max_channels, compact > 0))
+
+
+def _assign(dag: InstrDAG, groups: dict[int, tuple], channels: int, max_channels: int, compact: bool) -> ChannelDAG:
+    """:func:`assign_channels` once its hints are checked."""
     taken = _Taken()
     local: dict[int, int] = {}
     shares = _shares(dag, channels, max_channels) if compact else None
     auto: dict[tuple, int] = defaultdict(int)
-    hinted = any(ins.channel_hint is not None for ins in dag.instrs)
-    for flow in _SAME_DAG.get([dag], "flows", lambda: _flows(dag)):
+    hinted = _SAME_DAG.get([dag], "hinted", lambda: any(ins.channel_hint is not None for ins in dag.instrs))
+    flows = _SAME_DAG.get([dag], "flows", lambda: _flows(dag))
+    lone = _SAME_DAG.get([dag], "lone", lambda: _lone(dag, flows, groups, hinted))
+    timed = dag.info.model_timed and dag.times is not None
+    tries = _Tries(max_channels)
+    for flow, one in zip(flows, lone, strict=True):
+        if one is not None:  # one transfer, nothing pinned, no hint: the common case, inlined
+            key = (one[1], one[2]) if shares is not None else None
+            own = channels if key is None else shares.get(key, 1)
+            lead, rest = tries.get(own, auto[key] % own, shares is None)
+            auto[key] += 1
+            local[flow[0]] = local[flow[1]] = _place_lone(dag, one, lead, rest, timed, taken, max_channels)
+            continue
         hint = _hint(dag, flow) if hinted else None
         transfers = [(i, dag.instrs[i].send_match) for i in flow if dag.instrs[i].send_match is not None]
         pinned = [groups[i] for i in flow if i in groups]
@@ -128,13 +148,106 @@ def assign_channels(
         else:
             key = _connection(dag, flow[0]) if shares is not None else None
             own = channels if key is None else shares.get(key, 1)
-            start = auto[key] % own
-            candidates = [*range(start, own), *range(start), *range(own, max_channels)]
+            head, tail = tries.get(own, auto[key] % own, True)
+            candidates = [*head, *tail]
             auto[key] += 1
             lead = max_channels if shares is None else own
         ch = _place(dag, flow, transfers, pinned, (candidates, lead), hint is not None, taken, max_channels)
         local.update((i, ch) for i in flow)
     return ChannelDAG(dag, _global_channels(dag, local, max_channels))
+
+
+class _Tries:
+    """The order a flow tries channels in, per (its channels, where its round robin is): its own
+    ``start .. own-1, 0 .. start-1``, then ``own .. max_channels-1``; split into the lead (sorted
+    by whether busy in a timed program) and the rest. Built once per pair, not a list per flow."""
+
+    def __init__(self, max_channels: int) -> None:
+        self.max_channels = max_channels
+        self.made: dict[tuple, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    def get(self, own: int, start: int, all_lead: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(lead, rest): with ``all_lead`` every candidate leads, else only the flow's own."""
+        key = (own, start, all_lead)
+        if key not in self.made:
+            candidates = (*range(start, own), *range(start), *range(own, self.max_channels))
+            cut = len(candidates) if all_lead else own
+            self.made[key] = (candidates[:cut], candidates[cut:])
+        return self.made[key]
+
+
+def _lone(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinted: bool) -> list[tuple | None]:
+    """Per flow, where it is one transfer and nothing pinned in a program without channel hints:
+    ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
+    :class:`_Moves`) and in a timed program the send's hold (``InstrDAG.holds``); else None."""
+    instrs, pos, depth = dag.instrs, dag.position, dag.depth
+    room = fifo_calls(dag.info.protocol)
+    holds = dag.holds if dag.times is not None else lambda _: ()
+    out: list[tuple | None] = []
+    for flow in flows:
+        one = None
+        if not hinted and len(flow) == 2 and flow[0] not in groups and flow[1] not in groups:
+            s, r = flow
+            if instrs[s].send_match == r and instrs[r].send_match is None:
+                drained = instrs[s].count > room and pos[r] == pos[s] + 1
+                one = (s, instrs[s].rank, instrs[r].rank, pos[s], pos[r], depth[s], drained, *holds(s))
+        out.append(one)
+    return out
+
+
+def _place_lone(
+    dag: InstrDAG, one: tuple, lead: tuple[int, ...], rest: tuple[int, ...], timed: bool, taken: _Taken,
+    max_channels: int,
+) -> int:
+    """:func:`_place` for a flow of one transfer, nothing pinned, no hint: the same tries, without
+    building :class:`_Moves` or a list of candidates per flow (262,144 flows per run at 512 ranks)."""
+    s, a = one[0], one[1]
+    inst = dag.instrs[s].instance
+    busy: list[int] = []
+    for ch in lead:
+        if timed and _busy_while(dag, s, (a, dag.instrs[s].send_to, inst, ch), one[7], one[8], taken):
+            busy.append(ch)
+        elif _lone_fits(one, inst, ch, taken):
+            return _commit_lone(dag, one, inst, ch, taken, timed)
+    for ch in (*busy, *rest):
+        if _lone_fits(one, inst, ch, taken):
+            return _commit_lone(dag, one, inst, ch, taken, timed)
+    raise CodegenError(
+        f"{dag.info.name}: rank {a}: no channel below {max_channels} can carry the flow of "
+        f"instruction {dag.instrs[s]} in order"
+    )
+
+
+def _lone_fits(one: tuple, inst: int, ch: int, taken: _Taken) -> bool:
+    """:func:`_fits` and not :func:`_serializes`, for one transfer and nothing pinned."""
+    _, a, b, ps, pr, d, drained = one[:7]
+    for rank, side, peer in ((a, "send", b), (b, "recv", a)):
+        have = taken.peers.get((rank, inst, ch, side))
+        if have is not None and len(have) >= MAX_PEERS_PER_CHANNEL and len(have | {peer}) > MAX_PEERS_PER_CHANNEL:
+            return False
+    placed = taken.fifo.get((a, b, inst, ch))
+    if placed:
+        k = bisect.bisect(placed, (ps, pr))
+        if (k > 0 and placed[k - 1][1] > pr) or (k < len(placed) and pr > placed[k][1]):
+            return False
+    if taken.by_depth:
+        there = taken.by_depth.get((b, a, inst, ch, d))
+        if there is not None and (there or drained):
+            return False
+    return True
+
+
+def _commit_lone(dag: InstrDAG, one: tuple, inst: int, ch: int, taken: _Taken, timed: bool) -> int:
+    """:func:`_commit` (and :func:`_hold`) for one transfer, nothing pinned; ``ch``."""
+    s, a, b, ps, pr, d, drained = one[:7]
+    bisect.insort(taken.fifo[(a, b, inst, ch)], (ps, pr))
+    slot = (a, b, inst, ch, d)
+    taken.by_depth[slot] = taken.by_depth.get(slot, False) or drained
+    taken.peers[(a, inst, ch, "send")].add(b)
+    taken.peers[(b, inst, ch, "recv")].add(a)
+    if timed:
+        _hold(dag, s, (a, dag.instrs[s].send_to, inst, ch), taken, one[7:])
+    return ch
 
 
 def _connection(dag: InstrDAG, i: int) -> tuple[int, int] | None:
@@ -153,13 +266,7 @@ def _shares(dag: InstrDAG, channels: int, max_channels: int) -> dict[tuple[int, 
     dependency beyond the first (an upper bound: ``fold_deps_into_nops``). Spreading every
     connection over every channel gives a rank a threadblock per peer and channel: at 128 ranks of
     DGX H100 trees 262, where a rank's 22 peers need 72 (the runtimes let 128 be waited on)."""
-    load: dict[tuple, int] = defaultdict(int)
-    for i, ins in enumerate(dag.instrs):
-        if ins.send_match is None:
-            continue
-        key = (ins.rank, ins.send_to)
-        load[(*key, "send")] += steps_of(dag, i)
-        load[(*key, "recv")] += steps_of(dag, ins.send_match)
+    load = _SAME_DAG.get([dag], "load", lambda: _load(dag))
     busiest = max(load.values(), default=1)
     shares: dict[tuple[int, int], int] = {}
     for (a, b, _), n in load.items():
@@ -167,11 +274,32 @@ def _shares(dag: InstrDAG, channels: int, max_channels: int) -> dict[tuple[int, 
     return {key: min(k, max_channels) for key, k in shares.items()}
 
 
-def steps_of(dag: InstrDAG, i: int) -> int:
-    """The steps instruction ``i`` may take: itself and a nop per same-rank dependency past one."""
-    rank = dag.instrs[i].rank
-    waits = sum(1 for e in dag.preds[i] if e.kind is not DepKind.MATCH and dag.instrs[e.pred].rank == rank)
-    return max(1, waits)
+def _load(dag: InstrDAG) -> dict[tuple, int]:
+    """Per connection and side, ``(sender, receiver, "send"|"recv")``, the steps it takes."""
+    steps = steps_of(dag)
+    load: dict[tuple, int] = defaultdict(int)
+    for i, ins in enumerate(dag.instrs):
+        if ins.send_match is None:
+            continue
+        key = (ins.rank, ins.send_to)
+        load[(*key, "send")] += steps[i]
+        load[(*key, "recv")] += steps[ins.send_match]
+    return load
+
+
+def steps_of(dag: InstrDAG) -> tuple[int, ...]:
+    """Per instruction the steps it may take: itself and a nop per same-rank dependency past one;
+    computed once per DAG (read by every channel count and layout tried, here and in
+    ``assign_threadblocks``)."""
+
+    def count() -> tuple[int, ...]:
+        instrs, preds = dag.instrs, dag.preds
+        return tuple(
+            max(1, sum(1 for e in preds[i] if e.kind is not DepKind.MATCH and instrs[e.pred].rank == ins.rank))
+            for i, ins in enumerate(instrs)
+        )
+
+    return _SAME_DAG.get([dag], "steps", count)
 
 
 def _flows(dag: InstrDAG) -> list[list[int]]:
@@ -362,23 +490,29 @@ def _in_order(placed: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> bo
 
 def _busy(dag: InstrDAG, send: int, inst: int, ch: int, taken: _Taken) -> bool:
     """Whether a transfer on the connection ``send`` would use on channel ``ch`` holds it while
-    ``send`` runs (``InstrDAG.overlap``). Those that start before ``send``'s hold ends, less those
-    that end before it starts (a subset of them when holds do not end before they start): a
-    search in the sorted starts and ends, where a scan made a timed 512-rank schedule quadratic."""
+    ``send`` runs (``InstrDAG.overlap``)."""
     ins = dag.instrs[send]
-    key = (ins.rank, ins.send_to, inst, ch)
-    start, end = dag.holds(send)
-    if key not in taken.spans:
+    return _busy_while(dag, send, (ins.rank, ins.send_to, inst, ch), *dag.holds(send), taken)
+
+
+def _busy_while(dag: InstrDAG, send: int, key: tuple, start: float, end: float, taken: _Taken) -> bool:
+    """:func:`_busy` on connection ``key`` with ``send``'s hold ``start .. end``: those that start
+    before it ends, less those that end before it starts (a subset of them when holds do not end
+    before they start): a search in the sorted starts and ends, where a scan made a timed 512-rank
+    schedule quadratic."""
+    spans = taken.spans.get(key)
+    if spans is None:
         return False
-    starts, ends = taken.spans[key]
+    starts, ends = spans
     if start < end and key not in taken.inverted:
         return bisect.bisect_left(starts, end) - bisect.bisect_right(ends, start) > 0
     return any(dag.overlap(send, other) for other in taken.held[key])
 
 
-def _hold(dag: InstrDAG, send: int, key: tuple, taken: _Taken) -> None:
-    """Record that ``send`` holds connection ``key`` (see :func:`_busy`)."""
-    start, end = dag.holds(send)
+def _hold(dag: InstrDAG, send: int, key: tuple, taken: _Taken, span: tuple[float, float] | None = None) -> None:
+    """Record that ``send`` holds connection ``key`` (see :func:`_busy`); ``span``: its hold, if
+    known (``InstrDAG.holds``)."""
+    start, end = dag.holds(send) if span is None else span
     taken.held[key].append(send)
     starts, ends = taken.spans.setdefault(key, ([], []))
     bisect.insort(starts, start)

@@ -96,12 +96,14 @@ def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
     timed = dag.times is not None
     for i in dag.order:
         ins, channel = dag.instrs[i], cdag.channel[i]
-        preds = (  # a local op's threadblocks before it on its rank (only a local op follows them)
-            [where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank]
-            if channel is None
-            else []
-        )
-        tb = _place(ranks[ins.rank], ins, channel, preds, pos, timed and compact < 2)
+        tb = _owner(ranks[ins.rank], ins, channel)  # most sends and receives: their connection's
+        if tb is None:
+            preds = (  # a local op's threadblocks before it on its rank (only a local op follows them)
+                [where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank]
+                if channel is None
+                else []
+            )
+            tb = _place(ranks[ins.rank], ins, channel, preds, pos, timed and compact < 2)
         tb.instrs.append(i)
         where[i] = tb
     plans = []
@@ -135,6 +137,7 @@ def _pair(cdag: ChannelDAG, ranks: list[_Rank], balance: bool) -> None:
     sends; the busiest receives with ``balance``, else the idlest): as few threadblocks as that
     side has peers."""
     dag = cdag.dag
+    steps = steps_of(dag)
     load: dict[tuple[int, int, str], dict[int, int]] = {}
     for i in dag.order:
         ins, ch = dag.instrs[i], cdag.channel[i]
@@ -143,7 +146,7 @@ def _pair(cdag: ChannelDAG, ranks: list[_Rank], balance: bool) -> None:
         for side, peer in (("send", ins.send_to), ("recv", ins.recv_from)):
             if peer is not None and (ch, side, peer) not in ranks[ins.rank].owner:
                 peers = load.setdefault((ins.rank, ch, side), {})
-                peers[peer] = peers.get(peer, 0) + steps_of(dag, i)
+                peers[peer] = peers.get(peer, 0) + steps[i]
     for rank, ch in sorted({(rank, ch) for rank, ch, _ in load}):
         sends = sorted(load.get((rank, ch, "send"), {}).items(), key=lambda kv: (-kv[1], kv[0]))
         idlest = 1 if balance else -1  # the receives by load, first the idlest with ``balance``
@@ -171,6 +174,16 @@ def _pinned(state: _Rank, ins: Instr, channel: int | None) -> _Tb:
             tb = state.new(channel)
     state.claim(tb, ins.send_to, ins.recv_from)
     return tb
+
+
+def _owner(state: _Rank, ins: Instr, channel: int | None) -> _Tb | None:
+    """The threadblock owning a plain send's or receive's connection already, if any (what
+    :func:`_place` would give it, without its other cases)."""
+    if channel is None or ins.tb_hint is not None:
+        return None
+    if ins.send_to is not None:
+        return None if ins.recv_from is not None else state.owner.get((channel, "send", ins.send_to))
+    return None if ins.recv_from is None else state.owner.get((channel, "recv", ins.recv_from))
 
 
 def _place(state: _Rank, ins: Instr, channel: int | None, preds: list[_Tb], pos, timed: bool) -> _Tb:

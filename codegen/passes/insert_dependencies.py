@@ -10,8 +10,10 @@ The IR may hold several dependencies per op; ``fold_deps_into_nops`` makes it on
 from __future__ import annotations
 
 from codegen.chunk_dag import DepKind
-from codegen.ir import IR, Dep, Gpu, Op, Threadblock
+from codegen.instr_dag import InstrDAG
+from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock, evolve
 from codegen.schedule import ScheduledDAG
+from common.memo import SameObjects
 
 __all__ = ["insert_dependencies"]
 
@@ -20,54 +22,13 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
     """Build the IR; each op depends on the last needed step of every other threadblock."""
     dag = sched.dag
     info = dag.info
-    place = sched.placement
-    # instruction -> {tb: last step known complete}, less its own threadblock (whose last step
-    # known complete is its own; an entry for it is stale, never read). An op that keeps no new
-    # wait shares the dict of the op before it in its threadblock: a copy per op cost a rank's
-    # threadblocks per op (hundreds each at 512 ranks)
-    clock: dict[int, dict[int, int]] = {}
-    deps: dict[int, tuple[Dep, ...]] = {}
-    empty: dict[int, int] = {}
-    for i in dag.order:
-        ins = dag.instrs[i]
-        tb, step = place[i]
-        plan = sched.threadblocks[ins.rank][tb]
-        base = clock[plan.instrs[step - 1]] if step else empty
-        wanted: dict[int, int] = {}
-        for e in dag.preds[i]:
-            if e.kind is DepKind.MATCH:
-                continue
-            t, s = place[e.pred]
-            if t != tb and wanted.get(t, -1) < s:
-                wanted[t] = s
-        needed = {t: s for t, s in wanted.items() if base.get(t, -1) < s}
-        kept = []
-        for t, s in needed.items():
-            implied = any(
-                clock[sched.threadblocks[ins.rank][u].instrs[v]].get(t, -1) >= s
-                for u, v in needed.items()
-                if u != t
-            )
-            if not implied:
-                kept.append(Dep(t, s))
-        if kept:
-            base = dict(base)
-            for d in kept:
-                for t, s in clock[sched.threadblocks[ins.rank][d.tb].instrs[d.op]].items():
-                    if base.get(t, -1) < s:
-                        base[t] = s
-                if base.get(d.tb, -1) < d.op:
-                    base[d.tb] = d.op
-        clock[i] = base
-        deps[i] = tuple(sorted(kept))
+    deps = _waits(sched)
+    bare = _SAME_DAG.get([dag], "ops", lambda: _bare_ops(dag))
     gpus = []
     for rank, plans in enumerate(sched.threadblocks):
         tbs = []
         for t, plan in enumerate(plans):
-            ops = tuple(
-                Op(dag.instrs[i].type, dag.instrs[i].src, dag.instrs[i].dst, dag.instrs[i].count, deps[i])
-                for i in plan.instrs
-            )
+            ops = tuple(evolve(bare[i], deps=deps[i]) if deps[i] else bare[i] for i in plan.instrs)
             tbs.append(Threadblock(t, plan.send, plan.recv, plan.channel, ops))
         gpus.append(Gpu(rank, info.input_chunks, info.output_chunks, info.scratch_chunks[rank], tuple(tbs)))
     return IR(
@@ -81,3 +42,64 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
         outofplace=not info.inplace,
         root=info.root,
     )
+
+
+_SAME_DAG = SameObjects()
+"""Each instruction's op without dependencies, for the last DAG (the compiler builds an IR from one
+DAG for each width and layout it tries; ops are frozen, so the IRs share those that wait for none)."""
+
+
+def _bare_ops(dag: InstrDAG) -> list[Op]:
+    """Per instruction its op with no dependencies."""
+    plain = Op(OpType.NOP)  # each a copy of it with its fields (a frozen __init__ per op was slower)
+    return [evolve(plain, type=ins.type, src=ins.src, dst=ins.dst, count=ins.count) for ins in dag.instrs]
+
+
+def _waits(sched: ScheduledDAG) -> list[tuple[Dep, ...]]:
+    """Per instruction its dependencies: the last step it needs of each other threadblock, less
+    those implied by its threadblock's earlier waits or through another of its waits."""
+    dag = sched.dag
+    place, plans, preds, instrs = sched.placement, sched.threadblocks, dag.preds, dag.instrs
+    # instruction -> {tb: last step known complete}, less its own threadblock (whose last step
+    # known complete is its own; an entry for it is stale, never read). An op that keeps no new
+    # wait shares the dict of the op before it in its threadblock: a copy per op cost a rank's
+    # threadblocks per op (hundreds each at 512 ranks)
+    clock: list[dict[int, int]] = [{}] * len(instrs)
+    deps: list[tuple[Dep, ...]] = [()] * len(instrs)
+    made: dict[tuple[int, int], Dep] = {}  # one Dep per (threadblock, step): they are frozen
+    match = DepKind.MATCH
+    for i in dag.order:
+        tb, step = place[i]
+        mine = plans[instrs[i].rank]
+        base = clock[mine[tb].instrs[step - 1]] if step else clock[i]
+        wanted: dict[int, int] = {}
+        for e in preds[i]:
+            if e.kind is not match:
+                t, s = place[e.pred]
+                if t != tb and wanted.get(t, -1) < s:
+                    wanted[t] = s
+        needed = [(t, s) for t, s in wanted.items() if base.get(t, -1) < s]
+        if not needed:
+            clock[i] = base
+            continue
+        kept = needed
+        if len(needed) > 1:
+            kept = [
+                (t, s)
+                for t, s in needed
+                if not any(clock[mine[u].instrs[v]].get(t, -1) >= s for u, v in needed if u != t)
+            ]
+        for t, s in kept:
+            other = clock[mine[t].instrs[s]]
+            if len(other) > len(base):  # the larger copied whole, the smaller merged into it
+                base, other = other, base
+            base = dict(base)
+            for u, v in other.items():
+                if base.get(u, -1) < v:
+                    base[u] = v
+            if base.get(t, -1) < s:
+                base[t] = s
+        clock[i] = base
+        kept.sort()
+        deps[i] = tuple(made.get(d) or made.setdefault(d, Dep(*d)) for d in kept)
+    return deps

@@ -8,9 +8,7 @@ scratch is the highest scratch chunk any op touches, plus one. A collective we d
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from codegen.ir import IR, Buffer
+from codegen.ir import IR, Buffer, evolve
 from codegen.rules import buffer_sizes
 
 __all__ = ["size_buffers"]
@@ -21,14 +19,15 @@ def size_buffers(ir: IR) -> IR:
     known = buffer_sizes(ir.collective, ir.num_ranks, ir.nchunksperloop)
     gpus = []
     for gpu in ir.gpus:
-        used = {b: 0 for b in Buffer}
+        used = dict.fromkeys(Buffer, 0)
         for tb in gpu.threadblocks:
             for op in tb.ops:
-                for ref in (op.src, op.dst):
-                    if ref is not None:
-                        used[ref.buffer] = max(used[ref.buffer], ref.index + op.count)
+                if op.src is not None and op.src.index + op.count > used[op.src.buffer]:
+                    used[op.src.buffer] = op.src.index + op.count
+                if op.dst is not None and op.dst.index + op.count > used[op.dst.buffer]:
+                    used[op.dst.buffer] = op.dst.index + op.count
         inputs, outputs = known if known is not None else (used[Buffer.INPUT], used[Buffer.OUTPUT])
         gpus.append(
-            replace(gpu, input_chunks=inputs, output_chunks=outputs, scratch_chunks=used[Buffer.SCRATCH])
+            evolve(gpu, input_chunks=inputs, output_chunks=outputs, scratch_chunks=used[Buffer.SCRATCH])
         )
-    return replace(ir, gpus=tuple(gpus))
+    return evolve(ir, gpus=tuple(gpus))

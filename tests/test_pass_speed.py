@@ -1,0 +1,64 @@
+"""The per-instruction passes' shortcuts at scale give what their general form gives."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from codegen.lower import lower_algorithm
+from codegen.pipeline import CompileOptions, run_pipeline
+from synth.baselines import make_baseline
+from synth.collectives import make_collective
+from topologies import load
+from xccl.api import synthesize
+
+ac = importlib.import_module("codegen.passes.assign_channels")  # the module (the package exports the pass)
+_BEFORE = ("replicate_instances", "expand_instructions", "aggregate_chunks", "fuse_recv_send", "order_by_critical_path")
+
+
+def _ordered(prog):
+    return run_pipeline(prog.chunk_dag(), _BEFORE, CompileOptions(bounded_fifos=False)).result
+
+
+@pytest.fixture(scope="module")
+def trees():
+    """A timed schedule (the tree packing's allgather, timed by the Algorithm model when lowered)."""
+    topo = load("dgx1")  # doubled NVLinks: transfers side by side on one connection
+    dag = _ordered(lower_algorithm(synthesize(topo, "allgather", "trees"), topo))
+    assert dag.info.model_timed and dag.times is not None  # so flows are placed idle channels first
+    return dag
+
+
+@pytest.fixture(scope="module")
+def direct():
+    """An untimed one (every rank sends its chunk straight to every other)."""
+    topo = load("switch:8")
+    return _ordered(lower_algorithm(make_baseline("direct", topo, make_collective("allgather", 8)), topo))
+
+
+@pytest.mark.parametrize("program", ["trees", "direct"])
+@pytest.mark.parametrize(("channels", "compact"), [(1, 0), (1, 1), (3, 0), (3, 2)])
+def test_one_transfer_flows_take_the_channels_the_general_placement_gives(
+    request, monkeypatch, program, channels, compact
+):
+    dag = request.getfixturevalue(program)
+    fast = ac.assign_channels(dag, channels=channels, compact=compact)
+    assert any(one is not None for one in ac._lone(dag, ac._flows(dag), ac._groups(dag), False))
+    # every flow through _place, as before the shortcut (a new SameObjects: nothing remembered)
+    monkeypatch.setattr(ac, "_SAME_DAG", ac.SameObjects())
+    monkeypatch.setattr(ac, "_lone", lambda dag, flows, groups, hinted: [None] * len(flows))
+    general = ac.assign_channels(dag, channels=channels, compact=compact)
+    assert fast.channel == general.channel
+
+
+def test_compact_layouts_at_one_width_assign_once(trees, monkeypatch):
+    # layouts 1, 2 and 3 differ only after this pass: the compiler asks for each at one width
+    calls = []
+    assign = ac._assign
+    monkeypatch.setattr(ac, "_SAME_DAG", ac.SameObjects())
+    monkeypatch.setattr(ac, "_assign", lambda *a: calls.append(a[2:]) or assign(*a))
+    first = ac.assign_channels(trees, channels=2, compact=1)
+    assert ac.assign_channels(trees, channels=2, compact=2) is first
+    assert ac.assign_channels(trees, channels=2, compact=3) is first
+    assert ac.assign_channels(trees, channels=2, compact=0).channel != () and len(calls) == 2
