@@ -56,11 +56,11 @@ COMPOSE_FROM = 4096
 
 
 def _report(stage: str, start: float, **extra) -> None:
-    """One JSON line per finished stage: its seconds and the peak memory so far (MiB)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(
-        json.dumps({"stage": stage, "s": time.perf_counter() - start, "peak_MiB": peak, **extra}), flush=True
-    )
+    """One JSON line per finished stage: its seconds, and the peak memory (MiB) and CPU seconds
+    (user and system) of the child so far (the wall times grow with the machine's load, these do not)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    report = {"stage": stage, "s": time.perf_counter() - start, "peak_MiB": usage.ru_maxrss / 1024}
+    print(json.dumps({**report, "cpu_s": usage.ru_utime + usage.ru_stime, **extra}), flush=True)
 
 
 def _synthesize(topo, collective: str, limit_s: float, compose: bool):
@@ -103,12 +103,16 @@ def _model(made, topo) -> tuple[float, float]:
 
 
 def _xml_stages(algo, topo) -> None:
-    """Compile, write the XML, load it back, check it and simulate it, each reported."""
+    """Compile, write the XML, load it back, check it as ``xccl check`` does (the runtime's rules,
+    the file's facts, then what it computes by symbolic execution: a row with a problem stops at
+    ``check``) and simulate it (calibrated, as the Algorithm's ``calibrated us``), each reported."""
     from codegen.check import find_problems
     from codegen.compiler import run_compiler
-    from codegen.formats import read_ir, write_ir
+    from codegen.formats import read_ir_facts, write_ir
     from codegen.lower import lower_algorithm
+    from codegen.semantics import find_wrong_result
     from runtime.sim import simulate as simulate_ir
+    from synth.timing import model_params
 
     t = time.perf_counter()
     ir = run_compiler(lower_algorithm(algo, topo), dialect="azure").result
@@ -117,13 +121,17 @@ def _xml_stages(algo, topo) -> None:
     text = write_ir(ir, "azure")
     _report("write", t, xml_MB=len(text) / 1e6)
     t = time.perf_counter()
-    ir = read_ir(text, "<scale>")
+    ir, facts = read_ir_facts(text, "<scale>")
     _report("load", t)
     t = time.perf_counter()
-    problems = find_problems(ir, "azure")
-    _report("check", t, problems=len(problems))
+    problems = find_problems(ir, "azure", facts=facts)
+    wrong = None if problems else find_wrong_result(ir)
+    _report("check", t, problems=len(problems), wrong=None if wrong is None else str(wrong))
+    if problems or wrong is not None:
+        first = f"{len(problems)} problem(s), first: {problems[0]}" if problems else f"wrong result: {wrong}"
+        raise Refused("check", first)
     t = time.perf_counter()
-    ir_us = simulate_ir(ir, topo, SIZE).time_us
+    ir_us = simulate_ir(ir, topo, SIZE, params=model_params("calibrated")).time_us
     _report("simulate", t, ir_us=ir_us)
 
 
@@ -141,7 +149,8 @@ def run_case(topology: str, collective: str, limit_s: float, compose: bool, with
 
 
 class Refused(Exception):
-    """A stage that does not run, and why (the row's "stopped at")."""
+    """The stage a case ends at, and why (the row's "stopped at"): a limit refuses it, or its result
+    fails its check."""
 
     def __init__(self, at: str, why: str) -> None:
         super().__init__(f"{at}: {why}")
@@ -244,6 +253,10 @@ def _gain(nccl_us: float | None, ours_us: float | None) -> str:
     return f"{nccl_us / ours_us:.2f}x" if nccl_us and ours_us else ""
 
 
+def _ratio(xml_us: float | None, algorithm_us: float | None) -> str:
+    return f"{xml_us / algorithm_us:.3f}x" if xml_us and algorithm_us else ""
+
+
 def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | None) -> list:
     def secs(stage: str) -> str:
         return f"{done[stage]['s']:.1f}" if stage in done else ""
@@ -267,7 +280,10 @@ def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | No
         _gain(nccl.get("layout_us"), model.get("calibrated_us")),
         _gain(nccl.get("layout_ideal_us"), model.get("ideal_us")),
         _gain(nccl.get("model_us"), model.get("calibrated_us")),
-        *(secs(s) for s in ("compile", "write", "load", "check", "simulate", "nccl")),
+        *(secs(s) for s in ("compile", "write", "load", "check", "simulate")),
+        _ratio(done.get("simulate", {}).get("ir_us"), model.get("calibrated_us")),
+        secs("nccl"),
+        f"{max((d.get('cpu_s', 0) for d in done.values()), default=0):.1f}",
         f"{peak:.0f}",
         stopped or "",
     ]
@@ -292,7 +308,9 @@ HEADERS = [
     "load s",
     "check s",
     "sim s",
+    "XML / Algorithm",
     "nccl s",
+    "CPU s",
     "peak MiB",
     "stopped at",
 ]
@@ -301,7 +319,10 @@ per-case limit {limit}; 1 GiB; every time is modeled (synth/timing), none measur
 % of bound: line-rate lower bound / the Algorithm's time in the ideal model (the bound's link rates).
 calibrated us: the Algorithm's time in the calibrated model. vs NCCL layout: NCCL's channels as an
 Algorithm (xccl baseline nccl) over ours, both calibrated; (ideal): both ideal; vs NCCL model: NCCL's
-own tuning model over our calibrated time (none for alltoall: NCCL's model has no alltoall)."""
+own tuning model over our calibrated time (none for alltoall: NCCL's model has no alltoall).
+check s: the loaded XML checked as xccl check does (the azure runtime's rules, then what it computes);
+a row it fails stops there. XML / Algorithm: the checked XML's time in the IR simulator over the
+Algorithm's, both calibrated. Stage times (s) are wall clock; CPU s: the case's CPU time (user + system)."""
 
 
 def _stop(signum: int, frame: object) -> None:

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 SCALE = Path(__file__).resolve().parent.parent / "benchmarks" / "scale.py"
@@ -35,3 +37,54 @@ def test_a_default_run_prints_both_limits_and_a_refused_4096_case_in_its_row():
     assert proc.stdout.startswith("per-case limit 600 s; 1 GiB;")
     (row,) = [line for line in proc.stdout.splitlines() if line.startswith("dgx-h100x512")]
     assert "16777216 chunks, more than the limit" in row
+
+
+def _wrong(ir):
+    """``ir`` with rank 1's first receive written one chunk off: the static checks pass, the result
+    is wrong (rank 1 never gets chunk 0)."""
+    from codegen.ir import OpType
+
+    tbs = list(ir.gpus[1].threadblocks)
+    for i, tb in enumerate(tbs):
+        for j, op in enumerate(tb.ops):
+            if op.type in (OpType.RECV, OpType.RECV_COPY_SEND):
+                ops = list(tb.ops)
+                ops[j] = replace(op, dst=replace(op.dst, index=(op.dst.index + 1) % 4))
+                tbs[i] = replace(tb, ops=tuple(ops))
+                gpus = list(ir.gpus)
+                gpus[1] = replace(gpus[1], threadblocks=tuple(tbs))
+                return replace(ir, gpus=tuple(gpus))
+    raise AssertionError("no receive on rank 1")
+
+
+def test_an_xml_that_computes_a_wrong_result_stops_its_row_at_check(monkeypatch, capsys):
+    import codegen.compiler
+
+    compile_ = codegen.compiler.run_compiler
+
+    def miscompiled(program, **options):
+        result = compile_(program, **options)
+        return replace(result, result=_wrong(result.result))
+
+    monkeypatch.setattr(codegen.compiler, "run_compiler", miscompiled)
+    scale = _scale()
+    scale.run_case("ring:4", "allgather", limit_s=20.0, compose=False, with_xml=True)
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    done = {r.pop("stage"): r for r in reports}
+    assert "simulate" not in done and "nccl" not in done  # nothing timed from a wrong XML
+    assert done["refused"]["at"] == "check"
+    assert done["check"]["problems"] == 0  # the static rules pass it: the symbolic run catches it
+    assert "wrong result: rank" in done["refused"]["why"]
+    row = scale._row("ring", 4, "allgather", done, f"check: {done.pop('refused')['why']}")
+    assert row[-1].startswith("check: wrong result: rank")
+
+
+def test_a_correct_xml_is_checked_and_timed_against_its_algorithm(capsys):
+    scale = _scale()
+    scale.run_case("ring:4", "allgather", limit_s=20.0, compose=False, with_xml=True)
+    done = {r.pop("stage"): r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert done["check"]["problems"] == 0 and done["check"]["wrong"] is None
+    row = dict(zip(scale.HEADERS, scale._row("ring", 4, "allgather", done, None), strict=True))
+    ratio = done["simulate"]["ir_us"] / done["model"]["calibrated_us"]
+    assert row["XML / Algorithm"] == f"{ratio:.3f}x" and 0.9 < ratio < 1.5
+    assert float(row["CPU s"]) > 0 and row["stopped at"] == ""
