@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -253,6 +254,14 @@ def _gain(nccl_us: float | None, ours_us: float | None) -> str:
     return f"{nccl_us / ours_us:.2f}x" if nccl_us and ours_us else ""
 
 
+def _short_how(how: str) -> str:
+    """How the bandwidth bound was found, each reduced part's method without its details (a
+    parenthesis, what follows a comma), never cut in a word: "routing meets a bound", "flow LP per
+    class of alike ranks and cuts", "cuts around 1 representative rank(s)"."""
+    parts = (re.sub(r" \((?:[^()]|\([^()]*\))*\)", "", part).split(", ")[0] for part in how.split("; "))
+    return "; ".join(parts)
+
+
 def _ratio(xml_us: float | None, algorithm_us: float | None) -> str:
     return f"{xml_us / algorithm_us:.3f}x" if xml_us and algorithm_us else ""
 
@@ -271,7 +280,7 @@ def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | No
         gpus,
         collective,
         secs("bound"),
-        done.get("bound", {}).get("how", "")[:28],
+        _short_how(done.get("bound", {}).get("how", "")),
         done.get("synth", {}).get("method", ""),
         secs("synth"),
         done.get("synth", {}).get("sends", ""),

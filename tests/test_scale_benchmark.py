@@ -88,3 +88,19 @@ def test_a_correct_xml_is_checked_and_timed_against_its_algorithm(capsys):
     ratio = done["simulate"]["ir_us"] / done["model"]["calibrated_us"]
     assert row["XML / Algorithm"] == f"{ratio:.3f}x" and 0.9 < ratio < 1.5
     assert float(row["CPU s"]) > 0 and row["stopped at"] == ""
+
+
+def test_the_bound_column_names_each_method_whole_not_cut_in_a_word():
+    from synth.bounds.bandwidth import MET
+
+    scale = _scale()
+    hows = {
+        MET: "routing meets a bound",
+        "flow LP per class of alike ranks (1 destination(s)) and cuts": "flow LP per class of alike ranks and cuts",
+        "cuts around 1 representative rank(s), their machines and halves": "cuts around 1 representative rank(s)",
+        f"flow LP; {MET}": "flow LP; routing meets a bound",
+    }
+    for how, shown in hows.items():
+        done = {"bound": {"s": 0.1, "peak_MiB": 60.0, "bound_us": 1.0, "how": how}}
+        row = dict(zip(scale.HEADERS, scale._row("dgx-h100", 512, "alltoall", done, None), strict=True))
+        assert row["bandwidth bound from"] == shown
