@@ -60,11 +60,11 @@ COMPOSE_FROM = 4096
 
 
 def _report(stage: str, start: float, **extra) -> None:
-    """One JSON line per finished stage: its seconds, and the peak memory (MiB) and CPU seconds
-    (user and system) of the child so far (the wall times grow with the machine's load, these do not)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    report = {"stage": stage, "s": time.perf_counter() - start, "peak_MiB": usage.ru_maxrss / 1024}
-    print(json.dumps({**report, "cpu_s": usage.ru_utime + usage.ru_stime, **extra}), flush=True)
+    """One JSON line per finished stage: its seconds and the peak memory so far (MiB)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        json.dumps({"stage": stage, "s": time.perf_counter() - start, "peak_MiB": peak, **extra}), flush=True
+    )
 
 
 def _synthesize(topo, collective: str, limit_s: float, compose: bool):
@@ -222,18 +222,38 @@ def _whole(made):
         return None
 
 
+def _cpu_s_of_children() -> float:
+    """User and system CPU seconds of the children that have ended so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _peak_mib(pid: int) -> float | None:
+    """A running process's peak resident memory so far (Linux's VmHWM), None where unreadable."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    hwm = [line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")]
+    return int(hwm[0]) / 1024 if hwm else None
+
+
 def _child(
     topology: str, collective: str, limit_s: float, compose: bool, with_xml: bool
 ) -> tuple[dict, str | None]:
-    """Run one case in a child; its stage reports, and the stage it was stopped in (or None)."""
+    """Run one case in a child; its stage reports (with ``case``: the child's CPU seconds and, if
+    it was stopped at the limit, its peak memory then), and the stage it was stopped in (or None)."""
     cmd = [sys.executable, __file__, "--case", topology, collective, "--limit", str(limit_s)]
     cmd += (["--compose-from", "1"] if compose else []) + ([] if with_xml else ["--no-xml"])
     done: dict = {}
+    case: dict = {}
+    cpu = _cpu_s_of_children()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
         deadline = time.monotonic() + limit_s
         try:
             out, err = child.communicate(timeout=limit_s)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # what the stopped stage had used is in its row too
+            case["peak_MiB"] = _peak_mib(child.pid)
             child.kill()
             out, err = child.communicate()
         except KeyboardInterrupt:
@@ -242,6 +262,8 @@ def _child(
         for line in out.splitlines():
             report = json.loads(line)
             done[report.pop("stage")] = report
+    case["cpu_s"] = _cpu_s_of_children() - cpu
+    done["case"] = case
     stages = STAGES if with_xml else tuple(s for s in STAGES if s not in XML_STAGES)
     refused = done.pop("refused", None)
     stopped = next((s for s in stages if s not in done), None)
@@ -277,7 +299,7 @@ def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | No
     pct = ""
     if model and "bound" in done:
         pct = f"{100 * done['bound']['bound_us'] / model['ideal_us']:.1f}%"
-    peak = max((d["peak_MiB"] for d in done.values()), default=0)
+    peak = max((d.get("peak_MiB") or 0 for d in done.values()), default=0)
     return [
         f"{machine}x{gpus // 8}",
         gpus,
@@ -295,7 +317,7 @@ def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | No
         *(secs(s) for s in ("compile", "write", "load", "check", "simulate")),
         _ratio(done.get("simulate", {}).get("ir_us"), model.get("calibrated_us")),
         secs("nccl"),
-        f"{max((d.get('cpu_s', 0) for d in done.values()), default=0):.1f}",
+        f"{done['case']['cpu_s']:.1f}" if "case" in done else "",
         f"{peak:.0f}",
         stopped or "",
     ]
@@ -334,7 +356,8 @@ Algorithm (xccl baseline nccl) over ours, both calibrated; (ideal): both ideal; 
 own tuning model over our calibrated time (none for alltoall: NCCL's model has no alltoall).
 check s: the loaded XML checked as xccl check does (the azure runtime's rules, then what it computes);
 a row it fails stops there. XML / Algorithm: the checked XML's time in the IR simulator over the
-Algorithm's, both calibrated. Stage times (s) are wall clock; CPU s: the case's CPU time (user + system)."""
+Algorithm's, both calibrated. Stage times (s) are wall clock; CPU s and peak MiB: the case's child
+process's CPU time (user + system) and peak resident memory, the stage it was stopped in included."""
 
 
 def _stop(signum: int, frame: object) -> None:

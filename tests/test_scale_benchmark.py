@@ -91,7 +91,16 @@ def test_a_correct_xml_is_checked_and_timed_against_its_algorithm(capsys):
     row = dict(zip(scale.HEADERS, scale._row("ring", 4, "allgather", done, None), strict=True))
     ratio = done["simulate"]["ir_us"] / done["model"]["calibrated_us"]
     assert row["XML / Algorithm"] == f"{ratio:.3f}x" and 0.9 < ratio < 1.5
-    assert float(row["CPU s"]) > 0 and row["stopped at"] == ""
+    assert row["stopped at"] == ""
+
+
+def test_a_case_stopped_at_its_limit_shows_the_cpu_time_and_peak_of_its_child_whole():
+    scale = _scale()
+    done, stopped = scale._child("dgx-h100x8", "allreduce", 2.0, False, True)
+    assert stopped.endswith(": >2 s")
+    row = dict(zip(scale.HEADERS, scale._row("dgx-h100", 64, "allreduce", done, stopped), strict=True))
+    assert float(row["CPU s"]) == round(done["case"]["cpu_s"], 1) > 0
+    assert float(row["peak MiB"]) >= done["case"]["peak_MiB"] > 0  # read before the child was killed
 
 
 def test_the_bound_column_names_each_method_whole_not_cut_in_a_word():
