@@ -166,7 +166,7 @@ def _stages(topology: str, collective: str, limit_s: float, compose: bool, with_
     from common.errors import XcclError
     from synth.bounds import bandwidth_bound_method, lower_bound_us
     from synth.collectives import make_collective
-    from synth.nccl.compare import nccl_reference
+    from synth.nccl.compare import nccl_layout_refusal, nccl_reference
     from synth.timing import model_params
     from topologies import load
 
@@ -205,7 +205,15 @@ def _stages(topology: str, collective: str, limit_s: float, compose: bool, with_
     calibrated, ideal = model_params("calibrated"), model_params("ideal")
     cal = nccl_reference(topo, lazy, SIZE, calibrated)
     line = nccl_reference(topo, lazy, SIZE, ideal)
-    _report("nccl", t, layout_us=cal.layout_us, layout_ideal_us=line.layout_us, model_us=cal.model_us)
+    refused = nccl_layout_refusal(topo, lazy)
+    _report(
+        "nccl",
+        t,
+        layout_us=cal.layout_us,
+        layout_ideal_us=line.layout_us,
+        model_us=cal.model_us,
+        layout_refused=refused,
+    )
 
 
 def _whole(made):
@@ -279,6 +287,15 @@ def _gain(nccl_us: float | None, ours_us: float | None) -> str:
     return f"{nccl_us / ours_us:.2f}x" if nccl_us and ours_us else ""
 
 
+def _not_built(nccl: dict) -> str:
+    """Where NCCL's layout was refused, the limit that refused it (``over XCCL_MAX_CHUNKS``)."""
+    why = nccl.get("layout_refused")
+    if not why:
+        return ""
+    limit = re.search(r"set (\w+) to raise it", why)
+    return f"over {limit.group(1)}" if limit else "not built"
+
+
 def _short_how(how: str) -> str:
     """How the bandwidth bound was found, each reduced part's method without its details (a
     parenthesis, what follows a comma), never cut in a word: "routing meets a bound", "flow LP per
@@ -311,8 +328,8 @@ def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | No
         done.get("synth", {}).get("sends", ""),
         pct,
         f"{model['calibrated_us']:.0f}" if model else "",
-        _gain(nccl.get("layout_us"), model.get("calibrated_us")),
-        _gain(nccl.get("layout_ideal_us"), model.get("ideal_us")),
+        _gain(nccl.get("layout_us"), model.get("calibrated_us")) or _not_built(nccl),
+        _gain(nccl.get("layout_ideal_us"), model.get("ideal_us")) or _not_built(nccl),
         _gain(nccl.get("model_us"), model.get("calibrated_us")),
         *(secs(s) for s in ("compile", "write", "load", "check", "simulate")),
         _ratio(done.get("simulate", {}).get("ir_us"), model.get("calibrated_us")),
@@ -353,7 +370,8 @@ per-case limit {limit}; 1 GiB; every time is modeled (synth/timing), none measur
 % of bound: line-rate lower bound / the Algorithm's time in the ideal model (the bound's link rates).
 calibrated us: the Algorithm's time in the calibrated model. vs NCCL layout: NCCL's channels as an
 Algorithm (xccl baseline nccl) over ours, both calibrated; (ideal): both ideal; vs NCCL model: NCCL's
-own tuning model over our calibrated time (none for alltoall: NCCL's model has no alltoall).
+own tuning model over our calibrated time (none for alltoall: NCCL's model has no alltoall);
+"over LIMIT": NCCL's layout refused by that limit (raise it through its environment variable).
 check s: the loaded XML checked as xccl check does (the azure runtime's rules, then what it computes);
 a row it fails stops there. XML / Algorithm: the checked XML's time in the IR simulator over the
 Algorithm's, both calibrated. Stage times (s) are wall clock; CPU s and peak MiB: the case's child

@@ -117,3 +117,30 @@ def test_the_bound_column_names_each_method_whole_not_cut_in_a_word():
         done = {"bound": {"s": 0.1, "peak_MiB": 60.0, "bound_us": 1.0, "how": how}}
         row = dict(zip(scale.HEADERS, scale._row("dgx-h100", 512, "alltoall", done, None), strict=True))
         assert row["bandwidth bound from"] == shown
+
+
+def test_nccl_layout_refused_by_a_limit_says_which_and_the_row_shows_it(monkeypatch):
+    # at 512 GPUs NCCL's reducescatter and allreduce layouts (2 M chunks) are over XCCL_MAX_CHUNKS:
+    # their columns were blank with no reason
+    from synth.collectives import make_collective
+    from synth.nccl import compare
+    from topologies import load
+
+    topo = load("dgx-h100x2")
+    compare._layout.cache_clear()
+    assert compare.nccl_layout_refusal(topo, make_collective("reducescatter", 16, lazy=True)) is None
+    monkeypatch.setenv("XCCL_MAX_CHUNKS", "64")
+    compare._layout.cache_clear()
+    coll = make_collective("reducescatter", 16, lazy=True)
+    why, layout = compare.nccl_layout_refusal(topo, coll), compare.nccl_layout(topo, coll)
+    compare._layout.cache_clear()  # no refusal kept for the tests after this one
+    assert layout is None and "(set XCCL_MAX_CHUNKS to raise it)" in why
+    scale = _scale()
+    done = {
+        "model": {"s": 0.1, "peak_MiB": 60.0, "ideal_us": 2000.0, "calibrated_us": 2500.0},
+        "nccl": {"s": 0.1, "peak_MiB": 60.0, "layout_us": None, "layout_ideal_us": None, "model_us": 3000.0},
+    }
+    done["nccl"]["layout_refused"] = why
+    row = dict(zip(scale.HEADERS, scale._row("dgx-h100", 16, "reducescatter", done, None), strict=True))
+    assert row["vs NCCL layout"] == row["vs NCCL layout (ideal)"] == "over XCCL_MAX_CHUNKS"
+    assert row["vs NCCL model"] == "1.20x"
