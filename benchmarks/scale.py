@@ -1,9 +1,9 @@
 """Scale: synthesis, bounds, NCCL and the XML tooling on 16 to 4096 GPUs of dgx-h100xK and dgx-a100xK.
 
 Run: ``.venv/bin/python benchmarks/scale.py`` (``--help`` for the sizes, collectives and the
-per-case time limit). Each case runs in a child process with a wall-clock limit (default 120 s, and
-600 s from 4096 GPUs, the issue's target there)
-and prints, per stage, its wall time and the child's peak memory: the lower bound (``xccl bound``:
+per-case time limit). Each case runs in a child process with a wall-clock limit (default 300 s, what
+the issue's targets allow a case with its XML stages, and 600 s from 4096 GPUs, the issue's target
+there) and prints, per stage, its wall time and the child's peak memory: the lower bound (``xccl bound``:
 steps, latency and bandwidth bounds, and how the bandwidth bound was found), synthesis by the best
 synthesizer at scale (``synth trees`` for allgather, reducescatter and allreduce, composed over
 the machines (``--hierarchical``) from ``--compose-from`` GPUs; ``synth hierarchical``, the
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -32,10 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from xccl.cli.output import format_table, progress
 
 GPUS = (16, 64, 128, 512, 4096)
-LIMIT_S = 120.0
+LIMIT_S = 300.0
 LARGE_GPUS, LARGE_LIMIT_S = 4096, 600.0
-"""The default per-case limit, and from how many GPUs the larger one (issue 17's 10 minutes at 4096
-GPUs: the composed allgather takes about 135 s there, its reducescatter and allreduce 260-300 s)."""
+"""The default per-case limit, and from how many GPUs the larger one. Below 4096 GPUs: what issue
+17's targets allow one case, synthesis in 60 s (alltoall 120 s) and each of the five XML stages in
+30 s, with the bound's and NCCL's stages (120 s stopped 64-GPU allreduces in their XML or NCCL
+stage at load 5). From 4096: the issue's 10 minutes (the composed allgather takes about 135 s
+there, its reducescatter and allreduce 260-300 s)."""
 
 
 def limit_for(gpus: int, limit_s: float | None) -> float:
@@ -102,12 +106,16 @@ def _model(made, topo) -> tuple[float, float]:
 
 
 def _xml_stages(algo, topo) -> None:
-    """Compile, write the XML, load it back, check it and simulate it, each reported."""
+    """Compile, write the XML, load it back, check it as ``xccl check`` does (the runtime's rules,
+    the file's facts, then what it computes by symbolic execution: a row with a problem stops at
+    ``check``) and simulate it (calibrated, as the Algorithm's ``calibrated us``), each reported."""
     from codegen.check import find_problems
     from codegen.compiler import run_compiler
-    from codegen.formats import read_ir, write_ir
+    from codegen.formats import read_ir_facts, write_ir
     from codegen.lower import lower_algorithm
+    from codegen.semantics import find_wrong_result
     from runtime.sim import simulate as simulate_ir
+    from synth.timing import model_params
 
     t = time.perf_counter()
     ir = run_compiler(lower_algorithm(algo, topo), dialect="azure").result
@@ -116,13 +124,17 @@ def _xml_stages(algo, topo) -> None:
     text = write_ir(ir, "azure")
     _report("write", t, xml_MB=len(text) / 1e6)
     t = time.perf_counter()
-    ir = read_ir(text, "<scale>")
+    ir, facts = read_ir_facts(text, "<scale>")
     _report("load", t)
     t = time.perf_counter()
-    problems = find_problems(ir, "azure")
-    _report("check", t, problems=len(problems))
+    problems = find_problems(ir, "azure", facts=facts)
+    wrong = None if problems else find_wrong_result(ir)
+    _report("check", t, problems=len(problems), wrong=None if wrong is None else str(wrong))
+    if problems or wrong is not None:
+        first = f"{len(problems)} problem(s), first: {problems[0]}" if problems else f"wrong result: {wrong}"
+        raise Refused("check", first)
     t = time.perf_counter()
-    ir_us = simulate_ir(ir, topo, SIZE).time_us
+    ir_us = simulate_ir(ir, topo, SIZE, params=model_params("calibrated")).time_us
     _report("simulate", t, ir_us=ir_us)
 
 
@@ -140,7 +152,8 @@ def run_case(topology: str, collective: str, limit_s: float, compose: bool, with
 
 
 class Refused(Exception):
-    """A stage that does not run, and why (the row's "stopped at")."""
+    """The stage a case ends at, and why (the row's "stopped at"): a limit refuses it, or its result
+    fails its check."""
 
     def __init__(self, at: str, why: str) -> None:
         super().__init__(f"{at}: {why}")
@@ -152,7 +165,7 @@ def _stages(topology: str, collective: str, limit_s: float, compose: bool, with_
     from common.errors import XcclError
     from synth.bounds import bandwidth_bound_method, lower_bound_us
     from synth.collectives import make_collective
-    from synth.nccl.compare import nccl_reference
+    from synth.nccl.compare import nccl_layout_refusal, nccl_reference
     from synth.timing import model_params
     from topologies import load
 
@@ -189,7 +202,15 @@ def _stages(topology: str, collective: str, limit_s: float, compose: bool, with_
     calibrated, ideal = model_params("calibrated"), model_params("ideal")
     cal = nccl_reference(topo, lazy, SIZE, calibrated)
     line = nccl_reference(topo, lazy, SIZE, ideal)
-    _report("nccl", t, layout_us=cal.layout_us, layout_ideal_us=line.layout_us, model_us=cal.model_us)
+    refused = nccl_layout_refusal(topo, lazy)
+    _report(
+        "nccl",
+        t,
+        layout_us=cal.layout_us,
+        layout_ideal_us=line.layout_us,
+        model_us=cal.model_us,
+        layout_refused=refused,
+    )
 
 
 def _whole(made):
@@ -205,18 +226,38 @@ def _whole(made):
         return None, str(exc)
 
 
+def _cpu_s_of_children() -> float:
+    """User and system CPU seconds of the children that have ended so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _peak_mib(pid: int) -> float | None:
+    """A running process's peak resident memory so far (Linux's VmHWM), None where unreadable."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    hwm = [line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")]
+    return int(hwm[0]) / 1024 if hwm else None
+
+
 def _child(
     topology: str, collective: str, limit_s: float, compose: bool, with_xml: bool
 ) -> tuple[dict, str | None]:
-    """Run one case in a child; its stage reports, and the stage it was stopped in (or None)."""
+    """Run one case in a child; its stage reports (with ``case``: the child's CPU seconds and, if
+    it was stopped at the limit, its peak memory then), and the stage it was stopped in (or None)."""
     cmd = [sys.executable, __file__, "--case", topology, collective, "--limit", str(limit_s)]
     cmd += (["--compose-from", "1"] if compose else []) + ([] if with_xml else ["--no-xml"])
     done: dict = {}
+    case: dict = {}
+    cpu = _cpu_s_of_children()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
         deadline = time.monotonic() + limit_s
         try:
             out, err = child.communicate(timeout=limit_s)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # what the stopped stage had used is in its row too
+            case["peak_MiB"] = _peak_mib(child.pid)
             child.kill()
             out, err = child.communicate()
         except KeyboardInterrupt:
@@ -225,6 +266,8 @@ def _child(
         for line in out.splitlines():
             report = json.loads(line)
             done[report.pop("stage")] = report
+    case["cpu_s"] = _cpu_s_of_children() - cpu
+    done["case"] = case
     stages = STAGES if with_xml else tuple(s for s in STAGES if s not in XML_STAGES)
     refused = done.pop("refused", None)
     stopped = next((s for s in stages if s not in done), None)
@@ -240,6 +283,27 @@ def _gain(nccl_us: float | None, ours_us: float | None) -> str:
     return f"{nccl_us / ours_us:.2f}x" if nccl_us and ours_us else ""
 
 
+def _not_built(nccl: dict) -> str:
+    """Where NCCL's layout was refused, the limit that refused it (``over XCCL_MAX_CHUNKS``)."""
+    why = nccl.get("layout_refused")
+    if not why:
+        return ""
+    limit = re.search(r"set (\w+) to raise it", why)
+    return f"over {limit.group(1)}" if limit else "not built"
+
+
+def _short_how(how: str) -> str:
+    """How the bandwidth bound was found, each reduced part's method without its details (a
+    parenthesis, what follows a comma), never cut in a word: "routing meets a bound", "flow LP per
+    class of alike ranks and cuts", "cuts around 1 representative rank(s)"."""
+    parts = (re.sub(r" \((?:[^()]|\([^()]*\))*\)", "", part).split(", ")[0] for part in how.split("; "))
+    return "; ".join(parts)
+
+
+def _ratio(xml_us: float | None, algorithm_us: float | None) -> str:
+    return f"{xml_us / algorithm_us:.3f}x" if xml_us and algorithm_us else ""
+
+
 def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | None) -> list:
     def secs(stage: str) -> str:
         return f"{done[stage]['s']:.1f}" if stage in done else ""
@@ -248,22 +312,25 @@ def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | No
     pct = ""
     if model and "bound" in done:
         pct = f"{100 * done['bound']['bound_us'] / model['ideal_us']:.1f}%"
-    peak = max((d["peak_MiB"] for d in done.values()), default=0)
+    peak = max((d.get("peak_MiB") or 0 for d in done.values()), default=0)
     return [
         f"{machine}x{gpus // 8}",
         gpus,
         collective,
         secs("bound"),
-        done.get("bound", {}).get("how", "")[:28],
+        _short_how(done.get("bound", {}).get("how", "")),
         done.get("synth", {}).get("method", ""),
         secs("synth"),
         done.get("synth", {}).get("sends", ""),
         pct,
         f"{model['calibrated_us']:.0f}" if model else "",
-        _gain(nccl.get("layout_us"), model.get("calibrated_us")),
-        _gain(nccl.get("layout_ideal_us"), model.get("ideal_us")),
+        _gain(nccl.get("layout_us"), model.get("calibrated_us")) or _not_built(nccl),
+        _gain(nccl.get("layout_ideal_us"), model.get("ideal_us")) or _not_built(nccl),
         _gain(nccl.get("model_us"), model.get("calibrated_us")),
-        *(secs(s) for s in ("compile", "write", "load", "check", "simulate", "nccl")),
+        *(secs(s) for s in ("compile", "write", "load", "check", "simulate")),
+        _ratio(done.get("simulate", {}).get("ir_us"), model.get("calibrated_us")),
+        secs("nccl"),
+        f"{done['case']['cpu_s']:.1f}" if "case" in done else "",
         f"{peak:.0f}",
         stopped or "",
     ]
@@ -288,7 +355,9 @@ HEADERS = [
     "load s",
     "check s",
     "sim s",
+    "XML / Algorithm",
     "nccl s",
+    "CPU s",
     "peak MiB",
     "stopped at",
 ]
@@ -297,7 +366,12 @@ per-case limit {limit}; 1 GiB; every time is modeled (synth/timing), none measur
 % of bound: line-rate lower bound / the Algorithm's time in the ideal model (the bound's link rates).
 calibrated us: the Algorithm's time in the calibrated model. vs NCCL layout: NCCL's channels as an
 Algorithm (xccl baseline nccl) over ours, both calibrated; (ideal): both ideal; vs NCCL model: NCCL's
-own tuning model over our calibrated time (none for alltoall: NCCL's model has no alltoall)."""
+own tuning model over our calibrated time (none for alltoall: NCCL's model has no alltoall);
+"over LIMIT": NCCL's layout refused by that limit (raise it through its environment variable).
+check s: the loaded XML checked as xccl check does (the azure runtime's rules, then what it computes);
+a row it fails stops there. XML / Algorithm: the checked XML's time in the IR simulator over the
+Algorithm's, both calibrated. Stage times (s) are wall clock; CPU s and peak MiB: the case's child
+process's CPU time (user + system) and peak resident memory, the stage it was stopped in included."""
 
 
 def _stop(signum: int, frame: object) -> None:

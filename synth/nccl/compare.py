@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from synth.timing import Params
     from topologies.model import Topology
 
-__all__ = ["NcclReference", "nccl_layout", "nccl_reference"]
+__all__ = ["NcclReference", "nccl_layout", "nccl_layout_refusal", "nccl_reference"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ class NcclReference:
 
 
 @lru_cache(maxsize=32)
-def _layout(topology: Topology, name: str, num_ranks: int, root: int | None) -> Algorithm | None:
+def _layout(topology: Topology, name: str, num_ranks: int, root: int | None) -> Algorithm | str | None:
+    """The layout, or why it is not built (its error's message), or None where NCCL has no such call."""
     from synth.baselines import default_chunks, make_baseline
     from synth.baselines.nccl import COLLECTIVES
     from synth.collectives import make_collective
@@ -71,14 +72,26 @@ def _layout(topology: Topology, name: str, num_ranks: int, root: int | None) -> 
     chunks = default_chunks("nccl", name, num_ranks, topology)
     try:
         return make_baseline("nccl", topology, make_collective(name, num_ranks, chunks, root))
-    except XcclError:  # NCCL's rings need links this topology lacks
-        return None
+    except XcclError as exc:  # NCCL's rings need links this topology lacks, or a limit refuses it
+        return str(exc)
+
+
+def _layout_of(topology: Topology, collective: Collective) -> Algorithm | str | None:
+    root = collective.root if collective.name in ("broadcast", "reduce") else None
+    return _layout(topology, collective.name, collective.num_ranks, root)
 
 
 def nccl_layout(topology: Topology, collective: Collective) -> Algorithm | None:
     """The ``nccl`` baseline (``auto``) for ``collective`` on ``topology``, built once per topology."""
-    root = collective.root if collective.name in ("broadcast", "reduce") else None
-    return _layout(topology, collective.name, collective.num_ranks, root)
+    layout = _layout_of(topology, collective)
+    return None if isinstance(layout, str) else layout
+
+
+def nccl_layout_refusal(topology: Topology, collective: Collective) -> str | None:
+    """Why :func:`nccl_layout` is None where NCCL has the call (its rings need links ``topology``
+    lacks; a limit, such as its chunks at 512 ranks), so that a blank comparison says why."""
+    layout = _layout_of(topology, collective)
+    return layout if isinstance(layout, str) else None
 
 
 def nccl_reference(
