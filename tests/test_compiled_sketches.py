@@ -94,16 +94,23 @@ CASES = [
     _case(
         "dgx2x2-relay",
         "reducescatter",
-        beyond="1.21x ideal, 1.19x calibrated: each NVSwitch port serves ready sends in waiting order, so a "
-        "rank's own chunks for later steps go before the partial sums its peers forward to the NIC "
-        "(rank 2's NIC idles 1.42 ms); the port order fixes that only with no pieces merged (1.000x "
-        "ideal) but then a port idles through each send's per-call cost (1.28x calibrated)",
+        beyond="1.21x ideal, 1.19x calibrated: each NVSwitch port serves ready sends in waiting order, and MSCCL "
+        "XML gives a send no priority (msccl.h's mscclTransfer has none), so a rank's own chunks for later "
+        "steps go before the partial sums its peers forward to the NIC (rank 2's NIC idles 1.42 ms). The one "
+        "order tool is a <dep>, which fires when the whole step it names has ended: on the send before "
+        "through the port (port order, only pieces starting together merged) it keeps the order, 1.000x "
+        "ideal, but each send then waits out its predecessor's per-call cost (2.8 us of 11.5), 1.27x "
+        "calibrated; on the latest send that ended 2.8-12 us before it starts the order is lost, 1.31-1.32x "
+        "ideal, 1.38-1.44x calibrated; in LL128 (1.3 us per call) 1.10x its Algorithm in LL128 but 1.17x "
+        "its Algorithm in the default Simple (the Algorithm model runs it 6.6% slower in LL128)",
     ),
     _case(
         "dgx2x2-relay",
         "allreduce",
         beyond="1.21x in both models; only the pieces started at once merged 1.13x ideal, 1.12x "
-        "calibrated; port order 2.0x; not traced (its first half is the reducescatter above)",
+        "calibrated; port order 2.0x; the port order with only pieces starting together merged, which "
+        "fixes its reducescatter half in the ideal model (row above), does not compile in Simple or LL128: "
+        "4,440 XML elements on rank 0, over the runtime's reader's 4,096",
     ),
     # 1.51x ideal, 1.08x calibrated: pieces merged within 2% of the span waited for their last,
     # and a chained port order serialized per-call costs; the port order where the schedule does
