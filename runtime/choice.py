@@ -7,8 +7,11 @@ the calibrated model and in the ideal one (line rate, no per-call cost: the MILP
 Where neither port order does, the compiler also tries :data:`WIDER`: only the pieces the
 schedule starts at once merged (DGX-A100 x4's reducescatter 1.10x -> 1.03x), then pieces it starts
 close together merged into fewer calls, over every channel (on NDv2 x2 at 64 KiB a connection's
-two calls in flight bind: the fully connected sketch's allgather 2.37x -> 1.05x), and where none of
-those is either, :data:`OVERLAPPED`, for the per-call costs the timing model overlaps:
+two calls in flight bind: the fully connected sketch's allgather 2.37x -> 1.05x), then those in
+the protocol the Algorithm model runs fastest where that is not Simple (:func:`faster_protocol`:
+LL at small sizes, 8 calls in flight per connection and no per-call cost; its reducescatter 1.16x
+-> 1.05x), and where none of those is either, :data:`OVERLAPPED`, for the per-call costs the
+timing model overlaps:
 
 - the port order that chains only the sends the schedule does not overlap through a port, with
   pieces merged within 1% of the span: a full chain serializes the per-call costs the calibrated

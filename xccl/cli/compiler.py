@@ -374,7 +374,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="reduction the schedule will be called with, checked against the runtime (default sum; "
         "an MSCCL++ plan only sums)",
     )
-    p.add_argument("--protocol", choices=PROTOCOLS, help="NCCL protocol (default: the program's, Simple)")
+    p.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        help="NCCL protocol (default: the program's, Simple; for a timed algorithm another where no Simple "
+        "compile is within 10%% of its Algorithm and its Algorithm runs faster in that one: LL at small sizes)",
+    )
     p.add_argument(
         "--instances",
         type=positive_int,
