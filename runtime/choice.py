@@ -7,8 +7,11 @@ the calibrated model and in the ideal one (line rate, no per-call cost: the MILP
 Where neither port order does, the compiler also tries :data:`WIDER`: only the pieces the
 schedule starts at once merged (DGX-A100 x4's reducescatter 1.10x -> 1.03x), then pieces it starts
 close together merged into fewer calls, over every channel (on NDv2 x2 at 64 KiB a connection's
-two calls in flight bind: the fully connected sketch's allgather 2.37x -> 1.05x), and where none of
-those is either, :data:`OVERLAPPED`, for the per-call costs the timing model overlaps:
+two calls in flight bind: the fully connected sketch's allgather 2.37x -> 1.05x), then those in
+the protocol the Algorithm model runs fastest where that is not Simple (:func:`faster_protocol`:
+LL at small sizes, 8 calls in flight per connection and no per-call cost; its reducescatter 1.16x
+-> 1.05x), and where none of those is either, :data:`OVERLAPPED`, for the per-call costs the
+timing model overlaps:
 
 - the port order that chains only the sends the schedule does not overlap through a port, with
   pieces merged within 1% of the span: a full chain serializes the per-call costs the calibrated
@@ -41,7 +44,8 @@ from common.units import format_size
 from runtime.sim import simulate as simulate_ir
 from synth.algorithm import Algorithm
 from synth.cost import simulate
-from synth.timing import DEFAULT, IDEAL, Params
+from synth.timing import DEFAULT, IDEAL, Params, model_params
+from synth.timing.calibration import PROTOCOLS
 from topologies import Topology, TopologyError, load
 
 __all__ = [
@@ -53,6 +57,7 @@ __all__ = [
     "Variant",
     "choose_port_order",
     "compile_fastest",
+    "faster_protocol",
     "schedule_of",
     "synthesized_size",
 ]
@@ -71,14 +76,15 @@ class Variant:
     """One way to compile a timed schedule: its port order, the merge window of
     ``aggregate_chunks`` (a fraction of the span), the channel count (None: the caller's), and
     whether the port order leaves the sends the schedule overlaps unchained (``port_overlap``),
-    and whether the schedule is first re-timed by the Algorithm model in the calibrated default
-    (``retimed``: :func:`schedule_of`)."""
+    whether the schedule is first re-timed by the Algorithm model in the calibrated default
+    (``retimed``: :func:`schedule_of`), and the NCCL protocol (None: the caller's)."""
 
     port_order: bool = False
     window: float = WINDOW
     channels: int | None = None
     port_overlap: bool = False
     retimed: bool = False
+    protocol: str | None = None
 
     def describe(self) -> str:
         how = ["in the schedule's port order" if self.port_order else "without port order"]
@@ -92,6 +98,8 @@ class Variant:
             how.append(f"pieces starting within {self.window:.0%} of the span merged")
         if self.channels is not None:
             how.append(f"{self.channels} channels")
+        if self.protocol is not None:
+            how.append(f"the {self.protocol} protocol")
         return ", ".join(how)
 
 
@@ -177,17 +185,23 @@ def choose_port_order(
     params: Params = DEFAULT,
     wider: Sequence[Variant] = WIDER,
     overlapped: Sequence[Variant] = OVERLAPPED,
+    protocols: bool = True,
 ) -> tuple[T, Choice | None]:
     """``compiled(variant)`` with and without the port order, and where neither is within SPEED in
-    both models each of ``wider`` too, and where none of those is, each of ``overlapped``; the
-    best kept (see the module). A variant that does not
-    compile is passed over (if none does, the first one's error is raised); an untimed ``algo``
-    is compiled once, without (its Choice is None)."""
+    both models each of ``wider`` too, then (``protocols``) those in :func:`faster_protocol`, and
+    where none of those is, each of ``overlapped``; the best kept (see the module). A variant in
+    another protocol is timed, and its Algorithm with it, in that protocol's ``params``. A variant
+    that does not compile is passed over (if none does, the first one's error is raised); an
+    untimed ``algo`` is compiled once, without (its Choice is None)."""
     size = synthesized_size(algo)
     if size is None:
         return compiled(Variant()), None
-    models = (params,) if params == IDEAL else (params, IDEAL)
-    algorithm_us = [simulate(algo, topology, size, p).time_us for p in models]
+    algorithm_us: dict[Params, float] = {}
+
+    def algorithm(p: Params) -> float:
+        if p not in algorithm_us:
+            algorithm_us[p] = simulate(algo, topology, size, p).time_us
+        return algorithm_us[p]
 
     errors: list[XcclError] = []
 
@@ -198,22 +212,56 @@ def choose_port_order(
             errors.append(exc)
             return None
         ir = ir_of(result)
+        own = _in_protocol(params, variant.protocol)
+        models = (own,) if own.model == IDEAL.model else (own, IDEAL)
         us = [simulate_ir(ir, topology, size, params=p).time_us for p in models]
-        ratios = tuple(t / a if a > 0 else 1.0 for t, a in zip(us[1:], algorithm_us[1:], strict=True))
-        return result, Choice(variant, size, algorithm_us[0], us[0], (), params.label, ratios)
+        ratios = tuple(t / a if a > 0 else 1.0 for t, a in zip(us[1:], map(algorithm, models[1:]), strict=True))
+        return result, Choice(variant, size, algorithm(own), us[0], (), own.label, ratios)
 
     tried = [x for x in (timed(Variant()), timed(Variant(port_order=True))) if x is not None]
     if not tried:
         raise errors[0]
     best = min(tried, key=_rank)
     order = min(tried, key=lambda c: c[1].kept_us)[1].port_order
-    for stage in ([replace(v, port_order=order) for v in wider], overlapped):
+    ordered = [Variant(port_order=order), *(replace(v, port_order=order) for v in wider)]
+
+    def in_faster_protocol() -> list[Variant]:
+        faster = faster_protocol(algo, topology, size, params, algorithm) if protocols else None
+        return [] if faster is None else [replace(v, protocol=faster) for v in ordered]
+
+    for stage in (lambda: ordered[1:], in_faster_protocol, lambda: overlapped):
         if best[1].fits:
             break
-        tried += [x for v in stage if (x := timed(v)) is not None]
+        tried += [x for v in stage() if (x := timed(v)) is not None]
         best = min(tried, key=_rank)
     others = tuple(c.kept_us for r, c in tried if r is not best[0])
     return best[0], replace(best[1], others_us=others)
+
+
+def faster_protocol(
+    algo: Algorithm,
+    topology: Topology,
+    size: float,
+    params: Params = DEFAULT,
+    algorithm_us: Callable[[Params], float] | None = None,
+) -> str | None:
+    """The NCCL protocol in which the Algorithm model (``params``' named model) runs ``algo``
+    fastest at ``size``, where that is not ``params``' own (else None; None too for the ideal
+    model, which has no protocol, and for ``params`` changed from its named model). At small
+    sizes a connection holds 8 LL calls in flight where it holds 2 Simple ones
+    (:func:`codegen.protocols.fifo_calls`), and LL pays no per-call cost, as NCCL's tuner picks LL
+    there too (NDv2 x2's fully connected reducescatter at 64 KiB: 14.3 us in LL, 410 us in Simple)."""
+    if params.model == IDEAL.model or params != model_params(params.model, params.protocol):
+        return None
+    timed = algorithm_us or (lambda p: simulate(algo, topology, size, p).time_us)
+    times = {p: timed(model_params(params.model, p)) for p in PROTOCOLS}
+    best = min(PROTOCOLS, key=times.__getitem__)  # the default first: a tie keeps it
+    return None if best == params.protocol else best
+
+
+def _in_protocol(params: Params, protocol: str | None) -> Params:
+    """``params``' named model in ``protocol`` (None, or its own: ``params`` itself)."""
+    return params if protocol in (None, params.protocol) else model_params(params.model, protocol)
 
 
 def _rank(candidate: tuple[object, Choice]) -> tuple[bool, float]:
@@ -227,8 +275,9 @@ def compile_fastest(
     algo: Algorithm, topology: Topology | None = None, port_order: str = "auto", **options: object
 ) -> tuple[IR, Choice | None]:
     """:func:`codegen.compiler.compile_algorithm` with the port order (and, where that is not
-    enough, the merge window and channels) chosen by the IR simulator (``port_order="auto"``;
-    ``"on"``/``"off"`` force the order alone, with no Choice). ``topology=None``: the shipped one
+    enough, the merge window, channels and protocol) chosen by the IR simulator
+    (``port_order="auto"``; ``"on"``/``"off"`` force the order alone, with no Choice); a
+    ``protocol`` given is kept, and the choice timed in it. ``topology=None``: the shipped one
     ``algo`` names, where there is one (else compiled once, without).
 
     >>> from synth.baselines import make_baseline
@@ -241,11 +290,13 @@ def compile_fastest(
     """
     if port_order not in PORT_ORDERS:
         raise CodegenError(f"port_order: expected one of {', '.join(PORT_ORDERS)}, got {port_order!r}")
+    protocol = options.pop("protocol", None)
+    fixed = {} if protocol is None else {"protocol": protocol}
     if port_order != "auto":
-        return compile_algorithm(algo, topology, port_order=port_order == "on", **options), None
+        return compile_algorithm(algo, topology, port_order=port_order == "on", **options, **fixed), None
     topo = topology if topology is not None else _shipped(algo)
     if topo is None:
-        return compile_algorithm(algo, topology, **options), None
+        return compile_algorithm(algo, topology, **options, **fixed), None
 
     def compiled(v: Variant) -> IR:
         return compile_algorithm(
@@ -254,16 +305,22 @@ def compile_fastest(
             port_order=v.port_order,
             window=v.window,
             port_overlap=v.port_overlap,
-            **{**options, **_channels(v)},
+            **{**options, **fixed, **_channels(v), **_protocol(v)},
         )
 
     wider = WIDER if options.get("channels") is None else ()
-    return choose_port_order(algo, topo, compiled, wider=wider)
+    params = DEFAULT if protocol is None else model_params(DEFAULT.model, str(protocol))
+    return choose_port_order(algo, topo, compiled, params=params, wider=wider, protocols=protocol is None)
 
 
 def _channels(variant: Variant) -> dict[str, int]:
     """The variant's channel count as a compile option, where it sets one."""
     return {} if variant.channels is None else {"channels": variant.channels}
+
+
+def _protocol(variant: Variant) -> dict[str, str]:
+    """The variant's protocol as a compile option, where it sets one."""
+    return {} if variant.protocol is None else {"protocol": variant.protocol}
 
 
 def _shipped(algo: Algorithm) -> Topology | None:

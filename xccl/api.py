@@ -280,7 +280,7 @@ def compile(
     *,
     dialect: str = "azure",
     instances: int = 1,
-    protocol: str = "Simple",
+    protocol: str | None = None,
     inplace: bool = False,
     port_order: str = "auto",
 ) -> IR:
@@ -288,7 +288,9 @@ def compile(
     ``dialect`` (``azure`` or ``msccl``). A timed algorithm (a MILP's) is compiled as ``xccl
     compile`` does: with and without its sends taking each port in the schedule's order, the one
     faster in the IR simulator at its synthesized size kept (``port_order="auto"``; ``"on"`` or
-    ``"off"`` force it; :func:`runtime.choice.compile_fastest`).
+    ``"off"`` force it; :func:`runtime.choice.compile_fastest`). ``protocol`` None: a program's
+    own, Simple for an algorithm, or for a timed one what that choice takes (LL where the Algorithm
+    model runs it faster in LL).
 
     >>> ir = compile(synthesize("ring:4", "allgather", "ring"))
     >>> ir.num_ranks, ir.collective

@@ -123,18 +123,16 @@ def _compile_algorithm(args: argparse.Namespace) -> Compiled:
     if args.port_order != "auto":
         return _run_compiler(prog, args, args.port_order == "on"), topo
     from runtime.choice import WIDER, choose_port_order, schedule_of
+    from synth.timing import DEFAULT, model_params
 
     def compiled(v: Variant) -> PipelineResult:
         program = lower_algorithm(schedule_of(algo, topo, v), topo, inplace=args.inplace) if v.retimed else prog
-        return _run_compiler(program, args, v.port_order, v.window, v.channels, v.port_overlap)
+        return _run_compiler(program, args, v.port_order, v.window, v.channels, v.port_overlap, v.protocol)
 
     wider = WIDER if args.channels is None else ()  # channels the user fixed are kept
+    params = DEFAULT if args.protocol is None else model_params(DEFAULT.model, args.protocol)
     result, choice = choose_port_order(
-        algo,
-        topo,
-        compiled,
-        _result_ir,
-        wider=wider,
+        algo, topo, compiled, _result_ir, params=params, wider=wider, protocols=args.protocol is None
     )
     if choice is not None:
         _stderr(choice.describe())
@@ -159,9 +157,10 @@ def _run_compiler(
     window: float | None = None,
     channels: int | None = None,
     port_overlap: bool = False,
+    protocol: str | None = None,
 ) -> PipelineResult:
-    """The pipeline with the command's options (``window``, ``channels``, ``port_overlap``: a
-    variant's, where set)."""
+    """The pipeline with the command's options (``window``, ``channels``, ``port_overlap``,
+    ``protocol``: a variant's, where set)."""
     from codegen.compiler import run_compiler
 
     return run_compiler(
@@ -169,7 +168,7 @@ def _run_compiler(
         channels=channels or args.channels,
         window=WINDOW if window is None else window,
         instances=args.instances,
-        protocol=args.protocol,
+        protocol=protocol or args.protocol,
         dialect=None if args.dialect == "json" else args.dialect,
         verify_each=args.verify_each,
         print_after=tuple(args.print_after),
@@ -375,7 +374,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="reduction the schedule will be called with, checked against the runtime (default sum; "
         "an MSCCL++ plan only sums)",
     )
-    p.add_argument("--protocol", choices=PROTOCOLS, help="NCCL protocol (default: the program's, Simple)")
+    p.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        help="NCCL protocol (default: the program's, Simple; for a timed algorithm another where no Simple "
+        "compile is within 10%% of its Algorithm and its Algorithm runs faster in that one: LL at small sizes)",
+    )
     p.add_argument(
         "--instances",
         type=positive_int,
