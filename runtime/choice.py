@@ -156,10 +156,15 @@ class Choice:
 
 
 def synthesized_size(algo: Algorithm) -> float | None:
-    """The size a timed schedule (every send has its start: a MILP's) was made for, else None."""
+    """The size a schedule was made for, where it records one (a MILP's; ``synth trees`` records
+    the size it chose its chunks for), else None."""
     size = dict(algo.provenance.params).get("size_bytes") if algo.provenance else None
-    timed = all(s.start_us is not None for step in algo.steps for s in step.sends)
-    return float(size) if timed and isinstance(size, int | float) and size > 0 else None
+    return float(size) if isinstance(size, int | float) and size > 0 else None
+
+
+def _timed(algo: Algorithm) -> bool:
+    """Whether every send has its start (a MILP's schedule)."""
+    return all(s.start_us is not None for step in algo.steps for s in step.sends)
 
 
 def schedule_of(algo: Algorithm, topology: Topology, variant: Variant) -> Algorithm:
@@ -181,8 +186,9 @@ def choose_port_order(
     """``compiled(variant)`` with and without the port order, and where neither is within SPEED in
     both models each of ``wider`` too, and where none of those is, each of ``overlapped``; the
     best kept (see the module). A variant that does not
-    compile is passed over (if none does, the first one's error is raised); an untimed ``algo``
-    is compiled once, without (its Choice is None)."""
+    compile is passed over (if none does, the first one's error is raised). An untimed ``algo``
+    with a recorded size (``synth trees``) is timed there too, each variant but the first re-timed
+    (``retimed``); one with no size is compiled once, without (its Choice is None)."""
     size = synthesized_size(algo)
     if size is None:
         return compiled(Variant()), None
@@ -202,12 +208,17 @@ def choose_port_order(
         ratios = tuple(t / a if a > 0 else 1.0 for t, a in zip(us[1:], algorithm_us[1:], strict=True))
         return result, Choice(variant, size, algorithm_us[0], us[0], (), params.label, ratios)
 
-    tried = [x for x in (timed(Variant()), timed(Variant(port_order=True))) if x is not None]
+    # an untimed schedule: compiled as it is (and kept where that is within SPEED: one compile),
+    # else each variant also as the Algorithm model runs it (``retimed``: its sends get starts)
+    given = (lambda v: v) if _timed(algo) else (lambda v: replace(v, retimed=True))
+    tried = [x for x in (timed(Variant()),) if x is not None]
+    if _timed(algo) or not (tried and tried[0][1].fits):
+        tried += [x for x in (timed(given(Variant(port_order=True))),) if x is not None]
     if not tried:
         raise errors[0]
     best = min(tried, key=_rank)
     order = min(tried, key=lambda c: c[1].kept_us)[1].port_order
-    for stage in ([replace(v, port_order=order) for v in wider], overlapped):
+    for stage in ([given(replace(v, port_order=order)) for v in wider], [given(v) for v in overlapped]):
         if best[1].fits:
             break
         tried += [x for v in stage if (x := timed(v)) is not None]
