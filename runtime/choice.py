@@ -164,10 +164,15 @@ class Choice:
 
 
 def synthesized_size(algo: Algorithm) -> float | None:
-    """The size a timed schedule (every send has its start: a MILP's) was made for, else None."""
+    """The size a schedule was made for, where it records one (a MILP's; ``synth trees`` records
+    the size it chose its chunks for), else None."""
     size = dict(algo.provenance.params).get("size_bytes") if algo.provenance else None
-    timed = all(s.start_us is not None for step in algo.steps for s in step.sends)
-    return float(size) if timed and isinstance(size, int | float) and size > 0 else None
+    return float(size) if isinstance(size, int | float) and size > 0 else None
+
+
+def _timed(algo: Algorithm) -> bool:
+    """Whether every send has its start (a MILP's schedule)."""
+    return all(s.start_us is not None for step in algo.steps for s in step.sends)
 
 
 def schedule_of(algo: Algorithm, topology: Topology, variant: Variant) -> Algorithm:
@@ -191,8 +196,10 @@ def choose_port_order(
     both models each of ``wider`` too, then (``protocols``) those in :func:`faster_protocol`, and
     where none of those is, each of ``overlapped``; the best kept (see the module). A variant in
     another protocol is timed, and its Algorithm with it, in that protocol's ``params``. A variant
-    that does not compile is passed over (if none does, the first one's error is raised); an
-    untimed ``algo`` is compiled once, without (its Choice is None)."""
+    that does not compile is passed over (if none does, the first one's error is raised). An
+    untimed ``algo`` with a recorded size (``synth trees``) is timed there too, each variant but
+    the first re-timed (``retimed``); one with no size is compiled once, without (its Choice is
+    None)."""
     size = synthesized_size(algo)
     if size is None:
         return compiled(Variant()), None
@@ -218,18 +225,23 @@ def choose_port_order(
         ratios = tuple(t / a if a > 0 else 1.0 for t, a in zip(us[1:], map(algorithm, models[1:]), strict=True))
         return result, Choice(variant, size, algorithm(own), us[0], (), own.label, ratios)
 
-    tried = [x for x in (timed(Variant()), timed(Variant(port_order=True))) if x is not None]
+    # an untimed schedule: compiled as it is (and kept where that is within SPEED: one compile),
+    # else each variant also as the Algorithm model runs it (``retimed``: its sends get starts)
+    given = (lambda v: v) if _timed(algo) else (lambda v: replace(v, retimed=True))
+    tried = [x for x in (timed(Variant()),) if x is not None]
+    if _timed(algo) or not (tried and tried[0][1].fits):
+        tried += [x for x in (timed(given(Variant(port_order=True))),) if x is not None]
     if not tried:
         raise errors[0]
     best = min(tried, key=_rank)
     order = min(tried, key=lambda c: c[1].kept_us)[1].port_order
-    ordered = [Variant(port_order=order), *(replace(v, port_order=order) for v in wider)]
+    ordered = [given(Variant(port_order=order)), *(given(replace(v, port_order=order)) for v in wider)]
 
     def in_faster_protocol() -> list[Variant]:
         faster = faster_protocol(algo, topology, size, params, algorithm) if protocols else None
         return [] if faster is None else [replace(v, protocol=faster) for v in ordered]
 
-    for stage in (lambda: ordered[1:], in_faster_protocol, lambda: overlapped):
+    for stage in (lambda: ordered[1:], in_faster_protocol, lambda: [given(v) for v in overlapped]):
         if best[1].fits:
             break
         tried += [x for v in stage() if (x := timed(v)) is not None]

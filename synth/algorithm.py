@@ -77,6 +77,11 @@ class Provenance:
             out["params"] = dict(self.params)
         return out
 
+    def with_params(self, *pairs: tuple[str, Scalar]) -> Provenance:
+        """This provenance with ``pairs`` recorded, each replacing the parameter of its name."""
+        names = {k for k, _ in pairs}
+        return replace(self, params=(*((k, v) for k, v in self.params if k not in names), *pairs))
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
         return cls(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from common.units import BYTES_PER_US_PER_GBPS
-from synth.timing import DEFAULT, PROTOCOLS, Engine, Network, Params, model_params
+from synth.timing import DEFAULT, IDEAL, PROTOCOLS, Engine, Network, Params, model_params
 
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm, Provenance, Send
@@ -41,6 +41,7 @@ __all__ = [
     "sccl_cost",
     "simulate",
     "simulate_best",
+    "sized",
     "start_times",
 ]
 
@@ -229,3 +230,12 @@ def _dependencies(
         for b in sorted(before):
             dependents[b].append(g)
     return [len(w) for w in waits], dependents
+
+
+def sized(provenance: Provenance, size_bytes: float, params: Params = DEFAULT) -> Provenance:
+    """``provenance`` recording the size the schedule was made for and the model it was made in
+    (where not the ideal one), as the MILP records them: the compiler's choice times an untimed
+    schedule there and tries its variants (``runtime.choice``): ``synth trees``, ``synth hierarchical``."""
+    size = int(size_bytes) if float(size_bytes).is_integer() else float(size_bytes)
+    model = (("timing_model", params.model), ("protocol", params.protocol), ("send_us", params.send_us))
+    return provenance.with_params(("size_bytes", size), *(model if params != IDEAL else ()))

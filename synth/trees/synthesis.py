@@ -32,7 +32,7 @@ from common.limits import Limit
 from synth.algorithm import Algorithm, Send, Step
 from synth.baselines import BASELINES, make_baseline
 from synth.collectives import make_collective
-from synth.cost import SimResult, chunk_bytes, simulate, start_times
+from synth.cost import SimResult, chunk_bytes, simulate, sized, start_times
 from synth.defaults import TREES_COLLECTIVES, TREES_TIME_LIMIT_S
 from synth.errors import InfeasibleError
 from synth.reductions import DUAL, REDUCESCATTER_ALLGATHER, Problem, Reduced, Solution
@@ -209,7 +209,9 @@ def synthesize(
             run.say(f"verifying {made.num_sends} sends")
             made.verify(topology)  # the other paths are verified by their reductions' invert
     run.say(f"verified: {made.num_sends} sends, {made.collective.chunks_per_rank} chunks per rank")
+    made = replace(made, provenance=sized(made.provenance, size_bytes, params))
     return TreesResult(made, tuple(run.packings), time.perf_counter() - began, run.interrupted)
+
 
 
 def _solve(problem: Problem, shard_bytes: float, run: _Run, role: str) -> Solution:

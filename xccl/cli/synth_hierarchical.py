@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from common.units import format_size, parse_size
 from xccl.cli.common import topology_from_args
@@ -21,7 +22,7 @@ def cmd_hierarchical(args: argparse.Namespace) -> int:
     from synth.baselines.hierarchical import check_alltoall_sends
     from synth.bounds import lower_bound_us
     from synth.collectives import make_collective
-    from synth.cost import simulate
+    from synth.cost import simulate, sized
     from synth.errors import AlgorithmFormatError
     from synth.timing import model_params
 
@@ -37,6 +38,7 @@ def cmd_hierarchical(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         progress("hierarchical: interrupted before an algorithm was verified; nothing written")
         return EXIT_INTERRUPTED
+    algo = replace(algo, provenance=sized(algo.provenance, size))  # the size the compiler times it at
     progress(f"hierarchical: timing {algo.num_sends} sends at {format_size(size)} (modeled)")
     bound = lower_bound_us(topo, make_collective("alltoall", n, args.chunks, lazy=True), size)
     ideal = simulate(algo, topo, size, model_params("ideal"))
