@@ -44,3 +44,43 @@ def test_synth_hierarchical_records_the_size_it_is_timed_at(xccl, tmp_path):
     out = tmp_path / "a2a.json"
     assert xccl("synth", "hierarchical", "-t", "dgx-h100x2", "-s", "64MiB", "-o", str(out)).returncode == 0
     assert synthesized_size(Algorithm.load(out)) == 1 << 26
+
+
+class _Held:
+    """A compiled result the test can watch die (an IR is a frozen dataclass with no weakref slot)."""
+
+    def __init__(self, ir) -> None:
+        self.ir = ir
+
+
+def test_the_choice_drops_a_result_once_another_ranks_above_it():
+    # every candidate is a whole IR (gigabytes at 512 ranks): holding all of them took the 512-rank
+    # hierarchical alltoall's compile to 7.4 GB; only the best so far is kept while the rest run
+    import weakref
+
+    from codegen.compiler import compile_algorithm
+    from runtime.choice import _channels, _protocol, choose_port_order, schedule_of
+
+    topo = load("dgx-h100x2")
+    algo = synthesize(topo, "reducescatter", size_bytes=1 << 28).algorithm
+    made: list[weakref.ref] = []
+    alive: list[int] = []
+
+    def compiled(variant):
+        alive.append(sum(ref() is not None for ref in made))
+        ir = compile_algorithm(
+            schedule_of(algo, topo, variant),
+            topo,
+            port_order=variant.port_order,
+            window=variant.window,
+            port_overlap=variant.port_overlap,
+            **_channels(variant),
+            **_protocol(variant),
+        )
+        held = _Held(ir)
+        made.append(weakref.ref(held))
+        return held
+
+    _, choice = choose_port_order(algo, topo, compiled, ir_of=lambda held: held.ir)
+    assert len(made) >= 3 and len(choice.others_us) == len(made) - 1
+    assert max(alive) <= 1, alive
