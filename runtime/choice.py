@@ -254,7 +254,7 @@ def choose_port_order(
 class _Kept:
     """The best candidate so far (:func:`_rank`; the earliest of equals) and every candidate's
     Choice. A result is dropped as soon as another ranks above it: at 512 ranks each is a whole
-    IR, and holding every one tried took the alltoall's compile to 7.4 GB."""
+    IR (the hierarchical alltoall's compile, three variants: 7.4 GB peak holding all, 6.7 GB)."""
 
     def __init__(self) -> None:
         self.best: tuple[object, Choice] | None = None
