@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from codegen.compiler import compile_algorithm
 from codegen.errors import CodegenError
@@ -228,7 +228,7 @@ def choose_port_order(
     # an untimed schedule: compiled as it is (and kept where that is within SPEED: one compile),
     # else each variant also as the Algorithm model runs it (``retimed``: its sends get starts)
     given = (lambda v: v) if _timed(algo) else (lambda v: replace(v, retimed=True))
-    kept = _Kept()
+    kept: _Kept[T] = _Kept()
     kept.add(timed(Variant()))
     if _timed(algo) or not (kept.best and kept.best[1].fits):
         kept.add(timed(given(Variant(port_order=True))))
@@ -251,16 +251,16 @@ def choose_port_order(
     return result, replace(choice, others_us=others)
 
 
-class _Kept:
+class _Kept(Generic[T]):
     """The best candidate so far (:func:`_rank`; the earliest of equals) and every candidate's
     Choice. A result is dropped as soon as another ranks above it: at 512 ranks each is a whole
     IR (the hierarchical alltoall's compile, three variants: 7.4 GB peak holding all, 6.7 GB)."""
 
     def __init__(self) -> None:
-        self.best: tuple[object, Choice] | None = None
+        self.best: tuple[T, Choice] | None = None
         self.choices: list[Choice] = []
 
-    def add(self, candidate: tuple[object, Choice] | None) -> None:
+    def add(self, candidate: tuple[T, Choice] | None) -> None:
         if candidate is None:
             return
         self.choices.append(candidate[1])
