@@ -94,23 +94,27 @@ CASES = [
     _case(
         "dgx2x2-relay",
         "reducescatter",
-        beyond="1.21x ideal, 1.19x calibrated: each NVSwitch port serves ready sends in waiting order, and MSCCL "
-        "XML gives a send no priority (msccl.h's mscclTransfer has none), so a rank's own chunks for later "
-        "steps go before the partial sums its peers forward to the NIC (rank 2's NIC idles 1.42 ms). The one "
-        "order tool is a <dep>, which fires when the whole step it names has ended: on the send before "
-        "through the port (port order, only pieces starting together merged) it keeps the order, 1.000x "
-        "ideal, but each send then waits out its predecessor's per-call cost (2.8 us of 11.5), 1.27x "
-        "calibrated; on the latest send that ended 2.8-12 us before it starts the order is lost, 1.31-1.32x "
-        "ideal, 1.38-1.44x calibrated; in LL128 (1.3 us per call) 1.10x its Algorithm in LL128 but 1.17x "
-        "its Algorithm in the default Simple (the Algorithm model runs it 6.6% slower in LL128)",
+        beyond="1.21x ideal, 1.19x calibrated. The ideal MILP keeps every NVSwitch port busy from start to end "
+        "(rank 0: 953 sends of 6.99 us, the Algorithm's 6,663 us; NICs 99.5%) and holds a rank's own later "
+        "chunks back by priority, which MSCCL XML cannot give a send (msccl.h's mscclTransfer has none): a port "
+        "serves them first come, first served, before the partial sums its peers forward to the NIC. Keeping "
+        "the MILP's order through each port instead (port order, only pieces starting together merged: 1.000x "
+        "ideal) is beyond 10% in the calibrated model whatever a dependency costs: 616 of rank 1's 952 "
+        "NVSwitch sends follow one to the same peer, whose connection carries one call at a time (2.8 us per "
+        "call + 8.74 us), so the port needs at least 10,044 us, 1.16x the Algorithm's 8,625 (simulated: 1.198x "
+        "were a dependency free, 1.275x as a dependency waits out the whole call). The calibrated model's own "
+        "order (re-timed) chained to the send 1 / 2 / 3 before: 1.48x / 1.31x / 1.24x ideal, 1.59x / 1.31x / "
+        "1.24x calibrated; each send gated on a receive landing before its start: 1.000x ideal, 1.42x calibrated",
     ),
     _case(
         "dgx2x2-relay",
         "allreduce",
-        beyond="1.21x in both models; only the pieces started at once merged 1.13x ideal, 1.12x "
-        "calibrated; port order 2.0x; the port order with only pieces starting together merged, which "
-        "fixes its reducescatter half in the ideal model (row above), does not compile in Simple or LL128: "
-        "4,440 XML elements on rank 0, over the runtime's reader's 4,096",
+        beyond="1.21x in both models; only the pieces started at once merged 1.13x ideal, 1.12x calibrated; "
+        "port order 2.0x. The port order with only pieces starting together merged, which gives its "
+        "reducescatter half 1.000x ideal (row above), exceeds the runtime's reader's 4,096 XML elements on rank "
+        "0 (4,440), and could not be within 10% if it fit: in the MILP's order 1,209 of rank 0's 1,906 "
+        "NVSwitch sends follow one to the same peer, so the port needs at least 20,040 us in the calibrated "
+        "model, 1.19x its Algorithm's 16,906 us, whatever a dependency costs",
     ),
     # 1.51x ideal, 1.08x calibrated: pieces merged within 2% of the span waited for their last,
     # and a chained port order serialized per-call costs; the port order where the schedule does
