@@ -1,0 +1,39 @@
+"""What `xccl compile` of an untimed schedule with a recorded size asks twice is computed once."""
+
+from __future__ import annotations
+
+import importlib
+
+from runtime.choice import compile_fastest
+from synth.timing import DEFAULT, IDEAL
+from topologies import load
+from xccl.api import synthesize
+
+cost = importlib.import_module("synth.cost")
+sim = importlib.import_module("runtime.sim")
+
+
+def test_the_ideal_list_schedule_of_the_lowering_serves_the_choice(monkeypatch):
+    # lowering orders the tree packing by the ideal model at 1 GiB; the choice then times the
+    # Algorithm there in the ideal and the calibrated model: two schedules, not three
+    topo = load("dgx1")
+    algo = synthesize(topo, "allgather", "trees")
+    runs = []
+    scheduled = cost._scheduled
+    monkeypatch.setattr(cost, "_SCHEDULED", cost.SameObjects())
+    monkeypatch.setattr(cost, "_scheduled", lambda *a: runs.append((id(a[0]), a[2], a[3])) or scheduled(*a))
+    _, choice = compile_fastest(algo, topo)
+    assert choice is not None and (id(algo), 1 << 30, IDEAL) in runs and len(set(runs)) == len(runs)
+    assert cost.start_times(algo, topo, 1 << 30, IDEAL) == scheduled(algo, topo, 1 << 30, IDEAL)[0]
+
+def test_an_ir_timed_in_two_models_is_judged_and_folded_once(monkeypatch):
+    topo = load("dgx1")
+    algo = synthesize(topo, "allgather", "trees")
+    builds = []
+    build = sim.build_program
+    monkeypatch.setattr(sim, "_PROGRAMS", sim.SameObjects())
+    monkeypatch.setattr(sim, "build_program", lambda ir: builds.append(ir) or build(ir))
+    ir, _ = compile_fastest(algo, topo, port_order="off")
+    ideal = sim.simulate(ir, topo, 1 << 30, params=IDEAL).time_us
+    calibrated = sim.simulate(ir, topo, 1 << 30, params=DEFAULT).time_us
+    assert [x is ir for x in builds] == [True] and 0 < ideal < calibrated
