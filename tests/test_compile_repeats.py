@@ -37,3 +37,35 @@ def test_an_ir_timed_in_two_models_is_judged_and_folded_once(monkeypatch):
     ideal = sim.simulate(ir, topo, 1 << 30, params=IDEAL).time_us
     calibrated = sim.simulate(ir, topo, 1 << 30, params=DEFAULT).time_us
     assert [x is ir for x in builds] == [True] and 0 < ideal < calibrated
+
+
+def test_the_checks_shortcut_for_a_sound_op_agrees_with_its_problems():
+    # every op is judged by the shortcut first; only where it fails are the problems spelled out
+    from dataclasses import replace
+
+    from codegen.compiler import compile_algorithm
+    from codegen.ir import Dep, OpType
+    from codegen.rules.structure import _fine, _op_problems, declared_sizes
+    from synth.baselines import make_baseline
+    from synth.collectives import make_collective
+
+    topo = load("ring:4")
+    ir = compile_algorithm(make_baseline("ring", topo, make_collective("allgather", 4)), topo)
+    gpu = ir.gpus[1]
+    sizes, steps = declared_sizes(ir)[1], {tb.id: len(tb.ops) for tb in gpu.threadblocks}
+    tb = next(t for t in gpu.threadblocks if any(op.type is OpType.RECV_COPY_SEND for op in t.ops))
+    op = next(op for op in tb.ops if op.type is OpType.RECV_COPY_SEND)
+    ops = [
+        op,
+        replace(op, count=0),
+        replace(op, count=sizes[op.dst.buffer] + 1),
+        replace(op, src=replace(op.dst, index=-1)),
+        replace(op, dst=replace(op.dst, index=sizes[op.dst.buffer])),
+        replace(op, dst=None),
+        replace(op, type=OpType.NOP, count=0, src=None, dst=None),
+        replace(op, deps=(Dep(tb.id, len(tb.ops)),)),
+        replace(op, deps=(Dep(99, 0),)),
+    ]
+    tbs = [tb, replace(tb, send=None), replace(tb, recv=None)]
+    verdicts = [(_fine(t, o, sizes, steps), not _op_problems(t, o, sizes, steps, (1, t.id, 0))) for t in tbs for o in ops]
+    assert all(a == b for a, b in verdicts) and {a for a, _ in verdicts} == {True, False}
