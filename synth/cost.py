@@ -133,9 +133,13 @@ def calls_apart(provenance: Provenance | None) -> bool:
 
 
 _SCHEDULED = SameObjects()
-"""The list schedules of the last (algorithm, topology), per size and model: ``xccl compile`` of an
-untimed schedule asks the ideal model's at 1 GiB twice, to order the lowering and to judge the
-compiled IR against its Algorithm (4-5 s each at 512 ranks)."""
+"""The list schedules of the last (algorithm, topology), the latest :data:`_KEPT` (size, model)
+pairs: ``xccl compile`` of an untimed schedule asks the ideal model's at 1 GiB twice, to order the
+lowering and to judge the compiled IR against its Algorithm (4-5 s each at 512 ranks)."""
+_KEPT = 4
+"""Schedules kept: the ideal model's and the calibrated model's three protocols, as
+``runtime.choice`` compares them at one size. Each holds a start per send (tens of MB at 512
+ranks), and a sweep over sizes asks each once."""
 
 
 def _list_schedule(
@@ -143,7 +147,13 @@ def _list_schedule(
 ) -> tuple[tuple[float, ...], float]:
     """(start of each send in step order, finish) of :func:`simulate`'s list schedule (:func:`feed`),
     once per algorithm, topology, size and model (all frozen: the same objects give the same)."""
-    return _SCHEDULED.get((algo, topology), (size_bytes, params), lambda: _scheduled(algo, topology, size_bytes, params))
+    held: dict = _SCHEDULED.get((algo, topology), "schedules", dict)
+    key = (size_bytes, params)
+    if key not in held:
+        if len(held) >= _KEPT:
+            del held[next(iter(held))]
+        held[key] = _scheduled(algo, topology, size_bytes, params)
+    return held[key]
 
 
 def _scheduled(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 
+import pytest
+
 from runtime.choice import compile_fastest
 from synth.timing import DEFAULT, IDEAL
 from topologies import load
@@ -13,11 +15,17 @@ cost = importlib.import_module("synth.cost")
 sim = importlib.import_module("runtime.sim")
 
 
-def test_the_ideal_list_schedule_of_the_lowering_serves_the_choice(monkeypatch):
+@pytest.fixture(scope="module")
+def trees():
+    """An untimed schedule with its recorded size (the tree packing's allgather on dgx1)."""
+    topo = load("dgx1")
+    return topo, synthesize(topo, "allgather", "trees")
+
+
+def test_the_ideal_list_schedule_of_the_lowering_serves_the_choice(trees, monkeypatch):
     # lowering orders the tree packing by the ideal model at 1 GiB; the choice then times the
     # Algorithm there in the ideal and the calibrated model: two schedules, not three
-    topo = load("dgx1")
-    algo = synthesize(topo, "allgather", "trees")
+    topo, algo = trees
     runs = []
     scheduled = cost._scheduled
     monkeypatch.setattr(cost, "_SCHEDULED", cost.SameObjects())
@@ -26,9 +34,9 @@ def test_the_ideal_list_schedule_of_the_lowering_serves_the_choice(monkeypatch):
     assert choice is not None and (id(algo), 1 << 30, IDEAL) in runs and len(set(runs)) == len(runs)
     assert cost.start_times(algo, topo, 1 << 30, IDEAL) == scheduled(algo, topo, 1 << 30, IDEAL)[0]
 
-def test_an_ir_timed_in_two_models_is_judged_and_folded_once(monkeypatch):
-    topo = load("dgx1")
-    algo = synthesize(topo, "allgather", "trees")
+
+def test_an_ir_timed_in_two_models_is_judged_and_folded_once(trees, monkeypatch):
+    topo, algo = trees
     builds = []
     build = sim.build_program
     monkeypatch.setattr(sim, "_PROGRAMS", sim.SameObjects())
@@ -69,3 +77,14 @@ def test_the_checks_shortcut_for_a_sound_op_agrees_with_its_problems():
     tbs = [tb, replace(tb, send=None), replace(tb, recv=None)]
     verdicts = [(_fine(t, o, sizes, steps), not _op_problems(t, o, sizes, steps, (1, t.id, 0))) for t in tbs for o in ops]
     assert all(a == b for a, b in verdicts) and {a for a, _ in verdicts} == {True, False}
+
+
+def test_a_sweep_over_sizes_keeps_few_schedules(trees, monkeypatch):
+    # each schedule holds a start per send: a size sweep must not keep them all
+    topo, algo = trees
+    monkeypatch.setattr(cost, "_SCHEDULED", cost.SameObjects())
+    sizes = [1 << k for k in range(10, 31, 2)]
+    times = [cost.simulate(algo, topo, size, IDEAL).time_us for size in sizes]
+    held = cost._SCHEDULED.get((algo, topo), "schedules", dict)
+    assert len(held) == cost._KEPT and times == sorted(times)
+    assert cost.simulate(algo, topo, 1 << 10, IDEAL).time_us == times[0]
