@@ -438,9 +438,10 @@ class ChunkRef:
         orders every threadblock by these times and aggregates only transfers close in time."""
         dst = self._target(rank, buffer, index, "copy")
         prog = self.program
-        if prog._canon(dst._slot()) == prog._canon(self._slot()):
+        src_slot, dst_slot = self._slot(), dst._slot()  # each made once (a lowered send is a copy)
+        if src_slot.rank == dst_slot.rank and prog._canon(dst_slot) == prog._canon(src_slot):
             return dst
-        prog._record(_Op("copy", self._slot(), dst._slot(), self.size, None, sendtb, recvtb, channel, time))
+        prog._record(_Op("copy", src_slot, dst_slot, self.size, None, sendtb, recvtb, channel, time))
         return dst
 
     def reduce(

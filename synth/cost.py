@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from common.memo import SameObjects
 from common.units import BYTES_PER_US_PER_GBPS
 from synth.timing import DEFAULT, IDEAL, PROTOCOLS, Engine, Network, Params, model_params
 
@@ -131,10 +132,33 @@ def calls_apart(provenance: Provenance | None) -> bool:
     return _ordered_method(provenance) and not nccl
 
 
+_SCHEDULED = SameObjects()
+"""The list schedules of the last (algorithm, topology), the latest :data:`_KEPT` (size, model)
+pairs: ``xccl compile`` of an untimed schedule asks the ideal model's at 1 GiB twice, to order the
+lowering and to judge the compiled IR against its Algorithm (4-5 s each at 512 ranks)."""
+_KEPT = 4
+"""Schedules kept: the ideal model's and the calibrated model's three protocols, as
+``runtime.choice`` compares them at one size. Each holds a start per send (tens of MB at 512
+ranks), and a sweep over sizes asks each once."""
+
+
 def _list_schedule(
     algo: Algorithm, topology: Topology, size_bytes: float, params: Params
 ) -> tuple[tuple[float, ...], float]:
-    """(start of each send in step order, finish) of :func:`simulate`'s list schedule (:func:`feed`)."""
+    """(start of each send in step order, finish) of :func:`simulate`'s list schedule (:func:`feed`),
+    once per algorithm, topology, size and model (all frozen: the same objects give the same)."""
+    held: dict = _SCHEDULED.get((algo, topology), "schedules", dict)
+    key = (size_bytes, params)
+    if key not in held:
+        if len(held) >= _KEPT:
+            del held[next(iter(held))]
+        held[key] = _scheduled(algo, topology, size_bytes, params)
+    return held[key]
+
+
+def _scheduled(
+    algo: Algorithm, topology: Topology, size_bytes: float, params: Params
+) -> tuple[tuple[float, ...], float]:
     sends = [(k, send) for k, step in enumerate(algo.steps) for send in step.sends]
     apart = calls_apart(algo.provenance) and any(send.start_us is None for _, send in sends)
     network = Network(topology, params)
