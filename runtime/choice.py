@@ -33,13 +33,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from codegen.compiler import compile_algorithm
+from codegen.compiler import compile_algorithm, compile_program
+from codegen.dsl import ChunkProgram
 from codegen.errors import CodegenError
 from codegen.ir import IR
-from codegen.lower import retimed
+from codegen.lower import lower_algorithm, retimed
 from codegen.passes.aggregate_chunks import WINDOW
 from codegen.rules import MAX_CHANNELS
 from common.errors import XcclError
+from common.gc_pause import gc_paused
 from common.units import format_size
 from runtime.sim import simulate as simulate_ir
 from synth.algorithm import Algorithm
@@ -56,6 +58,7 @@ __all__ = [
     "Choice",
     "Variant",
     "choose_port_order",
+    "compile_choosing",
     "compile_fastest",
     "faster_protocol",
     "schedule_of",
@@ -306,9 +309,10 @@ def compile_fastest(
 ) -> tuple[IR, Choice | None]:
     """:func:`codegen.compiler.compile_algorithm` with the port order (and, where that is not
     enough, the merge window, channels and protocol) chosen by the IR simulator
-    (``port_order="auto"``; ``"on"``/``"off"`` force the order alone, with no Choice); a
-    ``protocol`` given is kept, and the choice timed in it. ``topology=None``: the shipped one
-    ``algo`` names, where there is one (else compiled once, without).
+    (``port_order="auto"``: :func:`compile_choosing`, as ``xccl compile`` does; ``"on"``/``"off"``
+    force the order alone, with no Choice); a ``protocol`` given is kept, and the choice timed in
+    it. ``topology=None``: the shipped one ``algo`` names, where there is one (else compiled once,
+    without).
 
     >>> from synth.baselines import make_baseline
     >>> from synth.collectives import make_collective
@@ -320,27 +324,57 @@ def compile_fastest(
     """
     if port_order not in PORT_ORDERS:
         raise CodegenError(f"port_order: expected one of {', '.join(PORT_ORDERS)}, got {port_order!r}")
-    protocol = options.pop("protocol", None)
-    fixed = {} if protocol is None else {"protocol": protocol}
     if port_order != "auto":
-        return compile_algorithm(algo, topology, port_order=port_order == "on", **options, **fixed), None
+        return compile_algorithm(algo, topology, port_order=port_order == "on", **_given(options)), None
     topo = topology if topology is not None else _shipped(algo)
     if topo is None:
-        return compile_algorithm(algo, topology, **options, **fixed), None
+        return compile_algorithm(algo, topology, **_given(options)), None
+    inplace = bool(options.pop("inplace", False))
+    protocol, channels = options.get("protocol"), options.get("channels")
 
-    def compiled(v: Variant) -> IR:
-        return compile_algorithm(
-            schedule_of(algo, topo, v),
-            topo,
+    def run(program: ChunkProgram, v: Variant) -> IR:
+        return compile_program(
+            program,
             port_order=v.port_order,
             window=v.window,
             port_overlap=v.port_overlap,
-            **{**options, **fixed, **_channels(v), **_protocol(v)},
+            **{**options, **_channels(v), **_protocol(v)},
         )
 
-    wider = WIDER if options.get("channels") is None else ()
-    params = DEFAULT if protocol is None else model_params(DEFAULT.model, str(protocol))
-    return choose_port_order(algo, topo, compiled, params=params, wider=wider, protocols=protocol is None)
+    return compile_choosing(
+        algo, topo, run, protocol=None if protocol is None else str(protocol), channels=channels, inplace=inplace
+    )
+
+
+@gc_paused()  # lowering and compiling build millions of acyclic objects (common.gc_pause)
+def compile_choosing(
+    algo: Algorithm,
+    topology: Topology,
+    run: Callable[[ChunkProgram, Variant], T],
+    ir_of: Callable[[T], IR] = lambda x: x,
+    *,
+    protocol: str | None = None,
+    channels: object = None,
+    inplace: bool = False,
+) -> tuple[T, Choice | None]:
+    """What ``xccl compile`` does with a verified Algorithm, and :func:`compile_fastest` (so
+    ``xccl.compile`` and the scale benchmark): lowered once (again for a variant ``retimed``), each
+    variant compiled by ``run(program, variant)``, one kept by :func:`choose_port_order`; a
+    ``protocol`` the user gives is kept (no other tried) and ``channels`` given rule out ``WIDER``."""
+    lowered = lower_algorithm(algo, topology, inplace=inplace)
+
+    def compiled(v: Variant) -> T:
+        program = lower_algorithm(schedule_of(algo, topology, v), topology, inplace=inplace) if v.retimed else lowered
+        return run(program, v)
+
+    wider = WIDER if channels is None else ()
+    params = DEFAULT if protocol is None else model_params(DEFAULT.model, protocol)
+    return choose_port_order(algo, topology, compiled, ir_of, params=params, wider=wider, protocols=protocol is None)
+
+
+def _given(options: dict[str, object]) -> dict[str, object]:
+    """``compile_algorithm``'s options without a ``protocol`` left None (its default is Simple)."""
+    return {k: v for k, v in options.items() if k != "protocol" or v is not None}
 
 
 def _channels(variant: Variant) -> dict[str, int]:
