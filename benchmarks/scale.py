@@ -61,11 +61,16 @@ METHOD = {"allgather": "trees", "reducescatter": "trees", "allreduce": "trees", 
 COMPOSE_FROM = 4096
 
 
+def _peak_so_far() -> float:
+    """This process's peak resident memory so far (MiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _report(stage: str, start: float, **extra) -> None:
     """One JSON line per finished stage: its seconds and the peak memory so far (MiB)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
-        json.dumps({"stage": stage, "s": time.perf_counter() - start, "peak_MiB": peak, **extra}), flush=True
+        json.dumps({"stage": stage, "s": time.perf_counter() - start, "peak_MiB": _peak_so_far(), **extra}),
+        flush=True,
     )
 
 
@@ -150,9 +155,9 @@ def run_case(topology: str, collective: str, limit_s: float, compose: bool, with
     try:
         _stages(topology, collective, limit_s, compose, with_xml)
     except Refused as exc:
-        print(json.dumps({"stage": "refused", "at": exc.at, "why": exc.why}), flush=True)
+        print(json.dumps({"stage": "refused", "at": exc.at, "why": exc.why, "peak_MiB": _peak_so_far()}), flush=True)
     except XcclError as exc:
-        print(json.dumps({"stage": "refused", "why": str(exc)}), flush=True)
+        print(json.dumps({"stage": "refused", "why": str(exc), "peak_MiB": _peak_so_far()}), flush=True)
 
 
 class Refused(Exception):
@@ -278,6 +283,8 @@ def _child(
     done["case"] = case
     stages = STAGES if with_xml else tuple(s for s in STAGES if s not in XML_STAGES)
     refused = done.pop("refused", None)
+    if refused is not None:  # what the refused stage had used is in its row too
+        case["peak_MiB"] = refused.get("peak_MiB")
     stopped = next((s for s in stages if s not in done), None)
     if refused is not None:
         return done, f"{refused.get('at') or stopped}: {refused['why']}"

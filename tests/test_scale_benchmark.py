@@ -151,6 +151,16 @@ def test_a_case_stopped_at_its_limit_shows_the_cpu_time_and_peak_of_its_child_wh
     assert float(row["peak MiB"]) >= round(done["case"]["peak_MiB"]) > 0  # read before the child was killed
 
 
+def test_a_refused_case_shows_the_peak_of_the_stage_that_refused_it(monkeypatch):
+    # the 64-GPU dgx-a100x8 allreduce's compile peaked at 2.8 GB before every variant was refused
+    # (4,430 XML elements on rank 0); its row showed 315 MiB, the peak of the stages before it
+    monkeypatch.setenv("XCCL_MAX_BASELINE_SENDS", "100")
+    scale = _scale()
+    done, stopped = scale._child("dgx-h100x2", "alltoall", 60.0, False, True)
+    assert stopped.startswith("compile: an XML needs the Algorithm")
+    assert done["case"]["peak_MiB"] >= max(d["peak_MiB"] for k, d in done.items() if k != "case") > 0
+
+
 def test_the_bound_column_names_each_method_whole_not_cut_in_a_word():
     from synth.bounds.bandwidth import MET
 
