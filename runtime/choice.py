@@ -269,9 +269,10 @@ def choose_port_order(
     order = min(kept.choices, key=lambda c: c.kept_us).port_order
     ordered = [given(Variant(port_order=order)), *(given(replace(v, port_order=order)) for v in wider)]
 
-    def in_other_protocol() -> list[Variant]:  # the faster one (any gain), or back to the caller's
-        other = faster_protocol(algo, topology, size, params, algorithm) if protocols else None
-        other = params.protocol if lead is not None else other
+    def in_other_protocol() -> list[Variant]:  # back to the caller's, or the faster one (any gain)
+        other = params.protocol if lead is not None else None
+        if other is None and protocols:
+            other = faster_protocol(algo, topology, size, params, algorithm)
         return [] if other is None else [replace(v, protocol=other) for v in ordered]
 
     for stage in (lambda: ordered[1:], in_other_protocol, lambda: [given(v) for v in overlapped]):
