@@ -42,7 +42,7 @@ def test_an_untimed_schedule_within_speed_as_it_is_compiles_once():
     assert not choice.variant.retimed and choice.size_bytes == 1 << 26
 
 
-@pytest.mark.slow  # 20-70 s: eight compiles of 3,528-7,056 sends
+@pytest.mark.slow  # 5-15 s each at load 3, 20-70 s at load 4-5: eight compiles of 3,528-7,056 sends
 @pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
 def test_dgx1_trees_schedules_compile_within_speed(collective):
     # 1.16x / 1.16x / 1.13x before, every variant slower: DGX-1's double NVLinks carry two sends
