@@ -8,8 +8,9 @@ steps, latency and bandwidth bounds, and how the bandwidth bound was found), syn
 synthesizer at scale (``synth trees`` for allgather, reducescatter and allreduce, composed over
 the machines (``--hierarchical``) from ``--compose-from`` GPUs; ``synth hierarchical``, the
 rail-aligned alltoall), the Algorithm's modeled time at 1 GiB (ideal: the bound's line rates, as a
-percentage of the bound; calibrated: absolute), then compile, write XML, load it back, check it,
-simulate it, and last NCCL: its layout (``xccl baseline nccl``) timed in both models and its own
+percentage of the bound; calibrated: absolute), then compile as ``xccl compile`` does (the choice of
+``runtime.choice``: its variants compiled and timed at 1 GiB are in the compile time), write XML,
+load it back, check it, simulate it, and last NCCL: its layout (``xccl baseline nccl``) timed in both models and its own
 model (synth/nccl), each side's time modeled, as the gain over NCCL (NCCL's time over ours).
 A stage that runs past the limit ends its row (``>LIMIT`` and the stages after it blank).
 Progress goes to stderr; Ctrl-C or SIGTERM stops the running case and prints the rows that finished.
@@ -26,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -59,11 +61,16 @@ METHOD = {"allgather": "trees", "reducescatter": "trees", "allreduce": "trees", 
 COMPOSE_FROM = 4096
 
 
+def _peak_so_far() -> float:
+    """This process's peak resident memory so far (MiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _report(stage: str, start: float, **extra) -> None:
     """One JSON line per finished stage: its seconds and the peak memory so far (MiB)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
-        json.dumps({"stage": stage, "s": time.perf_counter() - start, "peak_MiB": peak, **extra}), flush=True
+        json.dumps({"stage": stage, "s": time.perf_counter() - start, "peak_MiB": _peak_so_far(), **extra}),
+        flush=True,
     )
 
 
@@ -106,20 +113,22 @@ def _model(made, topo) -> tuple[float, float]:
 
 
 def _xml_stages(algo, topo) -> None:
-    """Compile, write the XML, load it back, check it as ``xccl check`` does (the runtime's rules,
-    the file's facts, then what it computes by symbolic execution: a row with a problem stops at
-    ``check``) and simulate it (calibrated, as the Algorithm's ``calibrated us``), each reported."""
+    """Compile as ``xccl compile`` does (``runtime.choice.compile_fastest``: the variants the
+    choice compiles and times at the recorded size are in the stage's time), write the XML, load it
+    back, check it as ``xccl check`` does (the runtime's rules, the file's facts, then what it
+    computes by symbolic execution: a row with a problem stops at ``check``) and simulate it
+    (calibrated, as the Algorithm's ``calibrated us``), each reported."""
     from codegen.check import find_problems
-    from codegen.compiler import run_compiler
     from codegen.formats import read_ir_facts, write_ir
-    from codegen.lower import lower_algorithm
     from codegen.semantics import find_wrong_result
+    from runtime.choice import compile_fastest
     from runtime.sim import simulate as simulate_ir
     from synth.timing import model_params
 
     t = time.perf_counter()
-    ir = run_compiler(lower_algorithm(algo, topo), dialect="azure").result
-    _report("compile", t)
+    ir, choice = compile_fastest(algo, topo, dialect="azure")
+    compiled = 1 if choice is None else 1 + len(choice.others_us)
+    _report("compile", t, variants=compiled, kept=choice.variant.describe() if choice else "compiled once")
     t = time.perf_counter()
     text = write_ir(ir, "azure")
     _report("write", t, xml_MB=len(text) / 1e6)
@@ -146,9 +155,9 @@ def run_case(topology: str, collective: str, limit_s: float, compose: bool, with
     try:
         _stages(topology, collective, limit_s, compose, with_xml)
     except Refused as exc:
-        print(json.dumps({"stage": "refused", "at": exc.at, "why": exc.why}), flush=True)
+        print(json.dumps({"stage": "refused", "at": exc.at, "why": exc.why, "peak_MiB": _peak_so_far()}), flush=True)
     except XcclError as exc:
-        print(json.dumps({"stage": "refused", "why": str(exc)}), flush=True)
+        print(json.dumps({"stage": "refused", "why": str(exc), "peak_MiB": _peak_so_far()}), flush=True)
 
 
 class Refused(Exception):
@@ -219,9 +228,13 @@ def _whole(made):
     the alltoall's 31.4 M, over XCCL_MAX_BASELINE_SENDS), which is verified and timed as arrays."""
     from common.limits import LimitError
     from synth.baselines.rails import VerifiedRails
+    from synth.cost import sized
 
     try:
-        return (made.algorithm() if isinstance(made, VerifiedRails) else made.algorithm), ""
+        if isinstance(made, VerifiedRails):  # with its size recorded, as ``xccl synth hierarchical`` writes it
+            whole = made.algorithm()
+            return replace(whole, provenance=sized(whole.provenance, SIZE)), ""
+        return made.algorithm, ""
     except LimitError as exc:
         return None, str(exc)
 
@@ -270,6 +283,8 @@ def _child(
     done["case"] = case
     stages = STAGES if with_xml else tuple(s for s in STAGES if s not in XML_STAGES)
     refused = done.pop("refused", None)
+    if refused is not None:  # what the refused stage had used is in its row too
+        case["peak_MiB"] = refused.get("peak_MiB")
     stopped = next((s for s in stages if s not in done), None)
     if refused is not None:
         return done, f"{refused.get('at') or stopped}: {refused['why']}"
@@ -327,7 +342,9 @@ def _row(machine: str, gpus: int, collective: str, done: dict, stopped: str | No
         _gain(nccl.get("layout_us"), model.get("calibrated_us")) or _not_built(nccl),
         _gain(nccl.get("layout_ideal_us"), model.get("ideal_us")) or _not_built(nccl),
         _gain(nccl.get("model_us"), model.get("calibrated_us")),
-        *(secs(s) for s in ("compile", "write", "load", "check", "simulate")),
+        secs("compile"),
+        done.get("compile", {}).get("variants", ""),
+        *(secs(s) for s in ("write", "load", "check", "simulate")),
         _ratio(done.get("simulate", {}).get("ir_us"), model.get("calibrated_us")),
         secs("nccl"),
         f"{done['case']['cpu_s']:.1f}" if "case" in done else "",
@@ -351,6 +368,7 @@ HEADERS = [
     "vs NCCL layout (ideal)",
     "vs NCCL model",
     "compile s",
+    "variants",
     "write s",
     "load s",
     "check s",
@@ -368,10 +386,13 @@ calibrated us: the Algorithm's time in the calibrated model. vs NCCL layout: NCC
 Algorithm (xccl baseline nccl) over ours, both calibrated; (ideal): both ideal; vs NCCL model: NCCL's
 own tuning model over our calibrated time (none for alltoall: NCCL's model has no alltoall);
 "over LIMIT": NCCL's layout refused by that limit (raise it through its environment variable).
-check s: the loaded XML checked as xccl check does (the azure runtime's rules, then what it computes);
-a row it fails stops there. XML / Algorithm: the checked XML's time in the IR simulator over the
-Algorithm's, both calibrated. Stage times (s) are wall clock; CPU s and peak MiB: the case's child
-process's CPU time (user + system) and peak resident memory, the stage it was stopped in included."""
+compile s: as xccl compile compiles (runtime.choice): the schedule as it is and, where that is not
+within 10% of its Algorithm at 1 GiB, each variant the choice tries (variants: how many compiled),
+each timed in the IR simulator. check s: the loaded XML checked as xccl check does (the azure
+runtime's rules, then what it computes); a row it fails stops there. XML / Algorithm: the checked
+XML's time in the IR simulator over the Algorithm's, both calibrated. Stage times (s) are wall
+clock; CPU s and peak MiB: the case's child process's CPU time (user + system) and peak resident
+memory, the stage it was stopped in included."""
 
 
 def _stop(signum: int, frame: object) -> None:

@@ -103,10 +103,11 @@ class ProgramInfo:
     model_timed: bool = False
     """The ops' times are the Algorithm model's list schedule (``codegen.lower``): transfers that
     overlap in time between two ranks ran side by side over the connection's links."""
-    ports: tuple[tuple[int, int, int, float], ...] = ()
-    """``(src, dst, port, alpha_us)`` per connection of a timed program on a known topology
-    (``codegen.lower``): sends from ``src`` with the same ``port`` leave through one physical edge;
-    a send's data arrives ``alpha_us`` after its call ends (``order_ports``)."""
+    ports: tuple[tuple[int, int, int, float, int], ...] = ()
+    """``(src, dst, port, alpha_us, lanes)`` per connection of a timed program on a known topology
+    (``codegen.lower``): sends from ``src`` with the same ``port`` leave through one physical edge
+    of ``lanes`` parallel links; a send's data arrives ``alpha_us`` after its call ends
+    (``order_ports``)."""
 
     def canonical(self, rank: int, buffer: Buffer, index: int) -> tuple[int, Buffer, int]:
         """The physical slot: in-place programs see the smaller buffer inside the larger one."""

@@ -144,7 +144,7 @@ class ChunkProgram:
         self.protocol = protocol
         self.inplace = inplace
         self.model_timed = False  # set by codegen.lower: the ops' times are the Algorithm model's
-        self.ports: tuple[tuple[int, int, int, float], ...] = ()  # set by codegen.lower (ProgramInfo.ports)
+        self.ports: tuple[tuple[int, int, int, float, int], ...] = ()  # set by codegen.lower (ProgramInfo.ports)
         self._aliases = aliases_of(collective)
         # the logical links, asked per pair (it remembers each answer): not a set of all pairs, which
         # at 512 ranks of switched machines is 261,632 of them, each routed, for a ring that uses 512

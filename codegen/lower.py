@@ -149,16 +149,17 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
     return times
 
 
-def _ports(algo: Algorithm, topology: Topology) -> tuple[tuple[int, int, int, float], ...]:
-    """``(src, dst, port, alpha_us)`` for every connection ``algo`` sends over: ``port`` numbers
-    the physical edge its logical link leaves ``src`` by, ``alpha_us`` is the link's latency
-    (``ProgramInfo.ports``)."""
+def _ports(algo: Algorithm, topology: Topology) -> tuple[tuple[int, int, int, float, int], ...]:
+    """``(src, dst, port, alpha_us, lanes)`` for every connection ``algo`` sends over: ``port``
+    numbers the physical edge its logical link leaves ``src`` by, ``alpha_us`` is the link's
+    latency, ``lanes`` the edge's parallel links (``ProgramInfo.ports``)."""
     logical = topology.logical()
     ids: dict[object, int] = {}
     pairs = sorted({(s.src, s.dst) for step in algo.steps for s in step.sends})
+    edges = {(a, b): logical.links[(a, b)].edges[0] for a, b in pairs}
     return tuple(
-        (a, b, ids.setdefault(logical.links[(a, b)].edges[0], len(ids)), logical.links[(a, b)].alpha_us)
-        for a, b in pairs
+        (a, b, ids.setdefault(e, len(ids)), logical.links[(a, b)].alpha_us, logical.resources[e].count)
+        for (a, b), e in edges.items()
     )
 
 

@@ -2,6 +2,13 @@
 order (``codegen.passes.order_ports``) and keep the IR that is faster at the size it was
 synthesized for, timed by the same engine as its Algorithm (the calibrated default model).
 
+Every variant is compiled in the NCCL protocol the Algorithm model runs the schedule fastest in at
+that size, where that is more than :data:`PROTOCOL_GAIN` faster than Simple (as NCCL's tuner picks
+a protocol per size from its model; a protocol the user gives is kept): NDv2 x2's fully connected
+MILPs at 64 KiB run 28x faster in LL, and their XMLs, within 10% in Simple, take 15.1 us in LL
+where they took 39.0 us in Simple (allgather). Where no variant in it is within SPEED, those in
+the caller's protocol are tried too (the stage below that tries the faster protocol otherwise).
+
 Issue 17 item 4 asks that a compiled schedule stay within :data:`SPEED` of its Algorithm there, in
 the calibrated model and in the ideal one (line rate, no per-call cost: the MILP's and SCCL's).
 Where neither port order does, the compiler also tries :data:`WIDER`: only the pieces the
@@ -33,16 +40,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from codegen.compiler import compile_algorithm
+from codegen.compiler import compile_algorithm, compile_program
+from codegen.dsl import ChunkProgram
 from codegen.errors import CodegenError
 from codegen.ir import IR
-from codegen.lower import retimed
+from codegen.lower import lower_algorithm, retimed
 from codegen.passes.aggregate_chunks import WINDOW
 from codegen.rules import MAX_CHANNELS
 from common.errors import XcclError
+from common.gc_pause import gc_paused
 from common.units import format_size
 from runtime.sim import simulate as simulate_ir
 from synth.algorithm import Algorithm
+from synth.bounds import bandwidth_time_us
 from synth.cost import simulate
 from synth.timing import DEFAULT, IDEAL, Params, model_params
 from synth.timing.calibration import PROTOCOLS
@@ -51,11 +61,13 @@ from topologies import Topology, TopologyError, load
 __all__ = [
     "OVERLAPPED",
     "PORT_ORDERS",
+    "PROTOCOL_GAIN",
     "SPEED",
     "WIDER",
     "Choice",
     "Variant",
     "choose_port_order",
+    "compile_choosing",
     "compile_fastest",
     "faster_protocol",
     "schedule_of",
@@ -63,6 +75,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+PROTOCOL_GAIN = 0.10
+"""How much faster the Algorithm model must run a schedule in another NCCL protocol for the choice
+to compile it in that one first (no protocol given): less is within what a compile may lose (SPEED)."""
 
 SPEED = 0.10
 """How much slower than its Algorithm a compiled schedule may be at its size (issue 17 item 4)."""
@@ -117,17 +133,22 @@ whole, so each hop after it waits for its last piece: DGX-A100 x4's MILP reduces
 OVERLAPPED = (
     Variant(port_order=True, window=0.01, port_overlap=True),
     Variant(port_order=True, window=0.0, port_overlap=True, retimed=True),
+    Variant(port_order=True, window=0.0, channels=MAX_CHANNELS),
 )
 """Tried only where neither port order nor :data:`WIDER` is within SPEED: the port order where the
 schedule does not overlap sends, with fewer pieces merged (a schedule made in the calibrated model
-overlaps per-call costs on a port), and the schedule as the calibrated model runs it (where the
-ideal MILP's order through a port would serialize them)."""
+overlaps per-call costs on a port), the schedule as the calibrated model runs it (where the
+ideal MILP's order through a port would serialize them), and the port order whole over every
+channel, only pieces starting together merged: a port's sends spread over more threadblocks, so
+one waits for the send the schedule puts before it through the port, not behind a later one in its
+threadblock (DGX-1's trees allgather, made for 1 GiB and re-timed: 1.16x -> 1.01x)."""
 
 
 @dataclass(frozen=True)
 class Choice:
     """What the compiler kept and why: modeled times at ``size_bytes`` in ``model`` (``ratios``:
-    the kept IR over its Algorithm in that model and the ideal one)."""
+    the kept IR over its Algorithm in that model and the ideal one; ``caller``: the caller's protocol
+    and the Algorithm's time in it, where the kept IR is in another)."""
 
     variant: Variant
     size_bytes: float
@@ -136,6 +157,7 @@ class Choice:
     others_us: tuple[float, ...]
     model: str
     ratios: tuple[float, ...] = ()
+    caller: tuple[str, float] | None = None
 
     @property
     def port_order(self) -> bool:
@@ -156,9 +178,10 @@ class Choice:
         verdict = "within" if self.fits else "beyond"
         others = ", ".join(f"{us:.1f} us" for us in self.others_us) or "none compiled"
         ideal = f"; ideal model {max(self.ratios):.2f}x" if self.ratios else ""
+        caller = "" if self.caller is None else f" in {self.variant.protocol}, {self.caller[1]:.1f} us in {self.caller[0]}"
         return (
             f"compiled {self.variant.describe()}: {self.kept_us:.1f} us in the IR simulator vs "
-            f"{self.algorithm_us:.1f} us for the Algorithm at {format_size(self.size_bytes)} ({self.ratio:.2f}x, "
+            f"{self.algorithm_us:.1f} us for the Algorithm{caller} at {format_size(self.size_bytes)} ({self.ratio:.2f}x, "
             f"{verdict} the {SPEED:.0%} aimed for{ideal}; the other candidates {others}; modeled, {self.model})"
         )
 
@@ -194,7 +217,9 @@ def choose_port_order(
 ) -> tuple[T, Choice | None]:
     """``compiled(variant)`` with and without the port order, and where neither is within SPEED in
     both models each of ``wider`` too, then (``protocols``) those in :func:`faster_protocol`, and
-    where none of those is, each of ``overlapped``; the best kept (see the module). A variant in
+    where none of those is, each of ``overlapped``; the best kept (see the module). Where
+    (``protocols``) the Algorithm model runs ``algo`` more than PROTOCOL_GAIN faster in another
+    protocol, every variant is in that one, and the third stage in ``params``' own. A variant in
     another protocol is timed, and its Algorithm with it, in that protocol's ``params``. A variant
     that does not compile is passed over (if none does, the first one's error is raised). An
     untimed ``algo`` with a recorded size (``synth trees``) is timed there too, each variant but
@@ -223,13 +248,20 @@ def choose_port_order(
         models = (own,) if own.model == IDEAL.model else (own, IDEAL)
         us = [simulate_ir(ir, topology, size, params=p).time_us for p in models]
         ratios = tuple(t / a if a > 0 else 1.0 for t, a in zip(us[1:], map(algorithm, models[1:]), strict=True))
-        return result, Choice(variant, size, algorithm(own), us[0], (), own.label, ratios)
+        caller = (params.protocol, algorithm(params)) if own != params else None
+        return result, Choice(variant, size, algorithm(own), us[0], (), own.label, ratios, caller)
 
-    # an untimed schedule: compiled as it is (and kept where that is within SPEED: one compile),
-    # else each variant also as the Algorithm model runs it (``retimed``: its sends get starts)
-    given = (lambda v: v) if _timed(algo) else (lambda v: replace(v, retimed=True))
+    # in the protocol the Algorithm model runs it PROTOCOL_GAIN faster in, where there is one; an
+    # untimed schedule: compiled as it is (and kept where that is within SPEED: one compile), else
+    # each variant also as the Algorithm model runs it (``retimed``: its sends get starts)
+    lead = faster_protocol(algo, topology, size, params, algorithm, PROTOCOL_GAIN) if protocols else None
+    retime = not _timed(algo)
+
+    def given(v: Variant) -> Variant:
+        return replace(v, retimed=v.retimed or retime, protocol=lead)
+
     kept: _Kept[T] = _Kept()
-    kept.add(timed(Variant()))
+    kept.add(timed(Variant(protocol=lead)))
     if _timed(algo) or not (kept.best and kept.best[1].fits):
         kept.add(timed(given(Variant(port_order=True))))
     if kept.best is None:
@@ -237,11 +269,13 @@ def choose_port_order(
     order = min(kept.choices, key=lambda c: c.kept_us).port_order
     ordered = [given(Variant(port_order=order)), *(given(replace(v, port_order=order)) for v in wider)]
 
-    def in_faster_protocol() -> list[Variant]:
-        faster = faster_protocol(algo, topology, size, params, algorithm) if protocols else None
-        return [] if faster is None else [replace(v, protocol=faster) for v in ordered]
+    def in_other_protocol() -> list[Variant]:  # back to the caller's, or the faster one (any gain)
+        other = params.protocol if lead is not None else None
+        if other is None and protocols:
+            other = faster_protocol(algo, topology, size, params, algorithm)
+        return [] if other is None else [replace(v, protocol=other) for v in ordered]
 
-    for stage in (lambda: ordered[1:], in_faster_protocol, lambda: [given(v) for v in overlapped]):
+    for stage in (lambda: ordered[1:], in_other_protocol, lambda: [given(v) for v in overlapped]):
         if kept.best[1].fits:
             break
         for v in stage():
@@ -274,19 +308,35 @@ def faster_protocol(
     size: float,
     params: Params = DEFAULT,
     algorithm_us: Callable[[Params], float] | None = None,
+    gain: float = 0.0,
 ) -> str | None:
     """The NCCL protocol in which the Algorithm model (``params``' named model) runs ``algo``
-    fastest at ``size``, where that is not ``params``' own (else None; None too for the ideal
-    model, which has no protocol, and for ``params`` changed from its named model). At small
-    sizes a connection holds 8 LL calls in flight where it holds 2 Simple ones
-    (:func:`codegen.protocols.fifo_calls`), and LL pays no per-call cost, as NCCL's tuner picks LL
-    there too (NDv2 x2's fully connected reducescatter at 64 KiB: 14.3 us in LL, 410 us in Simple)."""
+    fastest at ``size``, where that is more than ``gain`` (a fraction) faster than in ``params``'
+    own (else None; None too for the ideal model, which has no protocol, and for ``params`` changed
+    from its named model). At small sizes a connection holds 8 LL calls in flight where it holds 2
+    Simple ones (:func:`codegen.protocols.fifo_calls`), and LL pays no per-call cost, as NCCL's
+    tuner picks LL there too (NDv2 x2's fully connected reducescatter at 64 KiB: 14.3 us in LL, 410
+    us in Simple). A protocol the line-rate bound rules out (:func:`_floor_us` over its rate) is not
+    timed: at 1 GiB that spares every compile two Algorithm simulations (seconds at 512 ranks)."""
     if params.model == IDEAL.model or params != model_params(params.model, params.protocol):
         return None
     timed = algorithm_us or (lambda p: simulate(algo, topology, size, p).time_us)
-    times = {p: timed(model_params(params.model, p)) for p in PROTOCOLS}
-    best = min(PROTOCOLS, key=times.__getitem__)  # the default first: a tie keeps it
-    return None if best == params.protocol else best
+    most = timed(params) / (1 + gain)  # what another protocol must take less than
+    floor = _floor_us(algo, topology, size)
+    others = [model_params(params.model, p) for p in PROTOCOLS if p != params.protocol]
+    times = {p.protocol: timed(p) for p in others if floor / p.rate_fraction < most}
+    best = min(times, key=times.__getitem__, default=None)
+    return best if best is not None and times[best] < most else None
+
+
+def _floor_us(algo: Algorithm, topology: Topology, size: float) -> float:
+    """The line-rate bandwidth bound of ``algo``'s collective at ``size`` (0 where there is none):
+    every model runs each link at its rate times ``rate_fraction``, so no protocol runs ``algo``
+    faster than this over its fraction."""
+    try:
+        return bandwidth_time_us(topology, algo.collective, size)
+    except XcclError:
+        return 0.0
 
 
 def _in_protocol(params: Params, protocol: str | None) -> Params:
@@ -306,9 +356,10 @@ def compile_fastest(
 ) -> tuple[IR, Choice | None]:
     """:func:`codegen.compiler.compile_algorithm` with the port order (and, where that is not
     enough, the merge window, channels and protocol) chosen by the IR simulator
-    (``port_order="auto"``; ``"on"``/``"off"`` force the order alone, with no Choice); a
-    ``protocol`` given is kept, and the choice timed in it. ``topology=None``: the shipped one
-    ``algo`` names, where there is one (else compiled once, without).
+    (``port_order="auto"``: :func:`compile_choosing`, as ``xccl compile`` does; ``"on"``/``"off"``
+    force the order alone, with no Choice); a ``protocol`` given is kept, and the choice timed in
+    it. ``topology=None``: the shipped one ``algo`` names, where there is one (else compiled once,
+    without).
 
     >>> from synth.baselines import make_baseline
     >>> from synth.collectives import make_collective
@@ -320,27 +371,57 @@ def compile_fastest(
     """
     if port_order not in PORT_ORDERS:
         raise CodegenError(f"port_order: expected one of {', '.join(PORT_ORDERS)}, got {port_order!r}")
-    protocol = options.pop("protocol", None)
-    fixed = {} if protocol is None else {"protocol": protocol}
     if port_order != "auto":
-        return compile_algorithm(algo, topology, port_order=port_order == "on", **options, **fixed), None
+        return compile_algorithm(algo, topology, port_order=port_order == "on", **_given(options)), None
     topo = topology if topology is not None else _shipped(algo)
     if topo is None:
-        return compile_algorithm(algo, topology, **options, **fixed), None
+        return compile_algorithm(algo, topology, **_given(options)), None
+    inplace = bool(options.pop("inplace", False))
+    protocol, channels = options.get("protocol"), options.get("channels")
 
-    def compiled(v: Variant) -> IR:
-        return compile_algorithm(
-            schedule_of(algo, topo, v),
-            topo,
+    def run(program: ChunkProgram, v: Variant) -> IR:
+        return compile_program(
+            program,
             port_order=v.port_order,
             window=v.window,
             port_overlap=v.port_overlap,
-            **{**options, **fixed, **_channels(v), **_protocol(v)},
+            **{**options, **_channels(v), **_protocol(v)},
         )
 
-    wider = WIDER if options.get("channels") is None else ()
-    params = DEFAULT if protocol is None else model_params(DEFAULT.model, str(protocol))
-    return choose_port_order(algo, topo, compiled, params=params, wider=wider, protocols=protocol is None)
+    return compile_choosing(
+        algo, topo, run, protocol=None if protocol is None else str(protocol), channels=channels, inplace=inplace
+    )
+
+
+@gc_paused()  # lowering and compiling build millions of acyclic objects (common.gc_pause)
+def compile_choosing(
+    algo: Algorithm,
+    topology: Topology,
+    run: Callable[[ChunkProgram, Variant], T],
+    ir_of: Callable[[T], IR] = lambda x: x,
+    *,
+    protocol: str | None = None,
+    channels: object = None,
+    inplace: bool = False,
+) -> tuple[T, Choice | None]:
+    """What ``xccl compile`` does with a verified Algorithm, and :func:`compile_fastest` (so
+    ``xccl.compile`` and the scale benchmark): lowered once (again for a variant ``retimed``), each
+    variant compiled by ``run(program, variant)``, one kept by :func:`choose_port_order`; a
+    ``protocol`` the user gives is kept (no other tried) and ``channels`` given rule out ``WIDER``."""
+    lowered = lower_algorithm(algo, topology, inplace=inplace)
+
+    def compiled(v: Variant) -> T:
+        program = lower_algorithm(schedule_of(algo, topology, v), topology, inplace=inplace) if v.retimed else lowered
+        return run(program, v)
+
+    wider = WIDER if channels is None else ()
+    params = DEFAULT if protocol is None else model_params(DEFAULT.model, protocol)
+    return choose_port_order(algo, topology, compiled, ir_of, params=params, wider=wider, protocols=protocol is None)
+
+
+def _given(options: dict[str, object]) -> dict[str, object]:
+    """``compile_algorithm``'s options without a ``protocol`` left None (its default is Simple)."""
+    return {k: v for k, v in options.items() if k != "protocol" or v is not None}
 
 
 def _channels(variant: Variant) -> dict[str, int]:

@@ -25,7 +25,16 @@ from codegen.compiler import compile_algorithm
 from codegen.errors import CodegenError
 from codegen.ir import IR
 from common.errors import XcclError
-from runtime.choice import PORT_ORDERS, SPEED, Variant, choose_port_order, compile_fastest, faster_protocol
+from runtime.choice import (
+    PORT_ORDERS,
+    PROTOCOL_GAIN,
+    SPEED,
+    Choice,
+    Variant,
+    choose_port_order,
+    compile_fastest,
+    faster_protocol,
+)
 from runtime.sim import simulate as simulate_ir
 from sketches.io import load_sketch
 from synth.algorithm import Algorithm
@@ -64,9 +73,11 @@ CASES = [
     _case("dgx2x2-relay", "allgather"),
     _case("dgx-a100x8-direct", "allgather"),  # 1.14x before the port order
     # 64 KiB: a connection's two calls in flight bind, 2.37x ideal; pieces merged within 10% of
-    # the span over 32 channels (runtime.choice.WIDER): 1.05x (6 s, in the suite)
+    # the span over 32 channels (runtime.choice.WIDER): 1.05x (6 s, in the suite); the Algorithm
+    # model runs it 28x faster in LL, so it is compiled in LL now (runtime.choice.PROTOCOL_GAIN):
+    # 1.05x its Algorithm in LL, 15.1 us where the Simple XML took 39.0 us
     _case("ndv2x2-fc", "allgather", slow=False),
-    _case("ndv2x2-fc", "allreduce"),  # 1.94x ideal -> 1.08x (WIDER)
+    _case("ndv2x2-fc", "allreduce"),  # 1.94x ideal -> 1.08x (WIDER); in LL now 1.09x (24.3 us)
     # 1.16x ideal at its best in Simple (a connection's FIFO holds 2 Simple calls: a sender's third
     # waits for the receiver to take its first, per two 256-byte pieces); the Algorithm model runs it
     # 28x faster in LL (14.3 us, 410 us in Simple), whose FIFO holds 8 calls: in LL, pieces merged
@@ -133,10 +144,17 @@ def _milp(name: str, collective: str, made_in: Params) -> tuple[Algorithm, Topol
     return synthesize(topo, collective, sketch, size, options=Options(params=made_in)).algorithm, topo, size
 
 
+@functools.cache
+def _compiled(name: str, collective: str, made_in: Params) -> tuple[IR, Choice | None]:
+    """``xccl compile``'s choice for :func:`_milp`'s schedule (compiled once for the tests here)."""
+    algo, topo, _ = _milp(name, collective, made_in)
+    return compile_fastest(algo, topo)
+
+
 @pytest.mark.parametrize(("name", "collective", "made_in"), CASES)
 def test_compiled_schedule_keeps_its_speed(name, collective, made_in):
     algo, topo, size = _milp(name, collective, made_in)
-    ir, choice = compile_fastest(algo, topo)
+    ir, choice = _compiled(name, collective, made_in)
     assert choice is not None and choice.size_bytes == size
     # the XML is timed in its own protocol (the calibrated model's per-call cost and rate are the
     # protocol's), against its Algorithm in that protocol and in the default one
@@ -198,8 +216,32 @@ def test_the_protocol_the_algorithm_model_runs_fastest_is_found():
     assert faster_protocol(fc, fc_topo, fc_size) == "LL"
     assert faster_protocol(fc, fc_topo, fc_size, IDEAL) is None  # the ideal model has no protocol
     assert faster_protocol(fc, fc_topo, fc_size, model_params("calibrated", "LL")) is None
+    assert faster_protocol(fc, fc_topo, fc_size, gain=PROTOCOL_GAIN) == "LL"
     h100, h100_topo, h100_size = _milp("dgx-h100x2-direct", "reducescatter", IDEAL)
-    assert faster_protocol(h100, h100_topo, h100_size) is None
+    timed: list[str] = []
+
+    def algorithm_us(p: Params) -> float:
+        timed.append(p.protocol)
+        return simulate(h100, h100_topo, h100_size, p).time_us
+
+    assert faster_protocol(h100, h100_topo, h100_size, algorithm_us=algorithm_us) is None
+    # at 1 GiB the line-rate bound over LL's and LL128's rates rules both out before they are timed
+    # (two Algorithm simulations more for every compile: seconds at 512 ranks)
+    assert timed == ["Simple"]
+
+
+def test_a_schedule_the_algorithm_model_runs_faster_in_ll_is_compiled_in_ll():
+    # the fully connected NDv2 x2 allgather at 64 KiB was kept in Simple (within 10% of its
+    # Algorithm there, 39.0 us calibrated) though the Algorithm model runs it 28x faster in LL;
+    # a protocol the user gives is still kept
+    algo, topo, size = _milp("ndv2x2-fc", "allgather", IDEAL)
+    ir, choice = _compiled("ndv2x2-fc", "allgather", IDEAL)
+    simple, simple_choice = compile_fastest(algo, topo, protocol="Simple")
+    assert ir.protocol == choice.variant.protocol == "LL" and choice.fits
+    assert "the LL protocol" in choice.describe() and "us in Simple at 64KiB" in choice.describe()
+    assert simple.protocol == "Simple" and simple_choice.model == DEFAULT.label
+    ll_us = simulate_ir(ir, topo, size, params=model_params("calibrated", "LL")).time_us
+    assert ll_us * 2 < simulate_ir(simple, topo, size, params=DEFAULT).time_us  # 15.1 us, 39.0 us
 
 
 def test_a_protocol_the_user_gives_is_kept_and_timed_in_it():

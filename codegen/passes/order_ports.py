@@ -8,7 +8,9 @@ is the schedule's only by chance: on DGX H100 x2 the MILP reducescatter's forwar
 started 224 us late each (1.22x its Algorithm at 1 GiB), its reduction chains having waited behind
 sends the schedule put later. With ``port_order`` a send depends on the previous send (in the
 global order, which follows the schedule's times) that leaves its rank through the same physical
-edge (``ProgramInfo.ports``), so the port serves them as planned; the edges point forward in the
+edge (``ProgramInfo.ports``; through an edge of k parallel links, the k-th send before it: DGX-1's
+double NVLinks carry two sends at once, and a chain of one served them at half their rate, 1.95x
+the trees allgather's Algorithm), so the port serves them as planned; the edges point forward in the
 order, which stays a deadlock-free witness. A rigid chain also passes every delay on (DGX-A100 x2
 allgather 1.00x -> 1.02x), so the compiler keeps it only where the IR simulator finds it faster
 (``runtime.choice``). Untimed programs, and programs without ports, are returned unchanged.
@@ -35,7 +37,7 @@ def order_ports(dag: InstrDAG, port_order: bool = False, port_overlap: bool = Fa
     ``port_overlap`` only those the schedule does not overlap)."""
     if not port_order or dag.times is None or not dag.info.ports:
         return dag
-    port = {(src, dst): (p, alpha) for src, dst, p, alpha in dag.info.ports}
+    port = {(src, dst): (p, alpha, lanes) for src, dst, p, alpha, lanes in dag.info.ports}
     sent: dict[tuple[int, int], list[int]] = {}
     added = []
     for i in dag.order:
@@ -44,7 +46,8 @@ def order_ports(dag: InstrDAG, port_order: bool = False, port_overlap: bool = Fa
         if key is None:
             continue
         before = sent.setdefault((ins.rank, key[0]), [])
-        last = _ended_before(dag, before, i, port) if port_overlap else (before[-1] if before else None)
+        lanes = key[2]  # an edge of k parallel links carries k sends at once: wait for the k-th before
+        last = _ended_before(dag, before, i, port) if port_overlap else (before[-lanes] if len(before) >= lanes else None)
         if last is not None:
             added.append(InstrEdge(last, i, DepKind.ORDER))
         before.append(i)

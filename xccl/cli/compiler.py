@@ -119,20 +119,15 @@ def _compile_algorithm(args: argparse.Namespace) -> Compiled:
     algo = Algorithm.load(args.input)
     topo = algorithm_topology(algo, args.topology, args.input)
     algo.verify(topo)
-    prog = lower_algorithm(algo, topo, inplace=args.inplace)
     if args.port_order != "auto":
-        return _run_compiler(prog, args, args.port_order == "on"), topo
-    from runtime.choice import WIDER, choose_port_order, schedule_of
-    from synth.timing import DEFAULT, model_params
+        return _run_compiler(lower_algorithm(algo, topo, inplace=args.inplace), args, args.port_order == "on"), topo
+    from runtime.choice import compile_choosing
 
-    def compiled(v: Variant) -> PipelineResult:
-        program = lower_algorithm(schedule_of(algo, topo, v), topo, inplace=args.inplace) if v.retimed else prog
+    def run(program: ChunkProgram, v: Variant) -> PipelineResult:
         return _run_compiler(program, args, v.port_order, v.window, v.channels, v.port_overlap, v.protocol)
 
-    wider = WIDER if args.channels is None else ()  # channels the user fixed are kept
-    params = DEFAULT if args.protocol is None else model_params(DEFAULT.model, args.protocol)
-    result, choice = choose_port_order(
-        algo, topo, compiled, _result_ir, params=params, wider=wider, protocols=args.protocol is None
+    result, choice = compile_choosing(
+        algo, topo, run, _result_ir, protocol=args.protocol, channels=args.channels, inplace=args.inplace
     )
     if choice is not None:
         _stderr(choice.describe())
