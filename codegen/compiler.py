@@ -27,7 +27,7 @@ from topologies import Topology
 
 __all__ = ["compile_algorithm", "compile_program", "run_compiler"]
 
-_VARIED = frozenset({"bounded_fifos", "channels", "compact"})
+_VARIED = frozenset({"bounded_fifos", "drain_fifos", "channels", "compact"})
 """The options ``run_compiler`` changes between attempts."""
 _LAYOUT = frozenset({"channels", "compact"})
 """Those of them a layout or width tried changes (the FIFO bound changes the order before)."""
@@ -148,9 +148,10 @@ def run_compiler(
 class _Tails:
     """The passes after the prefix, run for each FIFO bound, width and layout the compiler tries,
     doing no work twice: the ordering passes (before the first that takes the channels or the
-    layout) once per FIFO bound, and the passes after the channel assignment once per distinct
-    assignment (at 512 ranks each run is tens of seconds: the default layout and layout 1 often
-    assign the same channels, then only their check of the result tells them apart)."""
+    layout) once per FIFO bound (and, bounded, whether a compact layout drains the FIFOs), and
+    the passes after the channel assignment once per distinct assignment (at 512 ranks each run is
+    tens of seconds: the default layout and layout 1 often assign the same channels, then only
+    their check of the result tells them apart)."""
 
     def __init__(self, head: PipelineResult, rest: tuple[str, ...], instances: int, fixed: dict) -> None:
         self.head, self.instances, self.fixed = head, instances, fixed
@@ -164,10 +165,18 @@ class _Tails:
 
     def run(self, bounded: bool, verify: bool, dumps: tuple[str, ...], width: int, compact: int) -> PipelineResult:
         """The pipeline's result for one attempt (records: every pass that made it, once each)."""
+        # a compact layout pairs a connection's sends and receives in one threadblock: its bounded
+        # order drains a full connection before a receive overtakes it (order_by_critical_path)
+        drain = bounded and compact >= 1
         options = CompileOptions(
-            instances=self.instances, channels=width, bounded_fifos=bounded, compact=compact, **self.fixed
+            instances=self.instances,
+            channels=width,
+            bounded_fifos=bounded,
+            drain_fifos=drain,
+            compact=compact,
+            **self.fixed,
         )
-        run = (bounded, verify, dumps)
+        run = (bounded, drain, verify, dumps)
         if run not in self.ordered:
             self.ordered[run] = run_pipeline(self.head.result, self.ordering, options, verify, dumps)
         start = self.ordered[run]
