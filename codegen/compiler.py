@@ -92,10 +92,11 @@ def run_compiler(
     def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...], compact: int) -> PipelineResult:
         # a compact layout caps each connection's share at the runtime's channels, so its width may
         # pass them: the lighter connections keep spreading while steps fall. The default layout
-        # stops where steps grow (its round robin over all flows may leave them level for a width,
-        # then fall; but the hierarchical alltoall at 512 ranks went 72, 70, 126, 126 for 1, 2, 4, 8
-        # channels: every tail a whole IR, tens of seconds)
+        # stops where steps grow or stay level twice (its round robin over all flows may leave them
+        # level for a width, then fall: a ring alltoall's 65, 65, 41; but the hierarchical alltoall
+        # at 512 ranks went 72, 72, 72, 72 for 1, 2, 4, 8 channels: every tail a whole IR, ~10 s)
         width, widest, before = channels or 1, max_channels * (max_channels if compact else 1), None
+        level = False
         while True:
             result = tails.run(bounded, verify, dumps, width, compact)
             ir = result.result
@@ -106,9 +107,9 @@ def run_compiler(
             steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
             if channels is not None or limit is None or steps <= limit or width * instances >= widest:
                 return result
-            if before is not None and (steps >= before if compact else steps > before):
+            if before is not None and _stops(compact, steps, before, level):
                 return result
-            before = steps
+            level, before = steps == before, steps
             width = min(widest // instances, max(width + 1, width * -(-steps // limit)))
 
     def layout(compact: int) -> PipelineResult:
@@ -202,6 +203,12 @@ class _Tails:
         if self.checked is None or self.checked[0] is not ir:
             self.checked = (ir, find_deadlock(ir) is None)
         return self.checked[1]
+
+
+def _stops(compact: int, steps: int, before: int, level: bool) -> bool:
+    """Whether a layout stops widening: a compact one where its steps no longer fall, the default
+    where they grow, or stay level a second time (``level``: they did at the width before)."""
+    return steps >= before if compact else steps > before or (level and steps == before)
 
 
 def _options(name: str) -> tuple[str, ...]:
