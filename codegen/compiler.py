@@ -27,7 +27,7 @@ from topologies import Topology
 
 __all__ = ["compile_algorithm", "compile_program", "run_compiler"]
 
-_VARIED = frozenset({"bounded_fifos", "channels", "compact"})
+_VARIED = frozenset({"bounded_fifos", "drain_fifos", "channels", "compact"})
 """The options ``run_compiler`` changes between attempts."""
 _LAYOUT = frozenset({"channels", "compact"})
 """Those of them a layout or width tried changes (the FIFO bound changes the order before)."""
@@ -92,10 +92,11 @@ def run_compiler(
     def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...], compact: int) -> PipelineResult:
         # a compact layout caps each connection's share at the runtime's channels, so its width may
         # pass them: the lighter connections keep spreading while steps fall. The default layout
-        # stops where steps grow (its round robin over all flows may leave them level for a width,
-        # then fall; but the hierarchical alltoall at 512 ranks went 72, 70, 126, 126 for 1, 2, 4, 8
-        # channels: every tail a whole IR, tens of seconds)
+        # stops where steps grow or stay level twice (its round robin over all flows may leave them
+        # level for a width, then fall: a ring alltoall's 65, 65, 41; but the hierarchical alltoall
+        # at 512 ranks went 72, 72, 72, 72 for 1, 2, 4, 8 channels: every tail a whole IR, ~10 s)
         width, widest, before = channels or 1, max_channels * (max_channels if compact else 1), None
+        level = False
         while True:
             result = tails.run(bounded, verify, dumps, width, compact)
             ir = result.result
@@ -106,9 +107,9 @@ def run_compiler(
             steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
             if channels is not None or limit is None or steps <= limit or width * instances >= widest:
                 return result
-            if before is not None and (steps >= before if compact else steps > before):
+            if before is not None and _stops(compact, steps, before, level):
                 return result
-            before = steps
+            level, before = steps == before, steps
             width = min(widest // instances, max(width + 1, width * -(-steps // limit)))
 
     def layout(compact: int) -> PipelineResult:
@@ -148,9 +149,10 @@ def run_compiler(
 class _Tails:
     """The passes after the prefix, run for each FIFO bound, width and layout the compiler tries,
     doing no work twice: the ordering passes (before the first that takes the channels or the
-    layout) once per FIFO bound, and the passes after the channel assignment once per distinct
-    assignment (at 512 ranks each run is tens of seconds: the default layout and layout 1 often
-    assign the same channels, then only their check of the result tells them apart)."""
+    layout) once per FIFO bound (and, bounded, whether a compact layout drains the FIFOs), and
+    the passes after the channel assignment once per distinct assignment (at 512 ranks each run is
+    tens of seconds: the default layout and layout 1 often assign the same channels, then only
+    their check of the result tells them apart)."""
 
     def __init__(self, head: PipelineResult, rest: tuple[str, ...], instances: int, fixed: dict) -> None:
         self.head, self.instances, self.fixed = head, instances, fixed
@@ -164,10 +166,18 @@ class _Tails:
 
     def run(self, bounded: bool, verify: bool, dumps: tuple[str, ...], width: int, compact: int) -> PipelineResult:
         """The pipeline's result for one attempt (records: every pass that made it, once each)."""
+        # a compact layout pairs a connection's sends and receives in one threadblock: its bounded
+        # order drains a full connection before a receive overtakes it (order_by_critical_path)
+        drain = bounded and compact >= 1
         options = CompileOptions(
-            instances=self.instances, channels=width, bounded_fifos=bounded, compact=compact, **self.fixed
+            instances=self.instances,
+            channels=width,
+            bounded_fifos=bounded,
+            drain_fifos=drain,
+            compact=compact,
+            **self.fixed,
         )
-        run = (bounded, verify, dumps)
+        run = (bounded, drain, verify, dumps)
         if run not in self.ordered:
             self.ordered[run] = run_pipeline(self.head.result, self.ordering, options, verify, dumps)
         start = self.ordered[run]
@@ -193,6 +203,12 @@ class _Tails:
         if self.checked is None or self.checked[0] is not ir:
             self.checked = (ir, find_deadlock(ir) is None)
         return self.checked[1]
+
+
+def _stops(compact: int, steps: int, before: int, level: bool) -> bool:
+    """Whether a layout stops widening: a compact one where its steps no longer fall, the default
+    where they grow, or stay level a second time (``level``: they did at the width before)."""
+    return steps >= before if compact else steps > before or (level and steps == before)
 
 
 def _options(name: str) -> tuple[str, ...]:

@@ -30,6 +30,10 @@ class CompileOptions:
     max_count: int = MAX_COUNT
     max_channels: int = MAX_CHANNELS
     bounded_fifos: bool = True
+    drain_fifos: bool = False
+    """With ``bounded_fifos``, a full connection's oldest calls are received before a send
+    overtakes them (``order_by_critical_path``): the compiler's compact layouts, which pair a
+    connection's sends and receives in one threadblock."""
     port_order: bool = False
     """Each send of a timed program waits for the one before it through its port (``order_ports``)."""
     port_overlap: bool = False

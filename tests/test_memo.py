@@ -89,7 +89,7 @@ def test_each_width_tried_orders_the_dag_once(monkeypatch):
     prog = lower_algorithm(make_baseline("ring", topo, make_collective("allgather", 64)), topo)
     calls = []
     original = obcp._ordered
-    monkeypatch.setattr(obcp, "_ordered", lambda dag, bounded: calls.append(bounded) or original(dag, bounded))
+    monkeypatch.setattr(obcp, "_ordered", lambda dag, bounded, drain: calls.append(bounded) or original(dag, bounded, drain))
     ir = run_compiler(prog).result
     assert ir.nchannels > 1
     assert calls == [False]

@@ -11,6 +11,7 @@ from codegen_helpers import stage_after
 
 from codegen.check import find_deadlock
 from codegen.compiler import compile_program
+from codegen.dsl import ChunkProgram, chunk
 from codegen.examples import (
     allpairs_allreduce,
     hierarchical_allreduce,
@@ -104,3 +105,45 @@ def test_the_compiler_falls_back_to_the_bounded_order_only_where_the_plain_one_d
     plain = run_pipeline(prog.chunk_dag(), options=CompileOptions(bounded_fifos=False)).result
     assert "once connections hold 2 calls" in find_deadlock(plain).message
     assert find_deadlock(compile_program(prog)) is None
+
+
+def _exchange(chunks: int) -> ChunkProgram:
+    """Two ranks swap ``chunks`` chunks each, all ready at once (an alltoall's pairwise exchange)."""
+    with ChunkProgram("exchange", "line:2", "alltoall", chunks_per_rank=chunks) as prog:
+        for src, dst in ((0, 0), (1, 1), (0, 1), (1, 0)):
+            for i in range(chunks):
+                chunk(src, "input", dst * chunks + i).copy(dst, "output", src * chunks + i)
+    prog.verify()
+    return prog
+
+
+def _overtaken(dag: InstrDAG) -> int:
+    """Receives that come in the order before the receive of an earlier send on their connection."""
+    sent: dict[tuple, list[int]] = defaultdict(list)
+    received: dict[tuple, list[int]] = defaultdict(list)
+    for i in dag.order:
+        ins = dag.instrs[i]
+        if ins.send_to is not None:
+            sent[(ins.rank, ins.send_to)].append(i)
+        if ins.recv_match is not None:
+            received[(ins.recv_from, ins.rank)].append(ins.recv_match)
+    return sum(a != b for pair in sent for a, b in zip(sent[pair], received[pair], strict=True))
+
+
+def test_a_drained_exchange_alternates_and_keeps_one_threadblock_per_rank():
+    """Four calls each way overfill Simple's 2-call FIFO: the bounded order lets a receive overtake
+    the calls in flight, which then needs a threadblock and channel of its own; draining the oldest
+    calls first keeps each connection in order, so a compact layout pairs both directions in one
+    threadblock, deadlock-free (the 512-rank hierarchical alltoall's exchanges, docs/scale.md)."""
+    dag = stage_after(_exchange(4), "fuse_recv_send", max_count=1)  # a call per chunk, none merged
+    overtaking, drained = order_by_critical_path(dag), order_by_critical_path(dag, drain_fifos=True)
+    assert _overtaken(overtaking) > 0
+    assert _overtaken(drained) == 0
+    assert _in_flight_peak(drained) <= fifo_calls("Simple")
+    layouts = {}
+    for drain in (False, True):
+        opts = CompileOptions(bounded_fifos=True, drain_fifos=drain, compact=1, max_count=1)
+        ir = run_pipeline(_exchange(4).chunk_dag(), options=opts).result
+        assert find_deadlock(ir) is None
+        layouts[drain] = [len(g.threadblocks) for g in ir.gpus]
+    assert layouts == {False: [2, 2], True: [1, 1]}

@@ -50,7 +50,7 @@ PASSES: dict[str, Pass] = {
         Pass("expand_instructions", expand_instructions, ChunkDAG, InstrDAG),
         Pass("aggregate_chunks", aggregate_chunks, InstrDAG, InstrDAG, ("max_count", "window")),
         Pass("fuse_recv_send", fuse_recv_send, InstrDAG, InstrDAG),
-        Pass("order_by_critical_path", order_by_critical_path, InstrDAG, InstrDAG, ("bounded_fifos",)),
+        Pass("order_by_critical_path", order_by_critical_path, InstrDAG, InstrDAG, ("bounded_fifos", "drain_fifos")),
         Pass("order_ports", order_ports, InstrDAG, InstrDAG, ("port_order", "port_overlap")),
         Pass("assign_channels", assign_channels, InstrDAG, ChannelDAG, ("channels", "max_channels", "compact")),
         Pass("assign_threadblocks", assign_threadblocks, ChannelDAG, ScheduledDAG, ("compact",)),

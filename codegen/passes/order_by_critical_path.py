@@ -13,6 +13,11 @@ the ones before it have, so the order is a witness that the schedule cannot dead
 
 - a send is taken while the calls in flight from its rank to its peer (sent, not yet received,
   counted per instance, a bound for each of the connections the pair will use) leave room for it;
+- otherwise, with ``drain_fifos``, where the receives of the oldest calls in flight are ready
+  (all they wait for is taken), those are taken first, oldest first, until the send fits: the
+  peer drains the connection in the order it was filled, so a pairwise exchange (an alltoall's)
+  alternates its sends and receives and keeps both directions in one threadblock on one channel
+  (the compact layouts pair them so; an overtaking receive below needs a threadblock of its own);
 - otherwise it is taken together with its receive, if that receive only waits for it (and, if the
   receive forwards, with the next receive, and so on; a chain through distinct ranks): the
   receiver drains the calls as they come. Such a receive may overtake the pair's calls in flight;
@@ -49,16 +54,17 @@ _ORDERED = SameObjects()
 tries, and the passes after it then find the DAG's positions, depths and edges computed."""
 
 
-def order_by_critical_path(dag: InstrDAG, bounded_fifos: bool = True) -> InstrDAG:
+def order_by_critical_path(dag: InstrDAG, bounded_fifos: bool = True, drain_fifos: bool = False) -> InstrDAG:
     """Order by ((time,) depth, -critical path, index), within the FIFO bound unless told otherwise."""
-    return _ORDERED.get([dag], bounded_fifos, lambda: _ordered(dag, bounded_fifos))
+    drain = bounded_fifos and drain_fifos
+    return _ORDERED.get([dag], (bounded_fifos, drain), lambda: _ordered(dag, bounded_fifos, drain))
 
 
-def _ordered(dag: InstrDAG, bounded_fifos: bool) -> InstrDAG:
+def _ordered(dag: InstrDAG, bounded_fifos: bool, drain: bool) -> InstrDAG:
     if not bounded_fifos:
         key = _keys(dag)
         return replace(dag, order=topological_order(len(dag.instrs), dag.edges, key.__getitem__))
-    return replace(dag, order=_Scheduler(dag).run())
+    return replace(dag, order=_Scheduler(dag, drain).run())
 
 
 def _keys(dag: InstrDAG) -> list[tuple]:
@@ -70,13 +76,15 @@ def _keys(dag: InstrDAG) -> list[tuple]:
 
 
 class _Scheduler:
-    def __init__(self, dag: InstrDAG) -> None:
-        self.dag = dag
+    def __init__(self, dag: InstrDAG, drain: bool = False) -> None:
+        self.dag, self.drain = dag, drain
         self.room = fifo_calls(dag.info.protocol)
         self.key = _keys(dag)
         self.waiting = [len(dag.preds[i]) for i in range(len(dag.instrs))]
         self.in_flight: dict[tuple[int, int, int], int] = defaultdict(int)
         self.counted: set[int] = set()  # sends whose calls are in flight (their receive not yet taken)
+        self.sent: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # counted, in order, per pair
+        self.taken = [False] * len(dag.instrs)
         self.order: list[int] = []
 
     def _pair(self, i: int) -> tuple[int, int, int]:
@@ -86,6 +94,33 @@ class _Scheduler:
     def _fits(self, i: int) -> bool:
         ins = self.dag.instrs[i]
         return ins.send_to is None or self.in_flight[self._pair(i)] + ins.count <= self.room
+
+    def _drained(self, i: int) -> list[int] | None:
+        """The ready receives of the oldest calls in flight on send ``i``'s connection, oldest
+        first, that leave it room ([] where it fits; None where the ready ones are not enough)."""
+        if self._fits(i):
+            return []
+        instrs, pair = self.dag.instrs, self._pair(i)
+        sent = self.sent[pair] = [s for s in self.sent[pair] if s in self.counted]
+        need, drained = self.in_flight[pair] + instrs[i].count - self.room, []
+        for s in sent:
+            r = instrs[s].send_match
+            if self.waiting[r] or self.taken[r] or not self._fits(r):
+                return None
+            drained.append(r)
+            need -= instrs[s].count
+            if need <= 0:
+                return drained
+        return None
+
+    def _chains(self, i: int) -> list[list[int]] | None:
+        """What taking ``i`` takes, chain by chain: with ``drain``, the receives that drain its
+        connection first where they can (each a chain of its own), else :meth:`_chain`."""
+        drained = self._drained(i) if self.drain else None
+        if drained is not None:
+            return [[r] for r in drained] + [[i]]
+        chain = self._chain(i)
+        return None if chain is None else [chain]
 
     def _chain(self, i: int) -> list[int] | None:
         """``i`` alone if it fits; else ``i`` with its receive (and so on), if each only waits for
@@ -111,6 +146,8 @@ class _Scheduler:
             if ins.send_to is not None and k == len(chain) - 1:
                 self.counted.add(i)
                 self.in_flight[self._pair(i)] += ins.count
+                self.sent[self._pair(i)].append(i)
+            self.taken[i] = True
             self.order.append(i)
             for e in self.dag.succs[i]:
                 self.waiting[e.succ] -= 1
@@ -122,15 +159,20 @@ class _Scheduler:
         heapq.heapify(ready)
         while ready:
             skipped = []
-            chain = None
-            while ready and chain is None:
+            chains = None
+            while ready and chains is None:
                 item = heapq.heappop(ready)
-                chain = self._chain(item[1])
-                if chain is None:
+                if self.taken[item[1]]:  # drained ahead of its turn
+                    continue
+                chains = self._chains(item[1])
+                if chains is None:
                     skipped.append(item)
-            if chain is None:  # nothing fits: take the best send anyway (the checker will object)
-                chain = [skipped.pop(0)[1]]
+            if chains is None:
+                if not skipped:
+                    break
+                chains = [[skipped.pop(0)[1]]]  # nothing fits: take the best send anyway (the checker will object)
             for item in skipped:
                 heapq.heappush(ready, item)
-            self._take(chain, ready)
+            for chain in chains:
+                self._take(chain, ready)
         return tuple(self.order)
