@@ -28,7 +28,9 @@ timing model overlaps:
   model's, and the ideal one's cannot be kept without serializing those costs (DGX-A100 x2
   reducescatter 1.27x -> 1.07x calibrated; DGX H100 x2 allreduce made calibrated 1.12x -> 1.00x).
 
-A candidate within SPEED in both models beats one that is not; among those the faster in the
+The search stops at a candidate within :data:`EVEN` of its Algorithm in both models: each further
+variant is a whole compile, for less than the models differ by. A candidate within SPEED in both
+models beats one that is not; among those the faster in the
 calibrated model is kept, and where none is within, the one closest to its Algorithm in its worse
 model. :class:`Choice` says what was kept and how close it is, so the command line can tell the
 user.
@@ -59,6 +61,7 @@ from synth.timing.calibration import PROTOCOLS
 from topologies import Topology, TopologyError, load
 
 __all__ = [
+    "EVEN",
     "OVERLAPPED",
     "PORT_ORDERS",
     "PROTOCOL_GAIN",
@@ -82,6 +85,12 @@ to compile it in that one first (no protocol given): less is within what a compi
 
 SPEED = 0.10
 """How much slower than its Algorithm a compiled schedule may be at its size (issue 17 item 4)."""
+
+EVEN = 0.01
+"""A candidate within this of its Algorithm in every model timed ends the search: what is left to
+gain is less than the models' own differences, and each further variant is a whole compile (the
+512-rank hierarchical alltoall's re-timed variant is at 1.00x, and the two after it in its stage
+took 236 s of CPU, to fit no layout)."""
 
 PORT_ORDERS = ("auto", "on", "off")
 """How a compile takes the port order: chosen by the IR simulator (``auto``), or forced on or off."""
@@ -173,6 +182,11 @@ class Choice:
         """Within SPEED of its Algorithm in every model timed."""
         return max((self.ratio, *self.ratios)) <= 1 + SPEED
 
+    @property
+    def even(self) -> bool:
+        """Within EVEN of its Algorithm in every model timed: no variant need be tried after it."""
+        return max((self.ratio, *self.ratios)) <= 1 + EVEN
+
     def describe(self) -> str:
         """One line for people: what was kept, how close it is, and whether that is within SPEED."""
         verdict = "within" if self.fits else "beyond"
@@ -224,7 +238,7 @@ def choose_port_order(
     that does not compile is passed over (if none does, the first one's error is raised). An
     untimed ``algo`` with a recorded size (``synth trees``) is timed there too, each variant but
     the first re-timed (``retimed``); one with no size is compiled once, without (its Choice is
-    None)."""
+    None). A stage stops at a candidate within EVEN of its Algorithm in every model."""
     size = synthesized_size(algo)
     if size is None:
         return compiled(Variant()), None
@@ -280,6 +294,8 @@ def choose_port_order(
             break
         for v in stage():
             kept.add(timed(v))
+            if kept.best[1].even:
+                break
     result, choice = kept.best
     others = tuple(c.kept_us for c in kept.choices if c is not choice)
     return result, replace(choice, others_us=others)

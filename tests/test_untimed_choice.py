@@ -97,3 +97,34 @@ def test_the_choice_drops_a_result_once_another_ranks_above_it():
     _, choice = choose_port_order(algo, topo, compiled, ir_of=lambda held: held.ir)
     assert len(made) >= 3 and len(choice.others_us) == len(made) - 1
     assert max(alive) <= 1, alive
+
+
+def test_the_search_stops_at_a_candidate_as_fast_as_its_algorithm(monkeypatch):
+    # the 512-rank hierarchical alltoall's re-timed variant was at 1.00x, and the two variants
+    # after it in its stage compiled whole (236 s of CPU) to fit no layout; here the IR simulator
+    # is told each variant's time, so only the choice's order of compiles is under test
+    import runtime.choice as choice_module
+    from runtime.choice import EVEN, WIDER, choose_port_order
+    from synth.cost import simulate as simulate_algorithm
+    from synth.timing import IDEAL
+
+    topo = load("dgx-h100x2")
+    algo = synthesize(topo, "reducescatter", size_bytes=1 << 28).algorithm
+    size = synthesized_size(algo)
+    algorithm_us = {p.model: simulate_algorithm(algo, topo, size, p).time_us for p in (DEFAULT, IDEAL)}
+    # as it is 1.5x, port order 1.6x, WIDER[0] even: WIDER[1:] must not be compiled
+    ratio = {0: 1.5, 1: 1.6, 2: 1 + EVEN / 2, 3: 0.9, 4: 0.9}
+    compiled: list = []
+
+    def fake_ir(ir, topology, nbytes, params):
+        return type("Timed", (), {"time_us": algorithm_us[params.model] * ratio[ir]})()
+
+    monkeypatch.setattr(choice_module, "simulate_ir", fake_ir)
+
+    def compile_variant(variant):
+        compiled.append(variant)
+        return len(compiled) - 1
+
+    _, choice = choose_port_order(algo, topo, compile_variant)
+    assert len(compiled) == 3, [v.describe() for v in compiled]
+    assert choice.even and choice.variant.window == WIDER[0].window
