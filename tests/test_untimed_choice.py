@@ -6,6 +6,7 @@ on two DGX H100s compiled to 1.13-1.25x their Algorithm when compiled once, with
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -128,3 +129,66 @@ def test_the_search_stops_at_a_candidate_as_fast_as_its_algorithm(monkeypatch):
     _, choice = choose_port_order(algo, topo, compile_variant)
     assert len(compiled) == 3, [v.describe() for v in compiled]
     assert choice.even and choice.variant.window == WIDER[0].window
+
+
+def _hierarchical_alltoall(topology: str):
+    from synth.baselines import make_baseline
+    from synth.collectives import make_collective
+    from synth.cost import sized
+
+    topo = load(topology)
+    algo = make_baseline("hierarchical", topo, make_collective("alltoall", topo.num_ranks))
+    return replace(algo, provenance=sized(algo.provenance, 1 << 30)), topo
+
+
+def test_a_schedule_the_model_runs_out_of_step_order_is_compiled_retimed_first(monkeypatch):
+    # the 512-rank hierarchical alltoall compiled as it is (dataflow order: every relay received
+    # before any is sent on) took 1.69x, in port order re-timed 2.06x, re-timed 1.00x: three whole
+    # compiles (500 s); the model starts its ranks' sends out of step order, so re-timed comes first
+    import runtime.choice as choice_module
+    from runtime.choice import choose_port_order
+    from synth.cost import simulate as simulate_algorithm
+    from synth.timing import IDEAL
+
+    algo, topo = _hierarchical_alltoall("dgx-a100x4")
+    size = synthesized_size(algo)
+    algorithm_us = {p.model: simulate_algorithm(algo, topo, size, p).time_us for p in (DEFAULT, IDEAL)}
+    compiled: list = []
+
+    def fake_ir(variant, topology, nbytes, params):  # the 512-rank ratios
+        ratio = 1.0 if variant.retimed and not variant.port_order else 2.06 if variant.retimed else 1.69
+        return type("Timed", (), {"time_us": algorithm_us[params.model] * ratio})()
+
+    monkeypatch.setattr(choice_module, "simulate_ir", fake_ir)
+
+    def compile_variant(variant):
+        compiled.append(variant)
+        return variant
+
+    _, choice = choose_port_order(algo, topo, compile_variant)
+    assert [(v.retimed, v.port_order, v.window) for v in compiled] == [(True, False, 0.0)]
+    assert choice.even and choice.others_us == ()
+
+
+def test_a_hierarchical_alltoall_out_of_step_order_compiles_once_retimed():
+    # DGX-A100 x4: compiled as it is first before (0.9999x, kept); re-timed first it is as fast,
+    # and that is what the 512-rank one needs
+    algo, topo = _hierarchical_alltoall("dgx-a100x4")
+    _, choice = compile_fastest(algo, topo)
+    assert choice.variant.retimed and choice.even and choice.others_us == (), choice.describe()
+
+
+def test_which_schedules_compile_retimed_first():
+    # the model runs a hierarchical alltoall's rail sends before its ranks' earlier steps are done
+    # (so the dataflow order is not the one timed); a textbook ring's dataflow order is the model's,
+    # and trees are lowered in a model's list schedule: those compile as they are first
+    from runtime.choice import in_step_order
+    from synth.baselines import make_baseline
+    from synth.collectives import make_collective
+
+    algo, topo = _hierarchical_alltoall("dgx-a100x4")
+    assert not in_step_order(algo, topo, 1 << 30)
+    ring = load("ring:8")
+    assert in_step_order(make_baseline("ring", ring, make_collective("alltoall", 8)), ring, 1 << 30)
+    dgx = load("dgx-h100x2")
+    assert in_step_order(synthesize(dgx, "allgather", size_bytes=1 << 28).algorithm, dgx, 1 << 28)
