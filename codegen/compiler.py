@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from codegen.check import check_ir, find_deadlock
 from codegen.dsl import PROTOCOLS, ChunkProgram
-from codegen.errors import CodegenError, DslError
+from codegen.errors import CodegenError, DslError, NoLayoutError
 from codegen.ir import IR
 from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE, PASSES
@@ -140,7 +140,8 @@ def run_compiler(
         if not problems:
             break
         if compact == 3:
-            raise CodegenError(_no_layout(result.result, d, problems))
+            binding = bool(layout_problems(result.result, d, steps=False))
+            raise NoLayoutError(_no_layout(result.result, d, problems), threadblocks=binding)
     if isinstance(result.result, IR):
         check_ir(result.result, d)
     return result

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 from common.errors import XcclError
 
-__all__ = ["CodegenError", "DslError", "IRCheckError", "IRFormatError", "XmlFormatError"]
+__all__ = ["CodegenError", "DslError", "IRCheckError", "IRFormatError", "NoLayoutError", "XmlFormatError"]
 
 
 class CodegenError(XcclError):
     """A program or algorithm cannot be compiled (e.g. it needs more channels than exist)."""
+
+
+class NoLayoutError(CodegenError):
+    """No threadblock layout the compiler tries fits the runtime. ``threadblocks``: what the last
+    layout breaks includes threadblocks per rank or per channel, or the ids of those waited on,
+    which more channels do not cure (only steps per threadblock do)."""
+
+    def __init__(self, message: str, threadblocks: bool) -> None:
+        super().__init__(message)
+        self.threadblocks = threadblocks
 
 
 class DslError(CodegenError):

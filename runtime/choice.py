@@ -45,7 +45,7 @@ from typing import Generic, TypeVar
 
 from codegen.compiler import compile_algorithm, compile_program
 from codegen.dsl import ChunkProgram
-from codegen.errors import CodegenError
+from codegen.errors import CodegenError, NoLayoutError
 from codegen.ir import IR
 from codegen.lower import lower_algorithm, retimed
 from codegen.passes.aggregate_chunks import WINDOW
@@ -256,6 +256,11 @@ def choose_port_order(
     def timed(variant: Variant) -> tuple[T, Choice] | None:
         try:
             result = compiled(variant)
+        except NoLayoutError as exc:
+            if exc.threadblocks and not kept.choices:
+                raise  # the variants left keep the connections and add channels or waits: none cures it
+            errors.append(exc)
+            return None
         except XcclError as exc:
             errors.append(exc)
             return None

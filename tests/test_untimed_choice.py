@@ -192,3 +192,28 @@ def test_which_schedules_compile_retimed_first():
     assert in_step_order(make_baseline("ring", ring, make_collective("alltoall", 8)), ring, 1 << 30)
     dgx = load("dgx-h100x2")
     assert in_step_order(synthesize(dgx, "allgather", size_bytes=1 << 28).algorithm, dgx, 1 << 28)
+
+
+def test_a_schedule_no_layout_fits_for_its_threadblocks_is_compiled_once(monkeypatch):
+    # the trees allreduce on 16 DGX H100 (128 ranks) fits no layout of azure's (threadblocks waited
+    # on past id 127): its first compile tried every layout (280 s of CPU), then the choice
+    # compiled each further variant so; a variant changes order, merging, waits or widens, none
+    # takes threadblocks away, so the first such failure ends the choice (here: 4 threadblocks)
+    import runtime.choice as choice_module
+    from codegen.errors import CodegenError
+    from codegen.rules import get_dialect
+
+    topo = load("dgx-h100x2")
+    algo = synthesize(topo, "allgather", size_bytes=1 << 28).algorithm
+    tiny = replace(get_dialect("azure"), max_threadblocks=4)
+    compiles: list[dict] = []
+    compile_program = choice_module.compile_program
+
+    def counted(program, **options):
+        compiles.append(options)
+        return compile_program(program, **options)
+
+    monkeypatch.setattr(choice_module, "compile_program", counted)
+    with pytest.raises(CodegenError, match=r"no threadblock layout fits .* allows 4 threadblocks"):
+        compile_fastest(algo, topo, dialect=tiny)
+    assert len(compiles) == 1
