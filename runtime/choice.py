@@ -28,8 +28,16 @@ timing model overlaps:
   model's, and the ideal one's cannot be kept without serializing those costs (DGX-A100 x2
   reducescatter 1.27x -> 1.07x calibrated; DGX H100 x2 allreduce made calibrated 1.12x -> 1.00x).
 
-The search stops at a candidate within :data:`EVEN` of its Algorithm in both models: each further
-variant is a whole compile, for less than the models differ by. A candidate within SPEED in both
+An untimed schedule (``synth trees``, ``synth hierarchical``) is compiled as it is first, unless
+compiled so it would not run in the order it is timed in (:func:`in_step_order`: a baseline's
+dataflow order where the calibrated Algorithm model starts a rank's sends out of step order); then
+the re-timed variant with only pieces starting together merged goes first (the 512-rank
+hierarchical alltoall: as it is 1.69x, in port order 2.06x, then that one 1.00x; three whole
+compiles of 487,424 sends before). The search stops at a candidate within :data:`EVEN` of its
+Algorithm in both models: each further variant is a whole compile, for less than the models
+differ by; and it ends at a first variant that no threadblock layout fits for its threadblocks
+(``codegen.errors.NoLayoutError``): the variants left keep its connections and add channels or
+waits. A candidate within SPEED in both
 models beats one that is not; among those the faster in the
 calibrated model is kept, and where none is within, the one closest to its Algorithm in its worse
 model. :class:`Choice` says what was kept and how close it is, so the command line can tell the
