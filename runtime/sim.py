@@ -140,7 +140,9 @@ class _Sim:
         if not tx.type.sends:
             return count, None
         nbytes = count * self.tile_bytes(tb.tile)
-        return count, self.network.transfer(tb.prog.rank, tb.prog.send, nbytes, send=tb.tile == 0)
+        return count, self.network.transfer(
+            tb.prog.rank, tb.prog.send, nbytes, send=tb.tile == 0, channel=tb.prog.channel
+        )
 
     # -- running the calls -------------------------------------------------------------------------
     def run(self) -> None:

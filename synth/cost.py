@@ -12,7 +12,10 @@ baseline, whose dataflow order the compiler keeps (and whose same-step chunks it
 of another untimed synthesized schedule (SMT, trees: :func:`model_ordered`) is a call of its own,
 as the compiler keeps them apart (it times them by this model's list schedule, in which a step's
 chunks on one link follow each other or take a link each). NCCL's layout is timed as NCCL runs it:
-its channels at once, a step's sends on one connection as its parallel links carry them.
+its channels at once, a step's sends on one connection as its parallel links carry them. An
+Algorithm has no channels, so its connection is ``src -> dst`` with a server per parallel link,
+where the IR simulator has one per channel as the runtimes do (:mod:`synth.timing`): this model
+charges the more per-send cost of the two where a compile spreads a peer's sends over channels.
 Sizes follow nccl-tests: ``size_bytes`` is the buffer nccl-tests reports (allgather: the output).
 """
 

@@ -11,7 +11,7 @@ from runtime.sim import simulate
 from synth.baselines import default_chunks, make_baseline
 from synth.collectives import make_collective
 from synth.cost import simulate as simulate_algorithm
-from synth.timing import IDEAL
+from synth.timing import DEFAULT, IDEAL
 from topologies import load
 from topologies.builders import fully_connected, line, ring, switch
 
@@ -64,6 +64,20 @@ def test_a_threadblock_runs_its_steps_in_order():
     parallel = simulate(samples.ring_allgather(n, chunks=2, channels=2), topo, size, params=IDEAL).time_us
     assert serial == pytest.approx((n - 1) * (2 * ALPHA + size / n / (GBPS * MB)))
     assert parallel < serial - (n - 2) * ALPHA
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_channels_to_one_peer_pay_their_per_send_costs_at_once(n):
+    """Each channel has its own connection to a peer (NCCL's ``ncclChannel.peers[peer]``, one
+    threadblock each in MSCCL), so two chunks sent round the ring on two channels pay their per-send
+    costs side by side and share only the link, which carries the 2 (n - 1) chunks back to back:
+    only the last one's send cost and alpha show. With one connection per rank pair (the model
+    before), each hop paid both chunks' send costs one after another."""
+    size = 8e6
+    hold = size / (2 * n) / (GBPS * DEFAULT.rate_fraction * MB)
+    ir = samples.ring_allgather(n, chunks=2, channels=2)
+    time = simulate(ir, ring(n, GBPS, ALPHA), size, params=DEFAULT).time_us
+    assert time == pytest.approx(DEFAULT.launch_us + DEFAULT.send_us + ALPHA + 2 * (n - 1) * hold)
 
 
 def test_tiles_pipeline_a_broadcast():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from synth.timing import IDEAL, Engine, Network
+from synth.timing import CONNECTION, DEFAULT, IDEAL, Engine, Network
 from topologies.builders import line, switch
 from topologies.model import Link, Topology
 
@@ -86,3 +86,19 @@ def test_the_server_that_carried_each_job_is_recorded():
         engine.submit(job, 0.0, network.transfer(src, 2, 1e6), job)
     engine.run(lambda job, at: None)
     assert engine.used[(("switch", 2), 0)] == [0, 1]
+
+
+def test_a_connection_is_per_channel_where_the_channel_is_known():
+    """The IR simulator knows each send's channel: a channel's connection is one FIFO driven by one
+    threadblock (one server), and two channels to one peer are two connections sharing the edges.
+    An Algorithm has no channels: its connection ``src -> dst`` has a server per parallel link."""
+    doubled = Topology.build("pair", 2, {(0, 1): Link(25.0, 0.7, count=2), (1, 0): Link(25.0, 0.7, count=2)})
+    network = Network(doubled, DEFAULT)
+
+    def connection(t):
+        (rid,) = [e for e, _ in t.path if network.edges[e][0] == CONNECTION]
+        return network.edges[rid], network.servers[rid]
+
+    on = [connection(network.transfer(0, 1, 1e6, channel=c)) for c in (0, 1)]
+    assert on == [((CONNECTION, 0, 1, 0), 1), ((CONNECTION, 0, 1, 1), 1)]
+    assert connection(network.transfer(0, 1, 1e6)) == ((CONNECTION, 0, 1), 2)

@@ -18,8 +18,12 @@ The model (:class:`Params` holds its parameters, :class:`Network` applies them t
   its path, each for ``b / (edge bandwidth x rate_fraction)`` (the server that frees first); links
   through one switch port share that port.
 - A send first pays ``send_us`` (a runtime's per-call work: flags, fences): it holds the
-  *connection* ``s -> d`` (a resource with as many servers as the path's fewest parallel links)
-  and keeps the sender busy for ``send_us + b / (link bandwidth x rate_fraction)``. The data
+  *connection* and keeps the sender busy for ``send_us + b / (link bandwidth x rate_fraction)``.
+  A connection is the runtime's where the feeder knows the send's channel (the IR simulator): one
+  per ``(s, d, channel)``, one call at a time, as NCCL gives each channel its own connection to a
+  peer and MSCCL one threadblock to each, so two channels to one peer pay their send costs at once
+  and share only the physical edges. An Algorithm has no channels: its connection is ``s -> d``,
+  with as many servers as the path's fewest parallel links (docs/nccl.md, "Calibration"). The data
   arrives ``send_us + alpha + b / (link bandwidth x rate_fraction)`` after the start. Alpha delays
   the arrival but occupies nothing.
 - A collective call pays ``launch_us`` once, before anything moves (the feeders add it).

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
 __all__ = ["CONNECTION", "Network", "Params", "Transfer"]
 
 CONNECTION = "connection"
-"""First item of a connection's resource key ``("connection", src, dst)`` (physical edges are pairs)."""
+"""First item of a connection's resource key: ``("connection", src, dst, channel)`` where the feeder
+knows the channel (the IR simulator), ``("connection", src, dst)`` where it does not (an Algorithm);
+physical edges are pairs."""
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,8 @@ class Params:
     """Paid once per collective call, before anything moves (kernel launch and set-up)."""
     send_us: float = 0.0
     """Paid by every send (a primitive call of the runtime) before its bytes move; it occupies the
-    connection (sender to receiver) and the sender, not the physical edges."""
+    connection (sender to receiver, on the send's channel where known) and the sender, not the
+    physical edges."""
     rate_fraction: float = 1.0
     """The fraction of a link's line rate a transfer gets (achievable rate x protocol efficiency)."""
     tolerance_us: float = 1e-9
@@ -76,17 +79,22 @@ class Network:
     """A topology's physical edges (and, when sends cost time, its connections) as the engine's
     resources, and the transfers over its logical links (each ``(src, dst, bytes)`` worked out once).
 
-    A connection ``src -> dst`` has as many servers as the fewest parallel links on its path (two
-    NVLinks carry two sends at once); it is made the first time a transfer uses it."""
+    A connection is made the first time a transfer uses it. On a known channel it is the runtime's
+    (NCCL's ``ncclChannel.peers[peer]->send[0]``: one FIFO per channel and peer, driven by one
+    threadblock in MSCCL) and carries one call at a time: two channels to one peer pay their
+    per-send costs at once and share only the physical edges. Without a channel (an Algorithm,
+    which has none) the connection ``src -> dst`` stands for the calls a compile puts on one
+    channel per parallel link: it has as many servers as the fewest parallel links on its path (two
+    NVLinks carry two sends at once). Sources: docs/nccl.md, "Calibration"."""
 
     topology: Topology
     params: Params = field(default_factory=lambda: _default())
     edges: list[Edge | tuple[str, int, int]] = field(init=False)
-    """Engine resource id -> the physical edge, or ``("connection", src, dst)``."""
+    """Engine resource id -> the physical edge, or a connection's key (:data:`CONNECTION`)."""
     servers: list[int] = field(init=False)
     """Engine resource id -> its number of servers."""
     _ids: dict[object, int] = field(init=False, repr=False)
-    _cache: dict[tuple[int, int, float, bool], Transfer] = field(init=False, repr=False)
+    _cache: dict[tuple[int, int, float, bool, int | None], Transfer] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         resources = self.topology.logical().resources
@@ -104,17 +112,20 @@ class Network:
         """The engine id of a resource key (an edge or a connection), made on first use."""
         rid = self._ids.get(key)
         if rid is None:
-            _, src, dst = key  # only connections are made late
+            _, src, dst, *channel = key  # only connections are made late
             rid = len(self.edges)
             self.edges.append(key)
-            self.servers.append(self.connection_servers(src, dst))
+            self.servers.append(1 if channel else self.connection_servers(src, dst))
             self._ids[key] = rid
         return rid
 
-    def transfer(self, src: int, dst: int, nbytes: float, send: bool = True) -> Transfer:
+    def transfer(
+        self, src: int, dst: int, nbytes: float, send: bool = True, channel: int | None = None
+    ) -> Transfer:
         """``nbytes`` from rank ``src`` to rank ``dst`` (the logical link must exist); ``send``: the
-        transfer pays the per-send cost (a tile after a call's first does not)."""
-        key = (src, dst, nbytes, send)
+        transfer pays the per-send cost (a tile after a call's first does not); ``channel``: the
+        runtime channel it goes on, where known (its connection is that channel's)."""
+        key = (src, dst, nbytes, send, channel)
         out = self._cache.get(key)
         if out is None:
             logical = self.topology.logical()
@@ -124,7 +135,8 @@ class Network:
                 (self._ids[e], p.hold_us(logical.resources[e].bandwidth_GBps, nbytes)) for e in link.edges
             ]
             if p.send_us > 0:
-                path.append((self.resource((CONNECTION, src, dst)), p.occupy_us(link, nbytes, send)))
+                conn = (CONNECTION, src, dst) if channel is None else (CONNECTION, src, dst, channel)
+                path.append((self.resource(conn), p.occupy_us(link, nbytes, send)))
             out = Transfer(tuple(path), p.occupy_us(link, nbytes, send), p.delay_us(link, nbytes, send))
             self._cache[key] = out
         return out
