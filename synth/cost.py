@@ -92,7 +92,9 @@ def simulate(algo: Algorithm, topology: Topology, size_bytes: float, params: Par
     return SimResult(size_bytes, finish, algbw, algbw * algo.collective.busbw_factor, params.label)
 
 
-def simulate_best(algo: Algorithm, topology: Topology, size_bytes: float, model: str = "calibrated") -> SimResult:
+def simulate_best(
+    algo: Algorithm, topology: Topology, size_bytes: float, model: str = "calibrated"
+) -> SimResult:
     """:func:`simulate` with the fastest protocol of ``model`` at this size, as a runtime that picks
     the protocol per size does (NCCL; an XML per size window)."""
     return min(
@@ -159,11 +161,22 @@ def _list_schedule(
 def _scheduled(
     algo: Algorithm, topology: Topology, size_bytes: float, params: Params
 ) -> tuple[tuple[float, ...], float]:
-    sends = [(k, send) for k, step in enumerate(algo.steps) for send in step.sends]
+    sends = _SCHEDULED.get(
+        (algo, topology),
+        "sends",
+        lambda: [(k, send) for k, step in enumerate(algo.steps) for send in step.sends],
+    )
     apart = calls_apart(algo.provenance) and any(send.start_us is None for _, send in sends)
     network = Network(topology, params)
-    started, arrived = feed(sends, network, chunk_bytes(algo.collective, size_bytes), merge=not apart)
+    merge = not apart and params.send_us > 0
+    shape = _SCHEDULED.get((algo, topology), ("shape", merge), lambda: _shape(sends, network, merge))
+    started, arrived = _run(sends, network, chunk_bytes(algo.collective, size_bytes), shape, None)
     return tuple(started), max(arrived, default=0.0)
+
+
+_Shape = tuple[list[list[int]], list[int], list[int], list[list[int]]]
+"""A list of sends as the engine runs them: its groups, each send's group, and per group how many
+groups it waits for and which groups wait for it (the same for every size and model)."""
 
 
 def feed(
@@ -178,31 +191,51 @@ def feed(
     ready when the earlier-step writes among ``sends`` to the slots it reads have arrived and not
     before its ``ready`` time (writes made outside ``sends``), with its place in ``sends`` as its
     priority. A send that never starts keeps 0.0 for both."""
-    servers = network.connection_servers if network.params.send_us > 0 and merge else None
-    groups, group_of = _groups(sends, servers)
+    shape = _shape(sends, network, merge and network.params.send_us > 0)
+    return _run(sends, network, nbytes, shape, ready)
+
+
+def _shape(sends: list[tuple[int, Send]], network: Network, merge: bool) -> _Shape:
+    groups, group_of = _groups(sends, network.connection_servers if merge else None)
     waiting, dependents = _dependencies(sends, groups, group_of)
+    return groups, group_of, waiting, dependents
+
+
+def _run(
+    sends: list[tuple[int, Send]],
+    network: Network,
+    nbytes: float,
+    shape: _Shape,
+    ready: Sequence[float] | None,
+) -> tuple[list[float], list[float]]:
+    """:func:`feed`'s engine run of ``sends`` grouped as ``shape`` says."""
+    groups, group_of, waits, dependents = shape
+    waiting = list(waits)
     transfers = [network.transfer(sends[g[0]][1].src, sends[g[0]][1].dst, nbytes * len(g)) for g in groups]
+    delays = [t.delay_us for t in transfers]
     ready_at = [0.0] * len(groups)
     for i, at in enumerate(ready or ()):
         ready_at[group_of[i]] = max(ready_at[group_of[i]], at)
     started = [0.0] * len(sends)
     arrived = [0.0] * len(sends)
     engine = Engine(network)
+    submit = engine.submit
 
     def on_start(i: int, start: float) -> None:
-        arrive = start + transfers[i].delay_us
+        arrive = start + delays[i]
         for j in groups[i]:
             started[j] = start
             arrived[j] = arrive
         for d in dependents[i]:
-            ready_at[d] = max(ready_at[d], arrive)
+            if arrive > ready_at[d]:
+                ready_at[d] = arrive
             waiting[d] -= 1
             if waiting[d] == 0:
-                engine.submit(d, ready_at[d], transfers[d], d)
+                submit(d, ready_at[d], transfers[d], d)
 
     for i, count in enumerate(waiting):
         if count == 0:
-            engine.submit(i, ready_at[i], transfers[i], i)
+            submit(i, ready_at[i], transfers[i], i)
     engine.run(on_start)
     return started, arrived
 
