@@ -87,32 +87,38 @@ def _plan(program: Program) -> _Plan:
 
 class _Tb:
     """One threadblock as it runs: its next call (transmission ``tx`` of tile ``tile``, ``part``
-    chunks of it done) and, once ``_Sim.consider`` handed it to the engine, its size and transfer."""
+    chunks of it done) and, once ``_Sim.consider`` handed it to the engine, its size and transfer.
+    It holds its connections' lists (``in_*``: what it receives, ``out_*``: what it sends) and
+    their waits (:class:`_Plan`), looked up once."""
 
     __slots__ = (
-        "calls",
-        "count",
-        "dep_time",
-        "free",
-        "nbytes",
-        "part",
-        "prog",
-        "recv",
-        "send",
-        "tile",
-        "transfer",
-        "transfers",
-        "tx",
-        "waited",
-    )
+        "calls", "count", "dep_time", "free", "full_wait", "in_arrives", "in_consumed", "in_sent",
+        "msg_wait", "nbytes", "out_arrives", "out_consumed", "out_sent", "part", "prog", "room_wait",
+        "sent_wait", "tile", "transfer", "transfers", "tx", "waited",
+    )  # fmt: skip
 
-    def __init__(self, prog: TbProgram, calls: tuple[_Call, ...], recv: int, send: int) -> None:
-        self.prog, self.calls, self.recv, self.send = prog, calls, recv, send
+    def __init__(self, sim: _Sim, prog: TbProgram, calls: tuple[_Call, ...], recv: int, send: int) -> None:
+        self.prog, self.calls = prog, calls
         self.free = self.dep_time = self.nbytes = 0.0
         self.tile = self.tx = self.part = self.count = 0
         self.waited = False
         self.transfer: Transfer | None = None
         self.transfers: dict[tuple[float, bool], Transfer] = {}
+        base = len(sim.plan.tbs)
+        if recv >= 0:
+            self.in_arrives, self.in_consumed, self.in_sent = (
+                sim.arrives[recv],
+                sim.consumed[recv],
+                sim.sent[recv],
+            )
+            self.msg_wait, self.room_wait = base + 2 * recv, base + 2 * recv + 1
+        if send >= 0:
+            self.out_arrives, self.out_consumed, self.out_sent = (
+                sim.arrives[send],
+                sim.consumed[send],
+                sim.sent[send],
+            )
+            self.sent_wait, self.full_wait = base + 2 * send, base + 2 * send + 1
 
     @property
     def done(self) -> bool:
@@ -148,7 +154,7 @@ class _Sim:
         self.published: list[list[int]] = [[] for _ in plan.tbs]
         self.published_at: list[list[float]] = [[] for _ in plan.tbs]
         self.finish = 0.0
-        self.tbs = [_Tb(*row) for row in zip(plan.tbs, plan.calls, plan.recv, plan.send, strict=True)]
+        self.tbs = [_Tb(self, *row) for row in zip(plan.tbs, plan.calls, plan.recv, plan.send, strict=True)]
         self.waiting: dict[int, list[int]] = {}
         self.engine = Engine(network)
 
@@ -170,19 +176,17 @@ class _Sim:
             tb.waited, tb.dep_time = True, dep_time
         start = tb.dep_time if tb.dep_time > tb.free else tb.free
         if call[0]:
-            c = tb.recv
-            k, arrives = len(self.consumed[c]), self.arrives[c]
+            k, arrives = len(tb.in_consumed), tb.in_arrives
             if k >= len(arrives):
-                return 0.0, len(self.tbs) + 2 * c
+                return 0.0, tb.msg_wait
             if arrives[k] > start:
                 start = arrives[k]
         if call[1]:
-            c = tb.send
-            k = len(self.arrives[c]) - self.depth
+            k = len(tb.out_arrives) - self.depth
             if k >= 0:
-                consumed = self.consumed[c]
+                consumed = tb.out_consumed
                 if k >= len(consumed):
-                    return 0.0, len(self.tbs) + 2 * c + 1
+                    return 0.0, tb.full_wait
                 if consumed[k] > start:
                     start = consumed[k]
         return start, -1
@@ -232,16 +236,15 @@ class _Sim:
         wakes = []
         if call[0]:
             self.receive(tb, start, nbytes)
-            wakes.append(len(self.tbs) + 2 * tb.recv + 1)
+            wakes.append(tb.room_wait)
         if transfer is not None:
-            c = tb.send
             end = start + transfer.busy_us
             arrive = start + transfer.delay_us
-            self.arrives[c].append(arrive)
-            self.sent[c].append(nbytes)
+            tb.out_arrives.append(arrive)
+            tb.out_sent.append(nbytes)
             if arrive > self.finish:
                 self.finish = arrive
-            wakes.append(len(self.tbs) + 2 * c)
+            wakes.append(tb.sent_wait)
         tb.free = end
         if end > self.finish:
             self.finish = end
@@ -255,16 +258,17 @@ class _Sim:
             tb.tx += 1
             if tb.tx == len(tb.calls) and tb.tile + 1 < len(self.sizes):
                 tb.tx, tb.tile = 0, tb.tile + 1
-        waiting = self.waiting
+        waiting, consider = self.waiting, self.consider
         for wake in wakes:
-            for other in waiting.pop(wake, ()):
-                self.consider(other)
-        self.consider(j)
+            if wake in waiting:
+                for other in waiting.pop(wake):
+                    consider(other)
+        consider(j)
 
     def receive(self, tb: _Tb, start: float, nbytes: float) -> None:
         """``tb`` consumes its connection's next message at ``start`` (its size must match)."""
-        consumed = self.consumed[tb.recv]
-        sent_bytes = self.sent[tb.recv][len(consumed)]
+        consumed = tb.in_consumed
+        sent_bytes = tb.in_sent[len(consumed)]
         if abs(sent_bytes - nbytes) > 1e-6 * max(1.0, nbytes):
             prog = tb.prog
             tx = prog.transmissions[tb.tx]

@@ -137,7 +137,8 @@ def calls_apart(provenance: Provenance | None) -> bool:
 _SCHEDULED = SameObjects()
 """The list schedules of the last (algorithm, topology), the latest :data:`_KEPT` (size, model)
 pairs: ``xccl compile`` of an untimed schedule asks the ideal model's at 1 GiB twice, to order the
-lowering and to judge the compiled IR against its Algorithm (4-5 s each at 512 ranks)."""
+lowering and to judge the compiled IR against its Algorithm (4-5 s each at 512 ranks); and the
+sends' grouping and dependencies (:func:`_shape`), which no size or model changes."""
 _KEPT = 4
 """Schedules kept: the ideal model's and the calibrated model's three protocols, as
 ``runtime.choice`` compares them at one size. Each holds a start per send (tens of MB at 512
@@ -196,6 +197,9 @@ def feed(
 
 
 def _shape(sends: list[tuple[int, Send]], network: Network, merge: bool) -> _Shape:
+    """The groups and dependencies of ``sends``; their links are routed here, one search per
+    source (one by one, a 512-rank tree schedule's 36,000 pairs take 12 s instead of 1 s)."""
+    network.topology.logical().route((send.src, send.dst) for _, send in sends)
     groups, group_of = _groups(sends, network.connection_servers if merge else None)
     waiting, dependents = _dependencies(sends, groups, group_of)
     return groups, group_of, waiting, dependents
@@ -216,16 +220,14 @@ def _run(
     ready_at = [0.0] * len(groups)
     for i, at in enumerate(ready or ()):
         ready_at[group_of[i]] = max(ready_at[group_of[i]], at)
-    started = [0.0] * len(sends)
-    arrived = [0.0] * len(sends)
+    started = [0.0] * len(groups)
+    arrived = [0.0] * len(groups)
     engine = Engine(network)
     submit = engine.submit
 
     def on_start(i: int, start: float) -> None:
-        arrive = start + delays[i]
-        for j in groups[i]:
-            started[j] = start
-            arrived[j] = arrive
+        started[i] = start
+        arrived[i] = arrive = start + delays[i]
         for d in dependents[i]:
             if arrive > ready_at[d]:
                 ready_at[d] = arrive
@@ -237,7 +239,7 @@ def _run(
         if count == 0:
             submit(i, ready_at[i], transfers[i], i)
     engine.run(on_start)
-    return started, arrived
+    return [started[g] for g in group_of], [arrived[g] for g in group_of]
 
 
 def _groups(
@@ -248,21 +250,19 @@ def _groups(
     spread round robin over the connection's ``servers(src, dst)`` parallel links, as the compiler's ``aggregate_chunks``
     merges ops that can run at the same time; otherwise each send alone. Groups are in the order
     of their first send."""
+    if servers is None:
+        return [[i] for i in range(len(sends))], list(range(len(sends)))
     groups: list[list[int]] = []
     group_of = [0] * len(sends)
     open_: dict[tuple, list[int]] = {}
     for i, (k, send) in enumerate(sends):
-        g = None
-        if servers is not None:
-            key = (k, send.src, send.dst, send.start_us)
-            lanes = open_.setdefault(key, [])
-            if len(lanes) >= servers(send.src, send.dst):
-                g = lanes[sum(len(groups[x]) for x in lanes) % len(lanes)]
-        if g is None:
+        lanes = open_.setdefault((k, send.src, send.dst, send.start_us), [])
+        if len(lanes) >= servers(send.src, send.dst):
+            g = lanes[sum(len(groups[x]) for x in lanes) % len(lanes)]
+        else:
             g = len(groups)
             groups.append([])
-            if servers is not None:
-                lanes.append(g)
+            lanes.append(g)
         groups[g].append(i)
         group_of[i] = g
     return groups, group_of
