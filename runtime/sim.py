@@ -104,21 +104,12 @@ class _Tb:
         self.waited = False
         self.transfer: Transfer | None = None
         self.transfers: dict[tuple[float, bool], Transfer] = {}
-        base = len(sim.plan.tbs)
         if recv >= 0:
-            self.in_arrives, self.in_consumed, self.in_sent = (
-                sim.arrives[recv],
-                sim.consumed[recv],
-                sim.sent[recv],
-            )
-            self.msg_wait, self.room_wait = base + 2 * recv, base + 2 * recv + 1
+            self.in_arrives, self.in_consumed, self.in_sent, self.msg_wait, self.room_wait = sim.ends(recv)
         if send >= 0:
-            self.out_arrives, self.out_consumed, self.out_sent = (
-                sim.arrives[send],
-                sim.consumed[send],
-                sim.sent[send],
+            self.out_arrives, self.out_consumed, self.out_sent, self.sent_wait, self.full_wait = sim.ends(
+                send
             )
-            self.sent_wait, self.full_wait = base + 2 * send, base + 2 * send + 1
 
     @property
     def done(self) -> bool:
@@ -157,6 +148,12 @@ class _Sim:
         self.tbs = [_Tb(self, *row) for row in zip(plan.tbs, plan.calls, plan.recv, plan.send, strict=True)]
         self.waiting: dict[int, list[int]] = {}
         self.engine = Engine(network)
+
+    def ends(self, c: int) -> tuple[list[float], list[float], list[float], int, int]:
+        """Connection ``c``'s lists (arrivals, times consumed, bytes sent) and its two waits (its
+        next message, room in it)."""
+        base = len(self.plan.tbs)
+        return self.arrives[c], self.consumed[c], self.sent[c], base + 2 * c, base + 2 * c + 1
 
     def ready(self, tb: _Tb) -> tuple[float, int]:
         """When ``tb``'s next call is ready (all but the links) and -1, or 0.0 and the wait
