@@ -38,111 +38,166 @@ from topologies.model import Topology
 __all__ = ["simulate"]
 
 
-@dataclass
-class _Tb:
-    prog: TbProgram
-    free: float = 0.0
-    tile: int = 0
-    tx: int = 0
-    part: int = 0
-    waited: bool = False
-    dep_time: float = 0.0
-    count: int = 0
-    """Chunks of the next call, with its transfer (``None``: it sends nothing), as ``_Sim.consider``
-    handed it to the engine; ``commit`` runs it (a call's transfer was looked up twice per call)."""
-    transfer: Transfer | None = None
-    recv_key: tuple | None = None
-    send_key: tuple | None = None
+@dataclass(frozen=True)
+class _Plan:
+    """A program as the simulator walks it, built once per program: threadblocks in (rank, id)
+    order, each transmission a tuple of ints (:data:`_Call`), connections and publishers numbered.
 
-    def __post_init__(self) -> None:
-        prog = self.prog
-        self.recv_key = None if prog.recv is None else (prog.recv, prog.rank, prog.channel)
-        self.send_key = None if prog.send is None else (prog.rank, prog.send, prog.channel)
+    A wait is an int: threadblock ``p``'s publications are ``p``; connection ``c``'s next message is
+    ``T + 2c`` and its room ``T + 2c + 1`` (``T`` threadblocks). A publication ``(tile, step)`` is
+    the int ``tile * span + step`` (``span`` exceeds every op index), ordered as the pairs are."""
+
+    tbs: tuple[TbProgram, ...]
+    calls: tuple[tuple[_Call, ...], ...]
+    recv: tuple[int, ...]
+    send: tuple[int, ...]
+    connections: tuple[tuple[int, int, int], ...]
+    span: int
+
+
+_Call = tuple[bool, bool, int, bool, int, tuple[tuple[int, int], ...]]
+"""One transmission: (receives, sends, count, has_dep, step it publishes, deps as (publisher, op))."""
+
+
+def _plan(program: Program) -> _Plan:
+    tbs = tuple(sorted(program.tbs, key=lambda p: (p.rank, p.id)))
+    index = {(p.rank, p.id): j for j, p in enumerate(tbs)}
+    conns = {key: c for c, key in enumerate(program.connections)}
+    span = 1 + max(
+        (op for p in tbs for tx in p.transmissions for op in (*tx.ops, *(d.op for d in tx.deps))), default=0
+    )
+    calls = tuple(
+        tuple(
+            (
+                tx.type.receives,
+                tx.type.sends,
+                tx.count,
+                tx.has_dep,
+                tx.step,
+                tuple((index[(p.rank, d.tb)], d.op) for d in tx.deps),
+            )
+            for tx in p.transmissions
+        )
+        for p in tbs
+    )
+    recv = tuple(-1 if p.recv is None else conns[(p.recv, p.rank, p.channel)] for p in tbs)
+    send = tuple(-1 if p.send is None else conns[(p.rank, p.send, p.channel)] for p in tbs)
+    return _Plan(tbs, calls, recv, send, tuple(conns), span)
+
+
+class _Tb:
+    """One threadblock as it runs: its next call (transmission ``tx`` of tile ``tile``, ``part``
+    chunks of it done) and, once ``_Sim.consider`` handed it to the engine, its size and transfer.
+    It holds its connections' lists (``in_*``: what it receives, ``out_*``: what it sends) and
+    their waits (:class:`_Plan`), looked up once."""
+
+    __slots__ = (
+        "calls", "count", "dep_time", "free", "full_wait", "in_arrives", "in_consumed", "in_sent",
+        "msg_wait", "nbytes", "out_arrives", "out_consumed", "out_sent", "part", "prog", "room_wait",
+        "sent_wait", "tile", "transfer", "transfers", "tx", "waited",
+    )  # fmt: skip
+
+    def __init__(self, sim: _Sim, prog: TbProgram, calls: tuple[_Call, ...], recv: int, send: int) -> None:
+        self.prog, self.calls = prog, calls
+        self.free = self.dep_time = self.nbytes = 0.0
+        self.tile = self.tx = self.part = self.count = 0
+        self.waited = False
+        self.transfer: Transfer | None = None
+        self.transfers: dict[tuple[float, bool], Transfer] = {}
+        if recv >= 0:
+            self.in_arrives, self.in_consumed, self.in_sent, self.msg_wait, self.room_wait = sim.ends(recv)
+        if send >= 0:
+            self.out_arrives, self.out_consumed, self.out_sent, self.sent_wait, self.full_wait = sim.ends(
+                send
+            )
 
     @property
     def done(self) -> bool:
-        return self.tx >= len(self.prog.transmissions)
+        return self.tx >= len(self.calls)
 
 
 class _Sim:
-    """The IR's state as its calls run: what each connection sent and consumed, what each
-    threadblock published; the engine decides when each call starts."""
+    """The IR's state as its calls run: what each connection sent (arrival, bytes) and consumed,
+    what each threadblock published; the engine decides when each call starts."""
 
     def __init__(
-        self, program: Program, network: Network, chunk_bytes: float, tile: float | None, depth: int
+        self,
+        program: Program,
+        plan: _Plan,
+        network: Network,
+        chunk_bytes: float,
+        tile: int | None,
+        depth: int,
     ) -> None:
-        self.program, self.network, self.depth = program, network, depth
-        self.chunk = chunk_bytes
+        self.program, self.plan, self.network, self.depth = program, plan, network, depth
         if tile is None or chunk_bytes <= tile:
-            self.tile, self.ntiles = chunk_bytes, 1
+            size, ntiles = chunk_bytes, 1
         else:
-            self.tile, self.ntiles = tile, -(-int(chunk_bytes) // int(tile))
+            size, ntiles = tile, -(-int(chunk_bytes) // int(tile))
+        self.sizes = [min(size, chunk_bytes - t * size) for t in range(ntiles)]
+        """Bytes of one chunk in each tile."""
         self.max_count = (
-            MAX_COUNT
-            if tile is None
-            else protocol.max_allowed_count(int(tile), int(chunk_bytes))
+            MAX_COUNT if tile is None else protocol.max_allowed_count(int(tile), int(chunk_bytes))
         )
-        self.sent: dict[tuple, list[tuple[float, float]]] = {key: [] for key in program.connections}
-        self.consumed: dict[tuple, list[float]] = {key: [] for key in program.connections}
-        self.published: dict[tuple[int, int], tuple[list[tuple[int, int]], list[float]]] = {
-            (tb.rank, tb.id): ([], []) for tb in program.tbs
-        }
+        self.arrives: list[list[float]] = [[] for _ in plan.connections]
+        self.sent: list[list[float]] = [[] for _ in plan.connections]
+        self.consumed: list[list[float]] = [[] for _ in plan.connections]
+        self.published: list[list[int]] = [[] for _ in plan.tbs]
+        self.published_at: list[list[float]] = [[] for _ in plan.tbs]
         self.finish = 0.0
-        self.tbs = [_Tb(p) for p in sorted(program.tbs, key=lambda p: (p.rank, p.id))]
-        self.waiting: dict[tuple, list[int]] = {}
+        self.tbs = [_Tb(self, *row) for row in zip(plan.tbs, plan.calls, plan.recv, plan.send, strict=True)]
+        self.waiting: dict[int, list[int]] = {}
         self.engine = Engine(network)
 
-    # -- what a call waits for -------------------------------------------------------------------
-    def tile_bytes(self, t: int) -> float:
-        return min(self.tile, self.chunk - t * self.tile)
+    def ends(self, c: int) -> tuple[list[float], list[float], list[float], int, int]:
+        """Connection ``c``'s lists (arrivals, times consumed, bytes sent) and its two waits (its
+        next message, room in it)."""
+        base = len(self.plan.tbs)
+        return self.arrives[c], self.consumed[c], self.sent[c], base + 2 * c, base + 2 * c + 1
 
-    def published_at(self, rank: int, tb: int, key: tuple[int, int]) -> float | None:
-        keys, times = self.published[(rank, tb)]
-        i = bisect_left(keys, key)
-        return times[i] if i < len(keys) else None
-
-    def ready(self, tb: _Tb) -> tuple[float, tuple | None]:
-        """When ``tb``'s next call is ready (all but the links), or what it is blocked on."""
-        prog = tb.prog
-        tx = prog.transmissions[tb.tx]
+    def ready(self, tb: _Tb) -> tuple[float, int]:
+        """When ``tb``'s next call is ready (all but the links) and -1, or 0.0 and the wait
+        (:class:`_Plan`) it is blocked on."""
+        call = tb.calls[tb.tx]
         if not tb.waited:
             dep_time = 0.0
-            for dep in tx.deps:
-                at = self.published_at(prog.rank, dep.tb, (tb.tile, dep.op))
-                if at is None:
-                    return 0.0, ("flag", prog.rank, dep.tb, dep.op)
-                dep_time = max(dep_time, at)
+            key = tb.tile * self.plan.span
+            for p, op in call[5]:
+                keys = self.published[p]
+                i = bisect_left(keys, key + op)
+                if i >= len(keys):
+                    return 0.0, p
+                at = self.published_at[p][i]
+                if at > dep_time:
+                    dep_time = at
             tb.waited, tb.dep_time = True, dep_time
-        start = max(tb.free, tb.dep_time)
-        kind = tx.type
-        if kind.receives:
-            key = tb.recv_key
-            k, sent = len(self.consumed[key]), self.sent[key]
-            if k >= len(sent):
-                return 0.0, ("msg", key)
-            if sent[k][0] > start:
-                start = sent[k][0]
-        if kind.sends:
-            key = tb.send_key
-            k = len(self.sent[key]) - self.depth
+        start = tb.dep_time if tb.dep_time > tb.free else tb.free
+        if call[0]:
+            k, arrives = len(tb.in_consumed), tb.in_arrives
+            if k >= len(arrives):
+                return 0.0, tb.msg_wait
+            if arrives[k] > start:
+                start = arrives[k]
+        if call[1]:
+            k = len(tb.out_arrives) - self.depth
             if k >= 0:
-                consumed = self.consumed[key]
+                consumed = tb.out_consumed
                 if k >= len(consumed):
-                    return 0.0, ("room", key)
+                    return 0.0, tb.full_wait
                 if consumed[k] > start:
                     start = consumed[k]
-        return start, None
+        return start, -1
 
-    def call(self, tb: _Tb) -> tuple[int, Transfer | None]:
-        """How many chunks ``tb``'s next call moves, and its transfer if it sends."""
-        tx = tb.prog.transmissions[tb.tx]
-        count = min(self.max_count, tx.count - tb.part)
-        if not tx.type.sends:
-            return count, None
-        nbytes = count * self.tile_bytes(tb.tile)
-        return count, self.network.transfer(
-            tb.prog.rank, tb.prog.send, nbytes, send=tb.tile == 0, channel=tb.prog.channel
-        )
+    def transfer(self, tb: _Tb, nbytes: float) -> Transfer:
+        """The transfer of ``nbytes`` from ``tb``'s rank to its send peer; a step pays the per-send
+        cost on its first tile only."""
+        key = (nbytes, tb.tile == 0)
+        out = tb.transfers.get(key)
+        if out is None:
+            out = tb.transfers[key] = self.network.transfer(
+                tb.prog.rank, tb.prog.send, nbytes, send=tb.tile == 0, channel=tb.prog.channel
+            )
+        return out
 
     # -- running the calls -------------------------------------------------------------------------
     def run(self) -> None:
@@ -153,67 +208,86 @@ class _Sim:
     def consider(self, j: int) -> None:
         """Hand threadblock ``j``'s next call to the engine once it is ready, else let it wait."""
         tb = self.tbs[j]
-        if tb.done:
+        if tb.tx >= len(tb.calls):
             return
-        ready, why = self.ready(tb)
-        if why is None:
-            tb.count, tb.transfer = self.call(tb)
-            self.engine.submit(j, ready, tb.transfer)
-        else:
-            self.waiting.setdefault(why[:3] if why[0] == "flag" else why, []).append(j)
+        ready, wait = self.ready(tb)
+        if wait >= 0:
+            self.waiting.setdefault(wait, []).append(j)
+            return
+        call = tb.calls[tb.tx]
+        count = call[2] - tb.part
+        if count > self.max_count:
+            count = self.max_count
+        tb.count = count
+        tb.nbytes = nbytes = count * self.sizes[tb.tile]
+        tb.transfer = self.transfer(tb, nbytes) if call[1] else None
+        self.engine.submit(j, ready, tb.transfer)
 
     def start(self, j: int, start: float) -> None:
-        """The engine started threadblock ``j``'s next call at ``start``: run it, wake who it frees."""
-        for wake in self.commit(self.tbs[j], start):
-            for other in self.waiting.pop(wake, ()):
-                self.consider(other)
-        self.consider(j)
-
-    def commit(self, tb: _Tb, start: float) -> list[tuple]:
-        """Run ``tb``'s next call at ``start``; returns the wait keys it may release."""
-        prog = tb.prog
-        tx = prog.transmissions[tb.tx]
-        tc, transfer = tb.count, tb.transfer
-        nbytes = tc * self.tile_bytes(tb.tile)
+        """The engine started threadblock ``j``'s next call at ``start``: run it, wake who it frees
+        (the receiver's room, then the message, then the publication)."""
+        tb = self.tbs[j]
+        call = tb.calls[tb.tx]
+        nbytes, transfer = tb.nbytes, tb.transfer
         end = start
-        woken: list[tuple] = []
-        if tx.type.receives:
-            woken.append(self.receive(tb, start, nbytes))
+        wakes = []
+        if call[0]:
+            self.receive(tb, start, nbytes)
+            wakes.append(tb.room_wait)
         if transfer is not None:
-            key = tb.send_key
             end = start + transfer.busy_us
-            self.sent[key].append((start + transfer.delay_us, nbytes))
-            self.finish = max(self.finish, start + transfer.delay_us)
-            woken.append(("msg", key))
+            arrive = start + transfer.delay_us
+            tb.out_arrives.append(arrive)
+            tb.out_sent.append(nbytes)
+            if arrive > self.finish:
+                self.finish = arrive
+            wakes.append(tb.sent_wait)
         tb.free = end
-        self.finish = max(self.finish, end)
-        tb.part += tc
-        if tb.part >= tx.count:
-            if tx.has_dep:
-                keys, times = self.published[(prog.rank, prog.id)]
-                keys.append((tb.tile, tx.step))
-                times.append(end)
-                woken.append(("flag", prog.rank, prog.id))
+        if end > self.finish:
+            self.finish = end
+        tb.part += tb.count
+        if tb.part >= call[2]:
+            if call[3]:
+                self.published[j].append(tb.tile * self.plan.span + call[4])
+                self.published_at[j].append(end)
+                wakes.append(j)
             tb.part, tb.waited = 0, False
             tb.tx += 1
-            if tb.tx == len(prog.transmissions) and tb.tile + 1 < self.ntiles:
+            if tb.tx == len(tb.calls) and tb.tile + 1 < len(self.sizes):
                 tb.tx, tb.tile = 0, tb.tile + 1
-        return woken
+        waiting, consider = self.waiting, self.consider
+        for wake in wakes:
+            if wake in waiting:
+                for other in waiting.pop(wake):
+                    consider(other)
+        consider(j)
 
-    def receive(self, tb: _Tb, start: float, nbytes: float) -> tuple:
+    def receive(self, tb: _Tb, start: float, nbytes: float) -> None:
         """``tb`` consumes its connection's next message at ``start`` (its size must match)."""
-        prog = tb.prog
-        key = tb.recv_key
-        sent_bytes = self.sent[key][len(self.consumed[key])][1]
+        consumed = tb.in_consumed
+        sent_bytes = tb.in_sent[len(consumed)]
         if abs(sent_bytes - nbytes) > 1e-6 * max(1.0, nbytes):
+            prog = tb.prog
             tx = prog.transmissions[tb.tx]
             raise ExecutionError(
                 f"{self.program.ir.name}: rank {prog.rank} tb {prog.id} op {tx.op} ({tx.label()}) "
                 f"receives {nbytes:g} B but its sender sent {sent_bytes:g} B: send and receive "
                 "counts differ on this connection"
             )
-        self.consumed[key].append(start)
-        return ("room", key)
+        consumed.append(start)
+
+    def why(self, tb: _Tb) -> tuple:
+        """What ``tb``'s next call is blocked on, for a report: ``("flag", rank, tb, op)``,
+        ``("msg", connection)`` or ``("room", connection)``."""
+        _, wait = self.ready(tb)
+        prog = tb.prog
+        if wait < len(self.tbs):
+            key = tb.tile * self.plan.span
+            for p, op in tb.calls[tb.tx][5]:
+                if bisect_left(self.published[p], key + op) >= len(self.published[p]):
+                    return ("flag", prog.rank, self.plan.tbs[p].id, op)
+        c, room = divmod(wait - len(self.tbs), 2)
+        return ("room" if room else "msg", self.plan.connections[c])
 
 
 def _blocked(sim: _Sim, tb: _Tb, why: tuple) -> BlockedStep:
@@ -264,6 +338,7 @@ def simulate(
     52.64
     """
     program = _PROGRAMS.get((ir,), "program", lambda: build_program(ir))
+    plan = _PROGRAMS.get((ir,), "plan", lambda: _plan(program))
     if size_bytes <= 0 or (tile_bytes is not None and tile_bytes < 1):
         raise ExecutionError(f"{ir.name}: size {size_bytes} B, tile {tile_bytes} B: expected positive sizes")
     if topology.num_ranks != ir.num_ranks:
@@ -271,6 +346,7 @@ def simulate(
             f"{ir.name}: {ir.num_ranks} ranks, but topology {topology.name} has {topology.num_ranks}"
         )
     logical = topology.logical()
+    logical.route((src, dst) for src, dst, _ in program.connections)  # one search per source
     for (src, dst, ch), conn in program.connections.items():
         if conn.sender is not None and (src, dst) not in logical.links:
             raise ExecutionError(
@@ -280,11 +356,13 @@ def simulate(
     depth = protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth
     if params is None:
         params = model_params(DEFAULT_MODEL, ir.protocol)
-    sim = _Sim(program, Network(topology, params), size_bytes / ir.nchunksperloop, tile_bytes, max(1, depth))
+    sim = _Sim(
+        program, plan, Network(topology, params), size_bytes / ir.nchunksperloop, tile_bytes, max(1, depth)
+    )
     sim.run()
     stuck = [tb for tb in sim.tbs if not tb.done]
     if stuck:
-        raise DeadlockError(ir.name, tuple(_blocked(sim, tb, sim.ready(tb)[1]) for tb in stuck))
+        raise DeadlockError(ir.name, tuple(_blocked(sim, tb, sim.why(tb)) for tb in stuck))
     coll = program.collective
     finish = sim.finish + params.launch_us if sim.finish > 0 else 0.0
     algbw = algbw_GBps(size_bytes, finish)

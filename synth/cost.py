@@ -95,7 +95,9 @@ def simulate(algo: Algorithm, topology: Topology, size_bytes: float, params: Par
     return SimResult(size_bytes, finish, algbw, algbw * algo.collective.busbw_factor, params.label)
 
 
-def simulate_best(algo: Algorithm, topology: Topology, size_bytes: float, model: str = "calibrated") -> SimResult:
+def simulate_best(
+    algo: Algorithm, topology: Topology, size_bytes: float, model: str = "calibrated"
+) -> SimResult:
     """:func:`simulate` with the fastest protocol of ``model`` at this size, as a runtime that picks
     the protocol per size does (NCCL; an XML per size window)."""
     return min(
@@ -138,7 +140,8 @@ def calls_apart(provenance: Provenance | None) -> bool:
 _SCHEDULED = SameObjects()
 """The list schedules of the last (algorithm, topology), the latest :data:`_KEPT` (size, model)
 pairs: ``xccl compile`` of an untimed schedule asks the ideal model's at 1 GiB twice, to order the
-lowering and to judge the compiled IR against its Algorithm (4-5 s each at 512 ranks)."""
+lowering and to judge the compiled IR against its Algorithm (4-5 s each at 512 ranks); and the
+sends' grouping and dependencies (:func:`_shape`), which no size or model changes."""
 _KEPT = 4
 """Schedules kept: the ideal model's and the calibrated model's three protocols, as
 ``runtime.choice`` compares them at one size. Each holds a start per send (tens of MB at 512
@@ -162,11 +165,22 @@ def _list_schedule(
 def _scheduled(
     algo: Algorithm, topology: Topology, size_bytes: float, params: Params
 ) -> tuple[tuple[float, ...], float]:
-    sends = [(k, send) for k, step in enumerate(algo.steps) for send in step.sends]
+    sends = _SCHEDULED.get(
+        (algo, topology),
+        "sends",
+        lambda: [(k, send) for k, step in enumerate(algo.steps) for send in step.sends],
+    )
     apart = calls_apart(algo.provenance) and any(send.start_us is None for _, send in sends)
     network = Network(topology, params)
-    started, arrived = feed(sends, network, chunk_bytes(algo.collective, size_bytes), merge=not apart)
+    merge = not apart and params.send_us > 0
+    shape = _SCHEDULED.get((algo, topology), ("shape", merge), lambda: _shape(sends, network, merge))
+    started, arrived = _run(sends, network, chunk_bytes(algo.collective, size_bytes), shape, None)
     return tuple(started), max(arrived, default=0.0)
+
+
+_Shape = tuple[list[list[int]], list[int], list[int], list[list[int]]]
+"""A list of sends as the engine runs them: its groups, each send's group, and per group how many
+groups it waits for and which groups wait for it (the same for every size and model)."""
 
 
 def feed(
@@ -181,33 +195,54 @@ def feed(
     ready when the earlier-step writes among ``sends`` to the slots it reads have arrived and not
     before its ``ready`` time (writes made outside ``sends``), with its place in ``sends`` as its
     priority. A send that never starts keeps 0.0 for both."""
-    servers = network.connection_servers if network.params.send_us > 0 and merge else None
-    groups, group_of = _groups(sends, servers)
+    shape = _shape(sends, network, merge and network.params.send_us > 0)
+    return _run(sends, network, nbytes, shape, ready)
+
+
+def _shape(sends: list[tuple[int, Send]], network: Network, merge: bool) -> _Shape:
+    """The groups and dependencies of ``sends``; their links are routed here, one search per
+    source (one by one, a 512-rank tree schedule's 36,000 pairs take 12 s instead of 1 s)."""
+    network.topology.logical().route((send.src, send.dst) for _, send in sends)
+    groups, group_of = _groups(sends, network.connection_servers if merge else None)
     waiting, dependents = _dependencies(sends, groups, group_of)
+    return groups, group_of, waiting, dependents
+
+
+def _run(
+    sends: list[tuple[int, Send]],
+    network: Network,
+    nbytes: float,
+    shape: _Shape,
+    ready: Sequence[float] | None,
+) -> tuple[list[float], list[float]]:
+    """:func:`feed`'s engine run of ``sends`` grouped as ``shape`` says."""
+    groups, group_of, waits, dependents = shape
+    waiting = list(waits)
     transfers = [network.transfer(sends[g[0]][1].src, sends[g[0]][1].dst, nbytes * len(g)) for g in groups]
+    delays = [t.delay_us for t in transfers]
     ready_at = [0.0] * len(groups)
     for i, at in enumerate(ready or ()):
         ready_at[group_of[i]] = max(ready_at[group_of[i]], at)
-    started = [0.0] * len(sends)
-    arrived = [0.0] * len(sends)
+    started = [0.0] * len(groups)
+    arrived = [0.0] * len(groups)
     engine = Engine(network)
+    submit = engine.submit
 
     def on_start(i: int, start: float) -> None:
-        arrive = start + transfers[i].delay_us
-        for j in groups[i]:
-            started[j] = start
-            arrived[j] = arrive
+        started[i] = start
+        arrived[i] = arrive = start + delays[i]
         for d in dependents[i]:
-            ready_at[d] = max(ready_at[d], arrive)
+            if arrive > ready_at[d]:
+                ready_at[d] = arrive
             waiting[d] -= 1
             if waiting[d] == 0:
-                engine.submit(d, ready_at[d], transfers[d], d)
+                submit(d, ready_at[d], transfers[d], d)
 
     for i, count in enumerate(waiting):
         if count == 0:
-            engine.submit(i, ready_at[i], transfers[i], i)
+            submit(i, ready_at[i], transfers[i], i)
     engine.run(on_start)
-    return started, arrived
+    return [started[g] for g in group_of], [arrived[g] for g in group_of]
 
 
 def _groups(
@@ -218,21 +253,19 @@ def _groups(
     spread round robin over the connection's ``servers(src, dst)`` parallel links, as the compiler's ``aggregate_chunks``
     merges ops that can run at the same time; otherwise each send alone. Groups are in the order
     of their first send."""
+    if servers is None:
+        return [[i] for i in range(len(sends))], list(range(len(sends)))
     groups: list[list[int]] = []
     group_of = [0] * len(sends)
     open_: dict[tuple, list[int]] = {}
     for i, (k, send) in enumerate(sends):
-        g = None
-        if servers is not None:
-            key = (k, send.src, send.dst, send.start_us)
-            lanes = open_.setdefault(key, [])
-            if len(lanes) >= servers(send.src, send.dst):
-                g = lanes[sum(len(groups[x]) for x in lanes) % len(lanes)]
-        if g is None:
+        lanes = open_.setdefault((k, send.src, send.dst, send.start_us), [])
+        if len(lanes) >= servers(send.src, send.dst):
+            g = lanes[sum(len(groups[x]) for x in lanes) % len(lanes)]
+        else:
             g = len(groups)
             groups.append([])
-            if servers is not None:
-                lanes.append(g)
+            lanes.append(g)
         groups[g].append(i)
         group_of[i] = g
     return groups, group_of

@@ -37,14 +37,30 @@ def test_the_ideal_list_schedule_of_the_lowering_serves_the_choice(trees, monkey
 
 def test_an_ir_timed_in_two_models_is_judged_and_folded_once(trees, monkeypatch):
     topo, algo = trees
-    builds = []
-    build = sim.build_program
+    builds, plans = [], []
+    build, plan = sim.build_program, sim._plan
     monkeypatch.setattr(sim, "_PROGRAMS", sim.SameObjects())
     monkeypatch.setattr(sim, "build_program", lambda ir: builds.append(ir) or build(ir))
+    monkeypatch.setattr(sim, "_plan", lambda program: plans.append(program.ir) or plan(program))
     ir, _ = compile_fastest(algo, topo, port_order="off")
     ideal = sim.simulate(ir, topo, 1 << 30, params=IDEAL).time_us
     calibrated = sim.simulate(ir, topo, 1 << 30, params=DEFAULT).time_us
     assert [x is ir for x in builds] == [True] and 0 < ideal < calibrated
+    assert [x is ir for x in plans] == [True]  # the simulator's flat form of it too
+
+
+def test_the_algorithm_model_links_the_sends_once_for_every_size_and_model(trees, monkeypatch):
+    # the sends' groups and dependencies depend on neither (an untimed schedule's sends are calls
+    # apart in both models): the ideal and the calibrated schedules at two sizes share them
+    topo, algo = trees
+    shapes = []
+    shape = cost._shape
+    monkeypatch.setattr(cost, "_SCHEDULED", cost.SameObjects())
+    monkeypatch.setattr(cost, "_shape", lambda *a: shapes.append(a[2]) or shape(*a))
+    times = [
+        cost.simulate(algo, topo, size, p).time_us for size in (1 << 20, 1 << 30) for p in (IDEAL, DEFAULT)
+    ]
+    assert shapes == [False] and all(t > 0 for t in times)
 
 
 def test_the_checks_shortcut_for_a_sound_op_agrees_with_its_problems():

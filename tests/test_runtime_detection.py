@@ -106,6 +106,11 @@ def test_dependency_cycle_deadlocks():
     assert "waits for tb 1 op 0" in reasons[(0, 0)]
     assert "waits for tb 0 op 0" in reasons[(0, 1)]
     assert "waits for data from rank 0" in reasons[(1, 0)]
+    with pytest.raises(DeadlockError) as timed:  # the timing simulator names the same waits
+        simulate(ir, ring(2), 64)
+    reasons = {(b.rank, b.tb): b.reason for b in timed.value.blocked}
+    assert "waits for tb 1 op 0" in reasons[(0, 0)] and "waits for tb 0 op 0" in reasons[(0, 1)]
+    assert "waits for data from rank 0 on channel 0" in reasons[(1, 0)]
 
 
 def test_missing_has_dep_never_publishes():

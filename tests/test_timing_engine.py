@@ -48,6 +48,19 @@ def test_an_edge_with_count_servers_carries_count_transfers_at_once():
     assert starts == {0: 0.0, 1: 0.0, 2: pytest.approx(40.0)}
 
 
+def test_a_job_takes_the_server_that_frees_first():
+    """Two parallel links: 40 us and 20 us transfers take both; the next starts when the shorter
+    frees (20 us) on that link, the one after when the longer frees (40 us), the last at 60 us."""
+    doubled = Topology.build("pair", 2, {(0, 1): Link(25.0, 0.7, count=2), (1, 0): Link(25.0, 0.7, count=2)})
+    network = Network(doubled, IDEAL)
+    engine = Engine(network)
+    for job, nbytes in enumerate([1e6, 0.5e6, 1e6, 1e6, 1e6]):
+        engine.submit(job, 0.0, network.transfer(0, 1, nbytes), job)
+    starts: dict[int, float] = {}
+    engine.run(lambda job, at: starts.__setitem__(job, at))
+    assert starts == pytest.approx({0: 0.0, 1: 0.0, 2: 20.0, 3: 40.0, 4: 60.0})
+
+
 def test_priority_first_then_the_longest_wait_then_the_job_id():
     """Rank 0's link is busy until 40 us; three jobs wait for it: job 1 since 0 us, job 2 since 10 us,
     job 3 since 10 us with a better priority. At 40 us job 3 goes (priority), then job 1 (it has
