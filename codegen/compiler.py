@@ -18,7 +18,7 @@ from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.passes.aggregate_chunks import WINDOW
 from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
-from codegen.rules import MAX_CHANNELS, MAX_COUNT, Dialect, get_dialect, layout_problems
+from codegen.rules import MAX_CHANNELS, MAX_COUNT, MAX_NODES, Dialect, get_dialect, layout_problems
 from codegen.schedule import ChannelDAG
 from common.fields import is_integer
 from common.gc_pause import gc_paused
@@ -82,6 +82,7 @@ def run_compiler(
         "port_order": port_order,
         "port_overlap": port_overlap,
         "window": window,
+        "max_nodes": MAX_NODES if d is not None and d.xml is not None else None,
     }
 
     # the passes before the first that takes the FIFO bound or the channel count run once; only the

@@ -45,6 +45,8 @@ class CompileOptions:
     with idlest (fewer steps per threadblock; ``assign_threadblocks``)."""
     window: float = 0.02
     """Aggregation's time window in a timed program (``aggregate_chunks``), a fraction of its span."""
+    max_nodes: int | None = None
+    """The XML reader's elements per rank the IR is for (``fit_xml_reader``; None: no XML runtime)."""
 
 
 @dataclass(frozen=True)

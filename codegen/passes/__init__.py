@@ -17,6 +17,7 @@ from codegen.passes.aggregate_chunks import aggregate_chunks
 from codegen.passes.assign_channels import assign_channels
 from codegen.passes.assign_threadblocks import assign_threadblocks
 from codegen.passes.expand_instructions import expand_instructions
+from codegen.passes.fit_xml_reader import fit_xml_reader
 from codegen.passes.fold_deps_into_nops import fold_deps_into_nops
 from codegen.passes.fuse_recv_send import fuse_recv_send
 from codegen.passes.insert_dependencies import insert_dependencies
@@ -49,6 +50,7 @@ PASSES: dict[str, Pass] = {
         Pass("replicate_instances", replicate_instances, ChunkDAG, ChunkDAG, ("instances",)),
         Pass("expand_instructions", expand_instructions, ChunkDAG, InstrDAG),
         Pass("aggregate_chunks", aggregate_chunks, InstrDAG, InstrDAG, ("max_count", "window")),
+        Pass("fit_xml_reader", fit_xml_reader, InstrDAG, InstrDAG, ("max_count", "window", "max_nodes")),
         Pass("fuse_recv_send", fuse_recv_send, InstrDAG, InstrDAG),
         Pass("order_by_critical_path", order_by_critical_path, InstrDAG, InstrDAG, ("bounded_fifos", "drain_fifos")),
         Pass("order_ports", order_ports, InstrDAG, InstrDAG, ("port_order", "port_overlap")),

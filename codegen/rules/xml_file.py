@@ -94,10 +94,13 @@ def xml_problems(ir: IR) -> list[Problem]:
         steps = sum(len(tb.ops) for tb in gpu.threadblocks)
         nodes = 1 + ir.num_ranks + len(gpu.threadblocks) + steps
         if nodes >= MAX_NODES:
+            room = max(0, MAX_NODES - 2 - ir.num_ranks - len(gpu.threadblocks))
             out.append(
                 Problem(
                     f"{nodes} XML elements to load (<algo>, {ir.num_ranks} <gpu>, {len(gpu.threadblocks)} "
-                    f"<tb>, {steps} <step>): the runtimes' XML reader holds fewer than {MAX_NODES}",
+                    f"<tb>, {steps} <step>): the runtimes' XML reader holds fewer than {MAX_NODES}, so "
+                    f"at most {room} steps fit with these threadblocks ({steps - room} fewer: fewer "
+                    "chunks per rank or larger merged steps)",
                     gpu.rank,
                 )
             )

@@ -1,0 +1,107 @@
+"""fit_xml_reader: a timed program whose busiest rank has more steps than the runtimes' XML reader
+holds (fewer than 4,096 elements per load) is merged over wider windows until it fits; programs
+that fit, untimed ones and compiles for no XML runtime are left as they are.
+
+The 64-rank case that needs it (the ``synth trees`` allreduce on 8 DGX A100: 4,430 elements on
+rank 0) takes minutes to compile, so these tests lower the reader's limit on a small schedule
+instead: the same rule, read by the compiler and the checker alike.
+"""
+
+from __future__ import annotations
+
+import pytest
+from codegen_helpers import stage_after
+
+import codegen.compiler
+import codegen.rules.xml_file
+import xccl
+from codegen.check import check_ir
+from codegen.compiler import compile_algorithm
+from codegen.errors import IRCheckError
+from codegen.lower import lower_algorithm
+from codegen.passes.fit_xml_reader import busiest_rank, fit_xml_reader, least_elements, step_budget
+from codegen.rules import MAX_NODES, xml_problems
+from runtime.choice import synthesized_size
+from runtime.numpy import run
+from runtime.sim import simulate as simulate_ir
+from synth.baselines import make_baseline
+from synth.collectives import make_collective
+from synth.cost import simulate
+from synth.timing import DEFAULT, IDEAL
+from topologies import load
+
+TOPOLOGY = "dgx-a100x2"
+
+
+@pytest.fixture(scope="module")
+def allgather():
+    """The trees allgather of two DGX A100 (16 ranks), as ``xccl synth trees`` makes it."""
+    return xccl.synthesize(TOPOLOGY, "allgather", method="trees"), load(TOPOLOGY)
+
+
+def _elements(ir) -> int:
+    """The most XML elements one rank's load holds."""
+    return max(1 + ir.num_ranks + len(g.threadblocks) + sum(len(tb.ops) for tb in g.threadblocks) for g in ir.gpus)
+
+
+@pytest.fixture
+def small_reader(monkeypatch, allgather):
+    """The reader's limit lowered to what the allgather needs at least at the default window (its
+    steps and a threadblock per peer): the compile is certain to break it."""
+    algo, topo = allgather
+    limit = least_elements(stage_after(lower_algorithm(algo, topo), "aggregate_chunks"))
+    for module in (codegen.rules.xml_file, codegen.compiler):
+        monkeypatch.setattr(module, "MAX_NODES", limit, raising=False)
+    return limit
+
+
+def _moved(dag) -> dict:
+    """Chunks moved per (sender, receiver)."""
+    out: dict = {}
+    for ins in dag.instrs:
+        if ins.type.sends:
+            out[(ins.rank, ins.send_to)] = out.get((ins.rank, ins.send_to), 0) + ins.count
+    return out
+
+
+def test_a_rank_over_the_reader_is_merged_until_it_fits(allgather):
+    algo, topo = allgather
+    dag = stage_after(lower_algorithm(algo, topo), "aggregate_chunks")
+    steps = busiest_rank(dag)[1]
+    limit = 1 + 16 + steps // 2
+    fitted = fit_xml_reader(dag, max_nodes=limit)
+    fitted.verify()
+    assert busiest_rank(fitted)[1] <= step_budget(16, limit) < steps
+    assert _moved(fitted) == _moved(dag)  # the same chunks between the same ranks, in fewer ops
+    assert len(fitted.instrs) < len(dag.instrs)
+
+
+def test_programs_that_fit_untimed_ones_and_no_reader_are_left_alone(allgather):
+    algo, topo = allgather
+    dag = stage_after(lower_algorithm(algo, topo), "aggregate_chunks")
+    assert fit_xml_reader(dag, max_nodes=MAX_NODES) is dag
+    assert fit_xml_reader(dag, max_nodes=least_elements(dag) + 1) is dag  # may fit: compiled as before
+    assert fit_xml_reader(dag, max_nodes=None) is dag
+    ring = make_baseline("ring", topo, make_collective("allgather", 16))
+    untimed = stage_after(lower_algorithm(ring, topo), "aggregate_chunks")
+    assert untimed.times is None and fit_xml_reader(untimed, max_nodes=20) is untimed
+
+
+def test_a_compile_over_the_reader_fits_checks_computes_and_keeps_its_speed(allgather, small_reader):
+    algo, topo = allgather
+    ir = compile_algorithm(algo, topo)
+    assert _elements(ir) < small_reader and not xml_problems(ir)
+    check_ir(ir, "azure")
+    assert run(ir, ir.nchunksperloop * 4 * 3, "float32").checked
+    size = synthesized_size(algo)
+    for params in (DEFAULT, IDEAL):
+        ratio = simulate_ir(ir, topo, size, params=params).time_us / simulate(algo, topo, size, params).time_us
+        assert ratio <= 1.10, (params.label, ratio)
+
+
+def test_where_no_window_fits_the_refusal_says_how_many_steps_would(allgather, monkeypatch):
+    algo, topo = allgather
+    for module in (codegen.rules.xml_file, codegen.compiler):
+        monkeypatch.setattr(module, "MAX_NODES", 40, raising=False)
+    with pytest.raises(IRCheckError, match=r"fewer than 40, so at most \d+ steps fit with these threadblocks"):
+        compile_algorithm(algo, topo)
