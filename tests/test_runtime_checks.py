@@ -213,6 +213,40 @@ def test_run_refuses_a_size_beyond_the_memory_limit(xccl, monkeypatch):
         run(samples.ring_allreduce(4), 1 << 30)
 
 
+def test_the_reference_stays_within_what_the_memory_check_counts():
+    """The check counts the reference as its terms and their float64 copy: the stacked inputs and
+    the absolute values' array must be gone or reused, or a run the check let through runs out."""
+    import tracemalloc
+
+    import numpy as np
+
+    from runtime.program import collective_of
+    from runtime.reference import reference
+
+    coll = collective_of(samples.ring_allreduce(8))
+    chunk = 1 << 14
+    inputs = [np.ones(coll.input_chunks * chunk, dtype=np.float32) for _ in range(8)]
+    counted = sum(x.nbytes for x in inputs) * (1 + 8 // 4) + 2 * coll.num_addresses * 8 * chunk
+    tracemalloc.start()
+    try:
+        reference(coll, inputs, chunk, "sum")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= counted * 1.05, (peak, counted)
+
+
+def test_running_out_of_memory_is_a_one_line_error(xccl, monkeypatch):
+    """What the memory check cannot see (``ulimit -v``, a cgroup) ends as one line, not a traceback."""
+
+    def refuse(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr("runtime.reference.reference", refuse)
+    proc = xccl("run", "example:ring_allreduce", "-D", "num_ranks=4", "--size", "64KiB")
+    assert_one_line_error(proc, "xccl: error: run: out of memory", "smaller size or more memory")
+
+
 def test_bench_skips_sizes_beyond_the_memory_limit_and_sim_has_none(xccl, monkeypatch):
     proc = xccl(
         "bench",

@@ -64,6 +64,13 @@ def _run(argv: Sequence[str] | None) -> int:
     except XcclError as exc:
         print(f"xccl: error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError:  # an allocation over what the process may have (``ulimit -v``, cgroups)
+        print(
+            f"xccl: error: {args.command}: out of memory: this process could not allocate what the "
+            "work needs; give it a smaller size or more memory",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print("xccl: interrupted", file=sys.stderr)
         return 130
