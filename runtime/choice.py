@@ -6,7 +6,8 @@ Every variant is compiled in the NCCL protocol the Algorithm model runs the sche
 that size, where that is more than :data:`PROTOCOL_GAIN` faster than Simple (as NCCL's tuner picks
 a protocol per size from its model; a protocol the user gives is kept): NDv2 x2's fully connected
 MILPs at 64 KiB run 28x faster in LL, and their XMLs, within 10% in Simple, take 15.1 us in LL
-where they took 39.0 us in Simple (allgather). Where no variant in it is within SPEED, those in
+where they take 22.4 us in Simple (allgather; 39.0 us before the IR simulator's connections were
+per channel). Where no variant in it is within SPEED, those in
 the caller's protocol are tried too (the stage below that tries the faster protocol otherwise).
 
 Issue 17 item 4 asks that a compiled schedule stay within :data:`SPEED` of its Algorithm there, in

@@ -16,7 +16,8 @@ allgather 1.00x -> 1.02x), so the compiler keeps it only where the IR simulator 
 (``runtime.choice``). Untimed programs, and programs without ports, are returned unchanged.
 
 A chained send waits for the whole call before it, per-call cost included, where the timing model
-holds the port for the bytes only: sends to different peers overlap their calls' costs. So in a
+holds the port for the bytes only: sends to different peers (and, in the IR simulator, to one
+peer on different channels: a connection is per channel) overlap their calls' costs. So in a
 schedule made in the calibrated model the chain serializes what the schedule overlaps (DGX H100
 x2 allreduce: 1.34x its Algorithm chained, 1.12x unordered). With ``port_overlap`` a send waits
 instead for the latest send through its port whose call, in the schedule's times, ended before it
