@@ -139,16 +139,20 @@ def _pair(cdag: ChannelDAG, ranks: list[_Rank], balance: bool) -> None:
     sends; the busiest receives with ``balance``, else the idlest): as few threadblocks as that
     side has peers."""
     dag = cdag.dag
-    steps = steps_of(dag)
+    steps, instrs = steps_of(dag), dag.instrs
+    _, plain = _SAME_DAG.get([dag], "kinds", lambda: _kinds(dag))
+    # per (rank, channel, side, peer) its steps, then those no fused op owns by (rank, channel,
+    # side): a fused op owns both its connections already, the user's threadblocks are their own
+    steps_on: dict[tuple, int] = {}
+    for i, ch in enumerate(cdag.channel):
+        connection = plain[i]
+        if ch is not None and connection is not None:
+            key = (instrs[i].rank, ch, *connection)
+            steps_on[key] = steps_on.get(key, 0) + steps[i]
     load: dict[tuple[int, int, str], dict[int, int]] = {}
-    for i in dag.order:
-        ins, ch = dag.instrs[i], cdag.channel[i]
-        if ch is None or ins.tb_hint is not None:
-            continue
-        for side, peer in (("send", ins.send_to), ("recv", ins.recv_from)):
-            if peer is not None and (ch, side, peer) not in ranks[ins.rank].owner:
-                peers = load.setdefault((ins.rank, ch, side), {})
-                peers[peer] = peers.get(peer, 0) + steps[i]
+    for (rank, ch, side, peer), n in steps_on.items():
+        if (ch, side, peer) not in ranks[rank].owner:
+            load.setdefault((rank, ch, side), {})[peer] = n
     for rank, ch in sorted({(rank, ch) for rank, ch, _ in load}):
         sends = sorted(load.get((rank, ch, "send"), {}).items(), key=lambda kv: (-kv[1], kv[0]))
         idlest = 1 if balance else -1  # the receives by load, first the idlest with ``balance``
