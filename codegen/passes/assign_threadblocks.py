@@ -191,14 +191,16 @@ def _kinds(dag: InstrDAG) -> tuple[list[int], list[tuple[str, int] | None]]:
     per instruction, a plain send's or receive's side and peer (its connection's threadblock owns
     it once there is one), else None."""
     pinned, plain = [], []
+    made: dict[tuple[str, int], tuple[str, int]] = {}  # one tuple per side and peer, not per instruction
     for ins in dag.instrs:
-        plain.append(
+        key = (
             None
             if ins.tb_hint is not None or (ins.send_to is None) == (ins.recv_from is None)
             else ("send", ins.send_to)
             if ins.send_to is not None
             else ("recv", ins.recv_from)
         )
+        plain.append(None if key is None else made.setdefault(key, key))
     for i in dag.order:
         ins = dag.instrs[i]
         if ins.tb_hint is not None or (ins.send_to is not None and ins.recv_from is not None):

@@ -112,7 +112,8 @@ def _waits(sched: ScheduledDAG) -> list[tuple[Dep, ...]]:
     return deps
 
 
-def _preds(dag: InstrDAG) -> list[list[int]]:
-    """Per instruction the predecessors it may wait for (all but a receive's send), once per DAG."""
+def _preds(dag: InstrDAG) -> list[tuple[int, ...]]:
+    """Per instruction the predecessors it may wait for (all but a receive's send), once per DAG
+    (tuples: those with none share the empty one)."""
     match = DepKind.MATCH
-    return [[e.pred for e in edges if e.kind is not match] for edges in dag.preds]
+    return [tuple(e.pred for e in edges if e.kind is not match) for edges in dag.preds]
