@@ -10,6 +10,7 @@ says is :func:`codegen.check._check_deadlock`'s, unchanged.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 
 import numpy as np
@@ -29,32 +30,36 @@ class CallGraph:
     ``name(i)`` is call ``i``'s step (rank, threadblock, op index)."""
 
     def __init__(self, ir: IR) -> None:
-        keys: list[tuple[int, int, int]] = []
         ncalls: list[int] = []
         flags: list[int] = []  # 1 sends, 2 receives
         deps: list[tuple[int, int, int]] = []  # (op, rank, tb) of the dep, then its op index
         dep_ops: list[int] = []
         tb_start: dict[tuple[int, int], int] = {}
         tb_first: list[int] = []
+        self._tbs: list[tuple[int, int]] = []  # (rank, id) of each threadblock, for ``name``
         for gpu in ir.gpus:
+            rank = gpu.rank
             for tb in gpu.threadblocks:
-                tb_start[(gpu.rank, tb.id)] = len(keys)
-                tb_first.append(len(keys))
+                at = tb_start[(rank, tb.id)] = len(flags)
+                tb_first.append(at)
+                self._tbs.append((rank, tb.id))
                 for k, op in enumerate(tb.ops):
-                    sends, receives = op.type.sends, op.type.receives
-                    keys.append((gpu.rank, tb.id, k))
-                    ncalls.append(max(1, op.count) if sends or receives else 1)
-                    flags.append(sends + 2 * receives)
-                    deps.extend((len(keys) - 1, gpu.rank, d.tb) for d in op.deps)
-                    dep_ops.extend(d.op for d in op.deps)
-        self.keys = keys
+                    kind = op.type
+                    flag = kind.sends + 2 * kind.receives
+                    flags.append(flag)
+                    ncalls.append(max(1, op.count) if flag else 1)
+                    if op.deps:
+                        for d in op.deps:
+                            deps.append((at + k, rank, d.tb))
+                            dep_ops.append(d.op)
+        self._first = tb_first
         counts = np.asarray(ncalls, dtype=np.int64)
-        self.op_of = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
-        first = np.zeros(len(keys) + 1, dtype=np.int64)
+        self.op_of = np.repeat(np.arange(len(flags), dtype=np.int64), counts)
+        first = np.zeros(len(flags) + 1, dtype=np.int64)
         np.cumsum(counts, out=first[1:])
         self.n = int(first[-1])
         self._edges(first, tb_first, deps, dep_ops, tb_start)
-        self._moves(ir, first, np.asarray(flags, dtype=np.int8), tb_first)
+        self._moves(ir, first, np.asarray(flags, dtype=np.int8), tb_first, len(flags))
 
     def _edges(self, first, tb_first, deps, dep_ops, tb_start) -> None:
         """What each call waits for on its rank: the previous call of its threadblock, then (its step's
@@ -68,12 +73,12 @@ class CallGraph:
         self.base_dst = np.concatenate([chain, first[dep_at]])
         self.base_seq = np.concatenate([np.zeros(chain.size, np.int64), np.arange(1, dep_at.size + 1)])
 
-    def _moves(self, ir: IR, first, flags, tb_first) -> None:
+    def _moves(self, ir: IR, first, flags, tb_first, nops: int) -> None:
         """The calls on each end of every connection, in order: ``links`` pairs (sent, got) arrays."""
         op_calls = flags[self.op_of]
         send_calls = np.flatnonzero(op_calls & 1)
         recv_calls = np.flatnonzero(op_calls & 2)
-        ends = first[np.append(np.asarray(tb_first, dtype=np.int64), len(self.keys))]
+        ends = first[np.append(np.asarray(tb_first, dtype=np.int64), nops)]
         send_at = np.searchsorted(send_calls, ends)
         recv_at = np.searchsorted(recv_calls, ends)
         index = {}
@@ -88,7 +93,11 @@ class CallGraph:
             self.links.append((s, r))
 
     def name(self, call: int) -> tuple[int, int, int]:
-        return self.keys[int(self.op_of[call])]
+        """Call ``call``'s step: (rank, threadblock id, op index); the threadblock is the last one
+        starting at or before its op (one with no ops starts where the next one does)."""
+        op = int(self.op_of[call])
+        t = bisect.bisect_right(self._first, op) - 1
+        return (*self._tbs[t], op - self._first[t])
 
     def edges(self, depth: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(src, dst, seq): call ``dst`` waits for call ``src``; ``seq`` orders one call's waits as the

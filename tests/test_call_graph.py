@@ -81,3 +81,25 @@ def test_long_chain_is_searched_node_by_node():
     preds = [[me - 1] if me else [] for me in range(n)]
     preds[n // 2].append(n - 1)
     assert find_cycle(n, *_arrays(preds)) == _reference(preds)
+
+
+def test_each_call_is_named_by_its_step_past_empty_threadblocks():
+    """A call's name (rank, threadblock, step) is found from where its threadblock's ops start: a
+    threadblock with no ops starts where the next one does and names no call."""
+    from codegen.call_graph import CallGraph
+    from codegen.ir import IR, Buffer, Gpu, Op, OpType, Ref, Threadblock
+
+    def send(count: int) -> Op:
+        return Op(OpType.SEND, src=Ref(Buffer.INPUT, 0), count=count)
+
+    def recv(count: int) -> Op:
+        return Op(OpType.RECV, dst=Ref(Buffer.OUTPUT, 0), count=count)
+
+    empty = Threadblock(0, None, None, 0, ())
+    gpus = (
+        Gpu(0, 4, 4, 0, (empty, Threadblock(1, 1, None, 0, (send(2), send(1))), Threadblock(2, None, None, 0, ()))),
+        Gpu(1, 4, 4, 0, (Threadblock(0, None, 0, 0, (recv(2), recv(1))), Threadblock(1, None, None, 0, ()))),
+    )
+    graph = CallGraph(IR("names", "custom", 2, 4, gpus))
+    names = [graph.name(i) for i in range(graph.n)]
+    assert names == [(0, 1, 0), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 0), (1, 0, 1)]

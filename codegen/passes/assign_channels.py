@@ -179,10 +179,11 @@ class _Tries:
 def _lone(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinted: bool) -> list[tuple | None]:
     """Per flow, where it is one transfer and nothing pinned in a program without channel hints:
     ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
-    :class:`_Moves`) and in a timed program the send's hold (``InstrDAG.holds``); else None."""
+    :class:`_Moves`), the send's hold in a timed program (``InstrDAG.holds``, else 0, 0), its
+    instance and the rank it sends to; else None."""
     instrs, pos, depth = dag.instrs, dag.position, dag.depth
     room = fifo_calls(dag.info.protocol)
-    holds = dag.holds if dag.times is not None else lambda _: ()
+    holds = dag.holds if dag.times is not None else lambda _: (0.0, 0.0)
     out: list[tuple | None] = []
     for flow in flows:
         one = None
@@ -190,7 +191,9 @@ def _lone(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinte
             s, r = flow
             if instrs[s].send_match == r and instrs[r].send_match is None:
                 drained = instrs[s].count > room and pos[r] == pos[s] + 1
-                one = (s, instrs[s].rank, instrs[r].rank, pos[s], pos[r], depth[s], drained, *holds(s))
+                send = instrs[s]
+                where = (send.instance, send.send_to)
+                one = (s, send.rank, instrs[r].rank, pos[s], pos[r], depth[s], drained, *holds(s), *where)
         out.append(one)
     return out
 
@@ -200,31 +203,43 @@ def _place_lone(
     max_channels: int,
 ) -> int:
     """:func:`_place` for a flow of one transfer, nothing pinned, no hint: the same tries, without
-    building :class:`_Moves` or a list of candidates per flow (262,144 flows per run at 512 ranks)."""
-    s, a = one[0], one[1]
-    inst = dag.instrs[s].instance
+    building :class:`_Moves` or a list of candidates per flow (262,144 flows per run at 512 ranks);
+    :func:`_busy_while` inlined for the common case of a hold that ends after it starts."""
+    s, a, _, _, _, _, _, start, end, inst, to = one
+    spans, inverted = taken.spans, taken.inverted
     busy: list[int] = []
     for ch in lead:
-        if timed and _busy_while(dag, s, (a, dag.instrs[s].send_to, inst, ch), one[7], one[8], taken):
-            busy.append(ch)
-        elif _lone_fits(one, inst, ch, taken):
-            return _commit_lone(dag, one, inst, ch, taken, timed)
+        if timed:
+            key = (a, to, inst, ch)
+            there = spans.get(key)
+            if there is not None and (
+                bisect.bisect_left(there[0], end) - bisect.bisect_right(there[1], start) > 0
+                if start < end and key not in inverted
+                else _busy_while(dag, s, key, start, end, taken)
+            ):
+                busy.append(ch)
+                continue
+        if _lone_fits(one, ch, taken):
+            return _commit_lone(dag, one, ch, taken, timed)
     for ch in (*busy, *rest):
-        if _lone_fits(one, inst, ch, taken):
-            return _commit_lone(dag, one, inst, ch, taken, timed)
+        if _lone_fits(one, ch, taken):
+            return _commit_lone(dag, one, ch, taken, timed)
     raise CodegenError(
         f"{dag.info.name}: rank {a}: no channel below {max_channels} can carry the flow of "
         f"instruction {dag.instrs[s]} in order"
     )
 
 
-def _lone_fits(one: tuple, inst: int, ch: int, taken: _Taken) -> bool:
+def _lone_fits(one: tuple, ch: int, taken: _Taken) -> bool:
     """:func:`_fits` and not :func:`_serializes`, for one transfer and nothing pinned."""
-    _, a, b, ps, pr, d, drained = one[:7]
-    for rank, side, peer in ((a, "send", b), (b, "recv", a)):
-        have = taken.peers.get((rank, inst, ch, side))
-        if have is not None and len(have) >= MAX_PEERS_PER_CHANNEL and len(have | {peer}) > MAX_PEERS_PER_CHANNEL:
-            return False
+    _, a, b, ps, pr, d, drained, _, _, inst, _ = one
+    peers, full = taken.peers, MAX_PEERS_PER_CHANNEL  # a peer more than that many is refused
+    have = peers.get((a, inst, ch, "send"))
+    if have is not None and len(have) >= full and (b not in have or len(have) > full):
+        return False
+    have = peers.get((b, inst, ch, "recv"))
+    if have is not None and len(have) >= full and (a not in have or len(have) > full):
+        return False
     placed = taken.fifo.get((a, b, inst, ch))
     if placed:
         k = bisect.bisect(placed, (ps, pr))
@@ -237,16 +252,16 @@ def _lone_fits(one: tuple, inst: int, ch: int, taken: _Taken) -> bool:
     return True
 
 
-def _commit_lone(dag: InstrDAG, one: tuple, inst: int, ch: int, taken: _Taken, timed: bool) -> int:
+def _commit_lone(dag: InstrDAG, one: tuple, ch: int, taken: _Taken, timed: bool) -> int:
     """:func:`_commit` (and :func:`_hold`) for one transfer, nothing pinned; ``ch``."""
-    s, a, b, ps, pr, d, drained = one[:7]
+    s, a, b, ps, pr, d, drained, start, end, inst, to = one
     bisect.insort(taken.fifo[(a, b, inst, ch)], (ps, pr))
     slot = (a, b, inst, ch, d)
     taken.by_depth[slot] = taken.by_depth.get(slot, False) or drained
     taken.peers[(a, inst, ch, "send")].add(b)
     taken.peers[(b, inst, ch, "recv")].add(a)
     if timed:
-        _hold(dag, s, (a, dag.instrs[s].send_to, inst, ch), taken, one[7:])
+        _hold(dag, s, (a, to, inst, ch), taken, (start, end))
     return ch
 
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from codegen.instr_dag import Instr
+from codegen.instr_dag import Instr, InstrDAG
 from codegen.passes.assign_channels import steps_of
 from codegen.schedule import ChannelDAG, ScheduledDAG, TbPlan
+from common.memo import SameObjects
 
 __all__ = ["assign_threadblocks"]
 
@@ -84,19 +85,20 @@ def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
     ``compact`` 2 and 3: a timed program's sends and receives share threadblocks too (about half
     as many, where the runtime's limit binds; :func:`_pair`)."""
     dag = cdag.dag
-    pos = dag.position
+    pos, instrs, channels = dag.position, dag.instrs, cdag.channel
     ranks = [_Rank() for _ in range(dag.info.num_ranks)]
-    for i in dag.order:  # threadblocks whose peers are pinned: the user's, and fused ops'
-        ins = dag.instrs[i]
-        if ins.tb_hint is not None or (ins.send_to is not None and ins.recv_from is not None):
-            _pinned(ranks[ins.rank], ins, cdag.channel[i])
+    pinned, plain = _SAME_DAG.get([dag], "kinds", lambda: _kinds(dag))
+    for i in pinned:  # threadblocks whose peers are pinned: the user's, and fused ops'
+        _pinned(ranks[instrs[i].rank], instrs[i], channels[i])
     if compact >= 2:
         _pair(cdag, ranks, balance=compact >= 3)
     where: dict[int, _Tb] = {}
     timed = dag.times is not None
+    owners = [state.owner for state in ranks]
     for i in dag.order:
-        ins, channel = dag.instrs[i], cdag.channel[i]
-        tb = _owner(ranks[ins.rank], ins, channel)  # most sends and receives: their connection's
+        ins, channel, connection = instrs[i], channels[i], plain[i]
+        # most sends and receives: their connection's threadblock (what _place would give them)
+        tb = None if connection is None or channel is None else owners[ins.rank].get((channel, *connection))
         if tb is None:
             preds = (  # a local op's threadblocks before it on its rank (only a local op follows them)
                 [where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank]
@@ -137,16 +139,20 @@ def _pair(cdag: ChannelDAG, ranks: list[_Rank], balance: bool) -> None:
     sends; the busiest receives with ``balance``, else the idlest): as few threadblocks as that
     side has peers."""
     dag = cdag.dag
-    steps = steps_of(dag)
+    steps, instrs = steps_of(dag), dag.instrs
+    _, plain = _SAME_DAG.get([dag], "kinds", lambda: _kinds(dag))
+    # per (rank, channel, side, peer) its steps, then those no fused op owns by (rank, channel,
+    # side): a fused op owns both its connections already, the user's threadblocks are their own
+    steps_on: dict[tuple, int] = {}
+    for i, ch in enumerate(cdag.channel):
+        connection = plain[i]
+        if ch is not None and connection is not None:
+            key = (instrs[i].rank, ch, *connection)
+            steps_on[key] = steps_on.get(key, 0) + steps[i]
     load: dict[tuple[int, int, str], dict[int, int]] = {}
-    for i in dag.order:
-        ins, ch = dag.instrs[i], cdag.channel[i]
-        if ch is None or ins.tb_hint is not None:
-            continue
-        for side, peer in (("send", ins.send_to), ("recv", ins.recv_from)):
-            if peer is not None and (ch, side, peer) not in ranks[ins.rank].owner:
-                peers = load.setdefault((ins.rank, ch, side), {})
-                peers[peer] = peers.get(peer, 0) + steps[i]
+    for (rank, ch, side, peer), n in steps_on.items():
+        if (ch, side, peer) not in ranks[rank].owner:
+            load.setdefault((rank, ch, side), {})[peer] = n
     for rank, ch in sorted({(rank, ch) for rank, ch, _ in load}):
         sends = sorted(load.get((rank, ch, "send"), {}).items(), key=lambda kv: (-kv[1], kv[0]))
         idlest = 1 if balance else -1  # the receives by load, first the idlest with ``balance``
@@ -176,14 +182,30 @@ def _pinned(state: _Rank, ins: Instr, channel: int | None) -> _Tb:
     return tb
 
 
-def _owner(state: _Rank, ins: Instr, channel: int | None) -> _Tb | None:
-    """The threadblock owning a plain send's or receive's connection already, if any (what
-    :func:`_place` would give it, without its other cases)."""
-    if channel is None or ins.tb_hint is not None:
-        return None
-    if ins.send_to is not None:
-        return None if ins.recv_from is not None else state.owner.get((channel, "send", ins.send_to))
-    return None if ins.recv_from is None else state.owner.get((channel, "recv", ins.recv_from))
+_SAME_DAG = SameObjects()
+"""Per DAG what every channel assignment and layout tried reads: :func:`_kinds`."""
+
+
+def _kinds(dag: InstrDAG) -> tuple[list[int], list[tuple[str, int] | None]]:
+    """The instructions whose threadblock's peers are pinned (the user's, fused ops), in order;
+    per instruction, a plain send's or receive's side and peer (its connection's threadblock owns
+    it once there is one), else None."""
+    pinned, plain = [], []
+    made: dict[tuple[str, int], tuple[str, int]] = {}  # one tuple per side and peer, not per instruction
+    for ins in dag.instrs:
+        key = (
+            None
+            if ins.tb_hint is not None or (ins.send_to is None) == (ins.recv_from is None)
+            else ("send", ins.send_to)
+            if ins.send_to is not None
+            else ("recv", ins.recv_from)
+        )
+        plain.append(None if key is None else made.setdefault(key, key))
+    for i in dag.order:
+        ins = dag.instrs[i]
+        if ins.tb_hint is not None or (ins.send_to is not None and ins.recv_from is not None):
+            pinned.append(i)
+    return pinned, plain
 
 
 def _place(state: _Rank, ins: Instr, channel: int | None, preds: list[_Tb], pos, timed: bool) -> _Tb:

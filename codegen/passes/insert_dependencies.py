@@ -59,38 +59,45 @@ def _waits(sched: ScheduledDAG) -> list[tuple[Dep, ...]]:
     """Per instruction its dependencies: the last step it needs of each other threadblock, less
     those implied by its threadblock's earlier waits or through another of its waits."""
     dag = sched.dag
-    place, plans, preds, instrs = sched.placement, sched.threadblocks, dag.preds, dag.instrs
+    place, instrs = sched.placement, dag.instrs
+    preds = _SAME_DAG.get([dag], "preds", lambda: _preds(dag))
+    before = [-1] * len(instrs)  # the instruction before each in its threadblock
+    for plans in sched.threadblocks:
+        for plan in plans:
+            run = plan.instrs
+            for k in range(1, len(run)):
+                before[run[k]] = run[k - 1]
     # instruction -> {tb: last step known complete}, less its own threadblock (whose last step
     # known complete is its own; an entry for it is stale, never read). An op that keeps no new
     # wait shares the dict of the op before it in its threadblock: a copy per op cost a rank's
     # threadblocks per op (hundreds each at 512 ranks)
-    clock: list[dict[int, int]] = [{}] * len(instrs)
+    none: dict[int, int] = {}
+    clock: list[dict[int, int]] = [none] * len(instrs)
     deps: list[tuple[Dep, ...]] = [()] * len(instrs)
     made: dict[tuple[int, int], Dep] = {}  # one Dep per (threadblock, step): they are frozen
-    match = DepKind.MATCH
     for i in dag.order:
-        tb, step = place[i]
-        mine = plans[instrs[i].rank]
-        base = clock[mine[tb].instrs[step - 1]] if step else clock[i]
-        wanted: dict[int, int] = {}
-        for e in preds[i]:
-            if e.kind is not match:
-                t, s = place[e.pred]
-                if t != tb and wanted.get(t, -1) < s:
-                    wanted[t] = s
-        needed = [(t, s) for t, s in wanted.items() if base.get(t, -1) < s]
+        k = before[i]
+        base = none if k < 0 else clock[k]
+        waits = preds[i]
+        if not waits:
+            clock[i] = base
+            continue
+        tb = place[i][0]
+        wanted: dict[int, tuple[int, int]] = {}  # tb -> (its last step needed, that instruction)
+        for p in waits:
+            t, s = place[p]
+            if t != tb and (t not in wanted or wanted[t][0] < s):
+                wanted[t] = (s, p)
+        needed = [(t, s, p) for t, (s, p) in wanted.items() if base.get(t, -1) < s]
         if not needed:
             clock[i] = base
             continue
-        kept = needed
         if len(needed) > 1:
-            kept = [
-                (t, s)
-                for t, s in needed
-                if not any(clock[mine[u].instrs[v]].get(t, -1) >= s for u, v in needed if u != t)
+            needed = [
+                (t, s, p) for t, s, p in needed if not any(clock[q].get(t, -1) >= s for u, _, q in needed if u != t)
             ]
-        for t, s in kept:
-            other = clock[mine[t].instrs[s]]
+        for t, s, p in needed:
+            other = clock[p]
             if len(other) > len(base):  # the larger copied whole, the smaller merged into it
                 base, other = other, base
             base = dict(base)
@@ -100,6 +107,13 @@ def _waits(sched: ScheduledDAG) -> list[tuple[Dep, ...]]:
             if base.get(t, -1) < s:
                 base[t] = s
         clock[i] = base
-        kept.sort()
+        kept = sorted((t, s) for t, s, _ in needed)
         deps[i] = tuple(made.get(d) or made.setdefault(d, Dep(*d)) for d in kept)
     return deps
+
+
+def _preds(dag: InstrDAG) -> list[tuple[int, ...]]:
+    """Per instruction the predecessors it may wait for (all but a receive's send), once per DAG
+    (tuples: those with none share the empty one)."""
+    match = DepKind.MATCH
+    return [tuple(e.pred for e in edges if e.kind is not match) for edges in dag.preds]
