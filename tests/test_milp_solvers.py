@@ -70,6 +70,28 @@ def makespan() -> tuple[Model, float]:
 STANDARD = [knapsack, lp, assignment, makespan]
 
 
+def test_cbc_with_one_thread_runs_its_serial_search(monkeypatch):
+    """``-threads 1`` starts CBC's threaded search, whose one worker sometimes never starts: a
+    5-job makespan then waits out its whole time limit (1 solve in about 20). One thread is no
+    ``-threads`` option at all; more are passed on."""
+    import pulp
+
+    given = []
+    real = pulp.PULP_CBC_CMD
+
+    def spy(*args, **kwargs):
+        given.append(kwargs.get("threads"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pulp, "PULP_CBC_CMD", spy)
+    solver = get_backend("cbc")
+    model, optimum = makespan()
+    for threads in (1, 2):
+        sol = solver.solve(model, time_limit_s=10, threads=threads)
+        assert sol.status is Status.OPTIMAL and sol.objective == optimum
+    assert given == [None, 2]
+
+
 def test_registry_is_ordered_and_honest():
     assert list(BACKENDS) == ["highs", "cbc"]
     for name, backend in BACKENDS.items():
