@@ -195,8 +195,9 @@ def test_which_schedules_compile_retimed_first():
 
 
 def test_a_schedule_no_layout_fits_for_its_threadblocks_is_compiled_once(monkeypatch):
-    # the trees allreduce on 16 DGX H100 (128 ranks) fits no layout of azure's (threadblocks waited
-    # on past id 127): its first compile tried every layout (280 s of CPU), then the choice
+    # the trees allreduce on 16 DGX H100 (128 ranks), before fit_xml_reader merged its steps, fitted
+    # no layout of azure's (threadblocks waited on past id 127): its first compile tried every
+    # layout (280 s of CPU), then the choice
     # compiled each further variant so; a variant changes order, merging, waits or widens, none
     # takes threadblocks away, so the first such failure ends the choice (here: 4 threadblocks)
     import runtime.choice as choice_module
