@@ -359,7 +359,6 @@ def simulate(
             f"{ir.name}: {ir.num_ranks} ranks, but topology {topology.name} has {topology.num_ranks}"
         )
     logical = topology.logical()
-    logical.route((src, dst) for src, dst, _ in program.connections)  # one search per source
     for (src, dst, ch), conn in program.connections.items():
         if conn.sender is not None and (src, dst) not in logical.links:
             raise ExecutionError(

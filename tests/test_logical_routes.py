@@ -130,3 +130,30 @@ def test_a_512_gpu_cluster_routes_a_pair_without_building_all_pairs():
     assert link.path == (7, "m0.nic7", "net", "m1.nic0", 8)
     assert logical.link(8, 15).path == (8, "m1.nvswitch", 15)
     assert len(logical._links) == 2 and len(logical._tables) <= 2
+
+
+@pytest.mark.parametrize("kept", [1 << 18, 3])
+def test_links_asked_pair_by_pair_search_each_source_once(monkeypatch, kept):
+    """The IR simulator and the Algorithm model look a schedule's links up pair by pair, sources
+    interleaved (each routed them in bulk first: one search per pair, a 512-GPU tree schedule's
+    pairs took 100 s against 2 s). A lookup resumes its source's search where the last stopped:
+    one search per source; with few routes kept (3), sources searched again, the same links."""
+    import topologies.logical
+    from topologies.routes import RouteGraph
+
+    monkeypatch.setattr(topologies.logical, "ROUTES_KEPT", kept)
+    topo = T.load("dgx-h100x4")
+    expected = {pair: link.path for pair, link in topo.logical().links.items()}
+    fresh = T.topology_from_dict(T.topology_to_dict(topo)).logical()
+    searches = []
+    walk = RouteGraph.walk
+    monkeypatch.setattr(RouteGraph, "walk", lambda self, *a, **k: searches.append(a) or walk(self, *a, **k))
+    n = topo.num_ranks
+    for dst in range(n):  # destination-major: every source in turn
+        for src in range(n):
+            if src != dst:
+                assert fresh.links[(src, dst)].path == expected[(src, dst)]
+    if kept > n * n:
+        assert len(set(searches)) == len(searches) > n // 2  # each source once (some read a table)
+    else:
+        assert len(searches) > n and fresh._kept <= kept + n

@@ -49,6 +49,13 @@ MAX_CHUNKS_PER_ROUND = 64
 TABLES_KEPT = 64
 """Sources whose whole route tables are kept (a table holds one route per reachable rank)."""
 
+ROUTES_KEPT = 1 << 18
+"""Routes found but not yet asked for that :meth:`LogicalTopology.link` keeps, over all sources (a
+512-GPU cluster has 261,632 routes), and :data:`WALKS_KEPT` the searches it keeps to resume: past
+either, the sources asked longest ago are dropped, and a lookup from one of them searches again.
+Together at most about 120 MB (1,024 GPUs, a far pair asked from every rank)."""
+WALKS_KEPT = 1024
+
 
 @dataclass(frozen=True)
 class Resource:
@@ -162,6 +169,11 @@ class LogicalTopology:
         self._topo = topo
         self._links: dict[tuple[int, int], LogicalLink | None] = {}
         self._tables: OrderedDict[int, Table] = OrderedDict()
+        self._walks: OrderedDict[int, tuple[Iterator[tuple[int, tuple[int, ...]]], Table]] = OrderedDict()
+        """Per source, its search where the last lookup stopped it and the routes it found since
+        that nobody asked for yet (:meth:`link`)."""
+        self._kept = 0
+        """Routes held in :attr:`_walks`."""
         self._succ: dict[int, tuple[int, ...]] = {}
         self._pred: dict[int, tuple[int, ...]] = {}
         self._direct = not topo.arrays.switches
@@ -182,21 +194,49 @@ class LogicalTopology:
         return LogicalLinks(self)
 
     def link(self, src: int, dst: int) -> LogicalLink | None:
-        """The logical link ``src -> dst``, or None where there is none."""
+        """The logical link ``src -> dst``, or None where there is none.
+
+        One search finds all of a source's routes, so asking for many pairs one search each
+        costs up to n times more (a 512-GPU tree schedule's 36,000 pairs: about 100 s against
+        2 s). A lookup therefore resumes its source's search where the last one stopped, keeping
+        the routes it passes (:data:`ROUTES_KEPT`): a caller asking pair by pair pays one search
+        per source, and one asking a pair (a ring's neighbour) no more than that pair's."""
         key = (src, dst)
         if key in self._links:
             return self._links[key]
         table = self._tables.get(src)
-        ids = table.get(dst) if table is not None else self.graph.routes(src, target=dst).get(dst)
+        ids = table.get(dst) if table is not None else self._walk_to(src, dst)
         link = None if ids is None else self._make(ids)
         self._links[key] = link
         return link
 
+    def _walk_to(self, src: int, dst: int) -> tuple[int, ...] | None:
+        """``dst``'s route from ``src``'s search, resumed (and kept) where it stopped."""
+        walks = self._walks
+        if src in walks:
+            walk, found = walks[src]
+            walks.move_to_end(src)
+        else:
+            walk, found = walks[src] = (self.graph.walk(src), {})
+        ids = found.pop(dst, None)
+        if ids is not None:
+            self._kept -= 1
+            return ids
+        for w, path in walk:
+            if w == dst:
+                ids = path
+                break
+            found[w] = path
+            self._kept += 1
+        while (self._kept > ROUTES_KEPT or len(walks) > WALKS_KEPT) and len(walks) > 1:
+            self._kept -= len(walks.popitem(last=False)[1][1])
+        return ids
+
     def route(self, pairs: Iterable[tuple[int, int]]) -> None:
-        """Route every listed pair now, one search per source: a search finds all of a source's
-        routes at once, so asking for many pairs one by one (a search each) costs up to n times
-        more (a 512-GPU tree schedule's 36,000 pairs: about 100 s against 2 s). For callers
-        about to look many links up (the verifier); pairs that are not two ranks are skipped."""
+        """Route every listed pair now, one search per source, for callers about to look many
+        links up (the verifier); :meth:`link` alone costs no more, searching each source once
+        as its pairs are asked, but keeps what it passes meanwhile. Pairs that are not two ranks
+        are skipped."""
         n = self.num_ranks
         by_source: dict[int, set[int]] = {}
         for src, dst in pairs:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from topologies.model import Link, Topology, Vertex
 
 __all__ = ["RouteGraph", "Table"]
@@ -99,14 +101,25 @@ class RouteGraph:
         """Routes from ``src`` to every rank it reaches (to ``target`` only, when given: the
         search stops there). ``reverse`` searches backwards: routes *to* ``src``, each path
         still listed source first."""
+        if target is None:
+            found = dict(self.walk(src, reverse))
+            return {w: path[::-1] for w, path in found.items()} if reverse else found
+        for w, path in self.walk(src, reverse):
+            if w == target:
+                return {w: path[::-1] if reverse else path}
+        return {}
+
+    def walk(self, src: int, reverse: bool = False) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """``(rank, route)`` from ``src`` in the order one search finds them (each rank once):
+        a caller that stops at the rank it wants can resume later for the next. ``reverse``
+        walks backwards (routes *to* ``src``, listed ``rank`` first)."""
         adj = self.pred if reverse else self.succ
         n, kind, machine = self.num_ranks, self.kind, self.machine
-        found: Table = {}
+        found: set[int] = {src}
         for w in adj[src]:
-            if w < n and w != src and w not in found:
-                found[w] = (src, w)
-        if target is not None and target in found:
-            return {target: found[target]}
+            if w < n and w not in found:
+                found.add(w)
+                yield w, (src, w)
         search = _Search([], [], [])
         seen: set[tuple[int, bool, bool]] = set()
         for w in adj[src]:
@@ -121,11 +134,10 @@ class RouteGraph:
             v, net, first = search.vertex[i], search.network[i], search.parent[i] < 0
             for w in adj[v]:
                 if w < n:
-                    if w == src or w in found or (first and kind[v] == NIC) or (net and machine[w] == home):
+                    if w in found or (first and kind[v] == NIC) or (net and machine[w] == home):
                         continue
-                    found[w] = search.path(i, src, w)
-                    if w == target:
-                        return {w: found[w]}
+                    found.add(w)
+                    yield w, search.path(i, src, w)
                     continue
                 wnet = net or kind[w] == NETWORK
                 if (w, wnet, False) in seen or search.on_path(i, w):
@@ -135,9 +147,6 @@ class RouteGraph:
                 search.network.append(wnet)
                 search.parent.append(i)
             i += 1
-        if reverse:
-            found = {w: path[::-1] for w, path in found.items()}
-        return found if target is None else {}
 
     # -- distances ------------------------------------------------------------------------
     def alpha_distances(self, src: int) -> list[float]:
