@@ -118,7 +118,7 @@ class Engine:
         """Start the candidates of instant ``now`` that can start (a job drawn as an edge's queue
         head that is no longer it is stale), and queue the others on the edge that frees last; an
         edge a candidate came from offers its next head while it has a free server."""
-        waiting, first, free, used = self._waiting, self.first, self.free, self.used
+        waiting, first, free, used, armed = self._waiting, self.first, self.free, self.used, self._armed
         limit = now + self.tolerance
         while candidates:
             _, _, _, via, entry = heappop(candidates)
@@ -141,7 +141,9 @@ class Engine:
                             start, binding = first[e], e
                     if start > limit:
                         heappush(waiting[binding], entry)
-                        self._arm(binding)
+                        if armed[binding] != start:  # _arm, inline: a blocked try per start at 512 ranks
+                            armed[binding] = start
+                            self._at(start)[1].append(binding)
                     else:
                         for e, hold in path:
                             servers = free[e]
