@@ -11,20 +11,14 @@ says is :func:`codegen.check._check_deadlock`'s, unchanged.
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections import deque
-from operator import attrgetter
 
 import numpy as np
 
-from codegen.ir import IR, OpType
+from codegen.ir import IR
 from codegen.rules import connections
 
 __all__ = ["CallGraph", "find_cycle"]
-
-_TYPE, _COUNT, _DEPS = attrgetter("type"), attrgetter("count"), attrgetter("deps")
-_FLAG = {t: t.sends + 2 * t.receives for t in OpType}
-"""Per step type: 1 sends, 2 receives (3 both)."""
 
 _WIDE = 64
 """Levels at least this wide are removed in one NumPy step; narrower ones count against a budget."""
@@ -36,7 +30,7 @@ class CallGraph:
     ``name(i)`` is call ``i``'s step (rank, threadblock, op index)."""
 
     def __init__(self, ir: IR) -> None:
-        ncalls: list[int] = []  # each step's count
+        ncalls: list[int] = []
         flags: list[int] = []  # 1 sends, 2 receives
         deps: list[tuple[int, int, int]] = []  # (op, rank, tb) of the dep, then its op index
         dep_ops: list[int] = []
@@ -49,19 +43,17 @@ class CallGraph:
                 at = tb_start[(rank, tb.id)] = len(flags)
                 tb_first.append(at)
                 self._tbs.append((rank, tb.id))
-                ops = tb.ops
-                # each step's kind and count read through ``map`` (no Python call per op: a million
-                # at 512 ranks); the steps with dependencies picked by ``compress``
-                flags.extend(map(_FLAG.__getitem__, map(_TYPE, ops)))
-                ncalls.extend(map(_COUNT, ops))
-                for k in itertools.compress(range(len(ops)), map(_DEPS, ops)):
-                    for d in ops[k].deps:
-                        deps.append((at + k, rank, d.tb))
-                        dep_ops.append(d.op)
+                for k, op in enumerate(tb.ops):
+                    kind = op.type
+                    flag = kind.sends + 2 * kind.receives
+                    flags.append(flag)
+                    ncalls.append(max(1, op.count) if flag else 1)
+                    if op.deps:
+                        for d in op.deps:
+                            deps.append((at + k, rank, d.tb))
+                            dep_ops.append(d.op)
         self._first = tb_first
-        # a step that sends or receives makes one call per chunk (at least one), any other one call
         counts = np.asarray(ncalls, dtype=np.int64)
-        counts = np.where(np.asarray(flags, dtype=np.int8) > 0, np.maximum(counts, 1), 1)
         self.op_of = np.repeat(np.arange(len(flags), dtype=np.int64), counts)
         first = np.zeros(len(flags) + 1, dtype=np.int64)
         np.cumsum(counts, out=first[1:])

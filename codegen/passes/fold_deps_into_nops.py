@@ -7,22 +7,17 @@ which must itself carry one (it does). Steps shift, so every dependency on the r
 
 from __future__ import annotations
 
-from operator import attrgetter
-
 from codegen.ir import IR, Dep, Op, OpType, evolve
 
 __all__ = ["fold_deps_into_nops"]
-
-
-_DEPS = attrgetter("deps")
 
 
 def fold_deps_into_nops(ir: IR) -> IR:
     """Move all but one dependency of each op into preceding nops."""
     gpus = []
     for gpu in ir.gpus:
-        if all(max(map(len, map(_DEPS, tb.ops)), default=0) <= 1 for tb in gpu.threadblocks):
-            gpus.append(gpu)  # nothing to fold, no step moves: the rank as it is (read through ``map``)
+        if all(len(op.deps) <= 1 for tb in gpu.threadblocks for op in tb.ops):
+            gpus.append(gpu)  # nothing to fold, no step moves: the rank as it is
             continue
         new_pos: dict[tuple[int, int], int] = {}
         for tb in gpu.threadblocks:
