@@ -9,14 +9,30 @@ from codegen_helpers import map_ops, stage_after
 from ir_interpreter import ExecutionError, execute
 
 from codegen.chunk_dag import DepKind
+from codegen.errors import CodegenError
 from codegen.examples import allpairs_allreduce, hierarchical_allreduce, two_step_alltoall
 from codegen.ir import IR
+from codegen.lower import lower_algorithm
 from codegen.passes.insert_dependencies import insert_dependencies
+from codegen.schedule import TbPlan
+from synth.baselines import make_baseline
+from synth.collectives import make_collective
+from topologies import load
+
+
+def _relayed_alltoall():
+    """A timed schedule whose relays make most ops wait for none between ops that wait (the
+    512-rank hierarchical alltoall's shape, on two machines)."""
+    topo = load("dgx-a100x2")
+    algo = make_baseline("hierarchical", topo, make_collective("alltoall", topo.num_ranks))
+    return lower_algorithm(algo, topo)
+
 
 PROGRAMS = [
     allpairs_allreduce.program(4),
     hierarchical_allreduce.program("dgx-a100x2"),
     two_step_alltoall.program("dgx-a100x2"),
+    _relayed_alltoall(),
 ]
 
 
@@ -57,7 +73,7 @@ def _unmet(sched, ir: IR) -> list:
     return missing
 
 
-@pytest.mark.parametrize("prog", PROGRAMS, ids=["allpairs", "hierarchical", "two-step"])
+@pytest.mark.parametrize("prog", PROGRAMS, ids=["allpairs", "hierarchical", "two-step", "relayed-alltoall"])
 def test_every_predecessor_is_covered_and_every_wait_is_needed(prog):
     sched = stage_after(prog, "assign_threadblocks")
     ir = insert_dependencies(sched)
@@ -73,6 +89,16 @@ def test_every_predecessor_is_covered_and_every_wait_is_needed(prog):
             ops[k] = replace(ops[k], deps=tuple(x for x in ops[k].deps if x != d))
             cut = _with_ops(ir, rank, t, tuple(ops))
             assert _unmet(sched, cut), f"rank {rank} tb {t} step {k}: the wait for {d} is redundant"
+
+
+def test_an_instruction_in_no_threadblock_is_named():
+    sched = stage_after(allpairs_allreduce.program(4), "assign_threadblocks")
+    plans = list(sched.threadblocks[0])
+    dropped = plans[0].instrs[-1]
+    plans[0] = TbPlan(plans[0].send, plans[0].recv, plans[0].channel, plans[0].instrs[:-1])
+    broken = replace(sched, threadblocks=(tuple(plans), *sched.threadblocks[1:]))
+    with pytest.raises(CodegenError, match=f"instruction {dropped} is in no threadblock"):
+        insert_dependencies(broken)
 
 
 def _with_ops(ir: IR, rank: int, t: int, ops: tuple) -> IR:

@@ -121,7 +121,7 @@ def assign_channels(
 def _assign(dag: InstrDAG, groups: dict[int, tuple], channels: int, max_channels: int, compact: bool) -> ChannelDAG:
     """:func:`assign_channels` once its hints are checked."""
     taken = _Taken()
-    local: dict[int, int] = {}
+    local: list[int | None] = [None] * len(dag.instrs)  # each instruction's channel in its instance
     shares = _shares(dag, channels, max_channels) if compact else None
     auto: dict[tuple, int] = defaultdict(int)
     hinted = _SAME_DAG.get([dag], "hinted", lambda: any(ins.channel_hint is not None for ins in dag.instrs))
@@ -153,7 +153,8 @@ def _assign(dag: InstrDAG, groups: dict[int, tuple], channels: int, max_channels
             auto[key] += 1
             lead = max_channels if shares is None else own
         ch = _place(dag, flow, transfers, pinned, (candidates, lead), hint is not None, taken, max_channels)
-        local.update((i, ch) for i in flow)
+        for i in flow:
+            local[i] = ch
     return ChannelDAG(dag, _global_channels(dag, local, max_channels))
 
 
@@ -180,7 +181,7 @@ def _lone(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinte
     """Per flow, where it is one transfer and nothing pinned in a program without channel hints:
     ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
     :class:`_Moves`), the send's hold in a timed program (``InstrDAG.holds``, else 0, 0), its
-    instance and the rank it sends to; else None."""
+    instance and the rank it sends to (the receiver's); else None."""
     instrs, pos, depth = dag.instrs, dag.position, dag.depth
     room = fifo_calls(dag.info.protocol)
     holds = dag.holds if dag.times is not None else lambda _: (0.0, 0.0)
@@ -203,14 +204,15 @@ def _place_lone(
     max_channels: int,
 ) -> int:
     """:func:`_place` for a flow of one transfer, nothing pinned, no hint: the same tries, without
-    building :class:`_Moves` or a list of candidates per flow (262,144 flows per run at 512 ranks);
-    :func:`_busy_while` inlined for the common case of a hold that ends after it starts."""
-    s, a, _, _, _, _, _, start, end, inst, to = one
+    building :class:`_Moves` or a list of candidates per flow (487,424 flows per run at 512 ranks);
+    :func:`_busy_while` inlined for the common case of a hold that ends after it starts; the
+    connection's key is made once per channel tried (the send goes to its receiver's rank)."""
+    s, a, _, _, _, _, _, start, end, inst, _ = one
     spans, inverted = taken.spans, taken.inverted
     busy: list[int] = []
     for ch in lead:
+        key = (a, one[2], inst, ch)
         if timed:
-            key = (a, to, inst, ch)
             there = spans.get(key)
             if there is not None and (
                 bisect.bisect_left(there[0], end) - bisect.bisect_right(there[1], start) > 0
@@ -219,20 +221,23 @@ def _place_lone(
             ):
                 busy.append(ch)
                 continue
-        if _lone_fits(one, ch, taken):
-            return _commit_lone(dag, one, ch, taken, timed)
+        if _lone_fits(one, key, taken):
+            return _commit_lone(dag, one, key, taken, timed)
     for ch in (*busy, *rest):
-        if _lone_fits(one, ch, taken):
-            return _commit_lone(dag, one, ch, taken, timed)
+        key = (a, one[2], inst, ch)
+        if _lone_fits(one, key, taken):
+            return _commit_lone(dag, one, key, taken, timed)
     raise CodegenError(
         f"{dag.info.name}: rank {a}: no channel below {max_channels} can carry the flow of "
         f"instruction {dag.instrs[s]} in order"
     )
 
 
-def _lone_fits(one: tuple, ch: int, taken: _Taken) -> bool:
-    """:func:`_fits` and not :func:`_serializes`, for one transfer and nothing pinned."""
+def _lone_fits(one: tuple, key: tuple, taken: _Taken) -> bool:
+    """:func:`_fits` and not :func:`_serializes`, for one transfer and nothing pinned, on the
+    connection ``key`` (sender, receiver, instance, channel)."""
     _, a, b, ps, pr, d, drained, _, _, inst, _ = one
+    ch = key[3]
     peers, full = taken.peers, MAX_PEERS_PER_CHANNEL  # a peer more than that many is refused
     have = peers.get((a, inst, ch, "send"))
     if have is not None and len(have) >= full and (b not in have or len(have) > full):
@@ -240,7 +245,7 @@ def _lone_fits(one: tuple, ch: int, taken: _Taken) -> bool:
     have = peers.get((b, inst, ch, "recv"))
     if have is not None and len(have) >= full and (a not in have or len(have) > full):
         return False
-    placed = taken.fifo.get((a, b, inst, ch))
+    placed = taken.fifo.get(key)
     if placed:
         k = bisect.bisect(placed, (ps, pr))
         if (k > 0 and placed[k - 1][1] > pr) or (k < len(placed) and pr > placed[k][1]):
@@ -252,16 +257,25 @@ def _lone_fits(one: tuple, ch: int, taken: _Taken) -> bool:
     return True
 
 
-def _commit_lone(dag: InstrDAG, one: tuple, ch: int, taken: _Taken, timed: bool) -> int:
-    """:func:`_commit` (and :func:`_hold`) for one transfer, nothing pinned; ``ch``."""
-    s, a, b, ps, pr, d, drained, start, end, inst, to = one
-    bisect.insort(taken.fifo[(a, b, inst, ch)], (ps, pr))
+def _commit_lone(dag: InstrDAG, one: tuple, key: tuple, taken: _Taken, timed: bool) -> int:
+    """:func:`_commit` (and :func:`_hold`) for one transfer, nothing pinned, on the connection
+    ``key``; its channel."""
+    s, a, b, ps, pr, d, drained, start, end, inst, _ = one
+    ch = key[3]
+    bisect.insort(taken.fifo[key], (ps, pr))
     slot = (a, b, inst, ch, d)
     taken.by_depth[slot] = taken.by_depth.get(slot, False) or drained
     taken.peers[(a, inst, ch, "send")].add(b)
     taken.peers[(b, inst, ch, "recv")].add(a)
     if timed:
-        _hold(dag, s, (a, to, inst, ch), taken, (start, end))
+        taken.held[key].append(s)
+        spans = taken.spans.get(key)
+        if spans is None:
+            spans = taken.spans[key] = ([], [])
+        bisect.insort(spans[0], start)
+        bisect.insort(spans[1], end)
+        if end < start:
+            taken.inverted.add(key)
     return ch
 
 
@@ -281,12 +295,23 @@ def _shares(dag: InstrDAG, channels: int, max_channels: int) -> dict[tuple[int, 
     dependency beyond the first (an upper bound: ``fold_deps_into_nops``). Spreading every
     connection over every channel gives a rank a threadblock per peer and channel: at 128 ranks of
     DGX H100 trees 262, where a rank's 22 peers need 72 (the runtimes let 128 be waited on)."""
-    load = _SAME_DAG.get([dag], "load", lambda: _load(dag))
-    busiest = max(load.values(), default=1)
+    by_load = _SAME_DAG.get([dag], "by load", lambda: _by_load(dag))
+    busiest = max(by_load, default=1)
     shares: dict[tuple[int, int], int] = {}
-    for (a, b, _), n in load.items():
-        shares[(a, b)] = max(shares.get((a, b), 1), -(-channels * n // busiest))
-    return {key: min(k, max_channels) for key, k in shares.items()}
+    for n, connections in by_load.items():  # one share per distinct load (a handful), not per connection
+        shares.update(dict.fromkeys(connections, min(max(1, -(-channels * n // busiest)), max_channels)))
+    return shares
+
+
+def _by_load(dag: InstrDAG) -> dict[int, list[tuple[int, int]]]:
+    """The connections by their load: the steps their busier side takes (:func:`_load`)."""
+    busier: dict[tuple[int, int], int] = {}
+    for (a, b, _), n in _load(dag).items():
+        busier[(a, b)] = max(n, busier.get((a, b), 0))
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for key, n in busier.items():
+        out[n].append(key)
+    return dict(out)
 
 
 def _load(dag: InstrDAG) -> dict[tuple, int]:
@@ -401,13 +426,19 @@ def _idle_first(
     yield from candidates[len(lead) :]
 
 
-def _global_channels(dag: InstrDAG, local: dict[int, int], max_channels: int) -> tuple[int | None, ...]:
+def _global_channels(dag: InstrDAG, local: list[int | None], max_channels: int) -> tuple[int | None, ...]:
     """Instance ``i`` takes channels ``i * K .. i * K + K - 1`` (``K``: the channels one uses)."""
-    per_instance = 1 + max(local.values(), default=0)
-    channel = tuple(
-        None if i not in local else ins.instance * per_instance + local[i] for i, ins in enumerate(dag.instrs)
-    )
-    if any(c is not None and c >= max_channels for c in channel):
+    used = [c for c in local if c is not None]
+    per_instance = 1 + max(used, default=0)
+    if _SAME_DAG.get([dag], "one instance", lambda: all(ins.instance == 0 for ins in dag.instrs)):
+        channel = tuple(local)  # every instruction in instance 0: its channel is its local one
+        widest = max(used, default=0)
+    else:
+        channel = tuple(
+            None if c is None else ins.instance * per_instance + c for c, ins in zip(local, dag.instrs, strict=True)
+        )
+        widest = max((c for c in channel if c is not None), default=0)
+    if widest >= max_channels:
         raise CodegenError(
             f"{dag.info.name}: {dag.info.instances} instance(s) x {per_instance} channel(s) exceed the "
             f"{max_channels} channels of the runtime"

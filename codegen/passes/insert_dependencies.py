@@ -3,13 +3,19 @@
 An op waits for each predecessor on its rank that runs in another threadblock. Waits already
 implied are dropped: by program order (an earlier op of the same threadblock waited for as much or
 more) or through another wait (the op it waits for itself waited, directly or not, for the same
-step). Each op keeps a vector clock, per threadblock the last step known complete, to decide.
+step). Each op keeps a vector clock, per threadblock the last step known complete, to decide; an
+op with no predecessor to wait for has the clock of the last op before it in its threadblock that
+has one, so only those (a fifth of a 512-rank alltoall's million) are visited one by one, and where
+each instruction sits is found by NumPy over all threadblocks at once.
 The IR may hold several dependencies per op; ``fold_deps_into_nops`` makes it one.
 """
 
 from __future__ import annotations
 
+import itertools
+
 from codegen.chunk_dag import DepKind
+from codegen.errors import CodegenError
 from codegen.instr_dag import InstrDAG
 from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock, evolve
 from codegen.schedule import ScheduledDAG
@@ -22,15 +28,17 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
     """Build the IR; each op depends on the last needed step of every other threadblock."""
     dag = sched.dag
     info = dag.info
-    deps = _waits(sched)
-    bare = _SAME_DAG.get([dag], "ops", lambda: _bare_ops(dag))
+    ops = list(_SAME_DAG.get([dag], "ops", lambda: _bare_ops(dag)))
+    for i, deps in _waits(sched).items():
+        ops[i] = evolve(ops[i], deps=deps)
+    at = ops.__getitem__
     gpus = []
     for rank, plans in enumerate(sched.threadblocks):
-        tbs = []
-        for t, plan in enumerate(plans):
-            ops = tuple(evolve(bare[i], deps=deps[i]) if deps[i] else bare[i] for i in plan.instrs)
-            tbs.append(Threadblock(t, plan.send, plan.recv, plan.channel, ops))
-        gpus.append(Gpu(rank, info.input_chunks, info.output_chunks, info.scratch_chunks[rank], tuple(tbs)))
+        tbs = tuple(
+            Threadblock(t, plan.send, plan.recv, plan.channel, tuple(map(at, plan.instrs)))
+            for t, plan in enumerate(plans)
+        )
+        gpus.append(Gpu(rank, info.input_chunks, info.output_chunks, info.scratch_chunks[rank], tbs))
     return IR(
         name=info.name,
         collective=info.collective,
@@ -45,8 +53,9 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
 
 
 _SAME_DAG = SameObjects()
-"""Each instruction's op without dependencies, for the last DAG (the compiler builds an IR from one
-DAG for each width and layout it tries; ops are frozen, so the IRs share those that wait for none)."""
+"""Per DAG what every IR built from it reads (the compiler builds one for each width and layout it
+tries): each instruction's op without dependencies (ops are frozen, so the IRs share those that
+wait for none), the predecessors each may wait for, and which have any, in order."""
 
 
 def _bare_ops(dag: InstrDAG) -> list[Op]:
@@ -55,49 +64,45 @@ def _bare_ops(dag: InstrDAG) -> list[Op]:
     return [evolve(plain, type=ins.type, src=ins.src, dst=ins.dst, count=ins.count) for ins in dag.instrs]
 
 
-def _waits(sched: ScheduledDAG) -> list[tuple[Dep, ...]]:
-    """Per instruction its dependencies: the last step it needs of each other threadblock, less
-    those implied by its threadblock's earlier waits or through another of its waits."""
+def _waits(sched: ScheduledDAG) -> dict[int, tuple[Dep, ...]]:
+    """The instructions that wait for some other threadblock, and their dependencies: the last step
+    each needs of another threadblock, less those implied by its threadblock's earlier waits or
+    through another of its waits."""
     dag = sched.dag
-    place, instrs = sched.placement, dag.instrs
     preds = _SAME_DAG.get([dag], "preds", lambda: _preds(dag))
-    before = [-1] * len(instrs)  # the instruction before each in its threadblock
-    for plans in sched.threadblocks:
-        for plan in plans:
-            run = plan.instrs
-            for k in range(1, len(run)):
-                before[run[k]] = run[k - 1]
-    # instruction -> {tb: last step known complete}, less its own threadblock (whose last step
-    # known complete is its own; an entry for it is stale, never read). An op that keeps no new
-    # wait shares the dict of the op before it in its threadblock: a copy per op cost a rank's
-    # threadblocks per op (hundreds each at 512 ranks)
+    waiting = _SAME_DAG.get([dag], "waiting", lambda: [i for i in dag.order if preds[i]])
+    tb_of, step_of, anchor, prior = _layout(sched, _SAME_DAG.get([dag], "waits", lambda: _has_waits(preds)))
+    # instruction with predecessors -> {tb: last step known complete}, less its own threadblock
+    # (whose last step known complete is its own; an entry for it is stale, never read). Another
+    # op's clock is its anchor's (none: -1); an op that keeps no new wait shares the dict of the op
+    # before it in its threadblock: a copy per op cost a rank's threadblocks per op (hundreds each
+    # at 512 ranks)
     none: dict[int, int] = {}
-    clock: list[dict[int, int]] = [none] * len(instrs)
-    deps: list[tuple[Dep, ...]] = [()] * len(instrs)
+    clock: dict[int, dict[int, int]] = {-1: none}
+    deps: dict[int, tuple[Dep, ...]] = {}
     made: dict[tuple[int, int], Dep] = {}  # one Dep per (threadblock, step): they are frozen
-    for i in dag.order:
-        k = before[i]
-        base = none if k < 0 else clock[k]
-        waits = preds[i]
-        if not waits:
-            clock[i] = base
-            continue
-        tb = place[i][0]
+    for i in waiting:
+        base = clock[prior[i]]
+        tb = tb_of[i]
         wanted: dict[int, tuple[int, int]] = {}  # tb -> (its last step needed, that instruction)
-        for p in waits:
-            t, s = place[p]
-            if t != tb and (t not in wanted or wanted[t][0] < s):
-                wanted[t] = (s, p)
+        for p in preds[i]:
+            t = tb_of[p]
+            if t != tb:
+                s = step_of[p]
+                if t not in wanted or wanted[t][0] < s:
+                    wanted[t] = (s, p)
         needed = [(t, s, p) for t, (s, p) in wanted.items() if base.get(t, -1) < s]
         if not needed:
             clock[i] = base
             continue
         if len(needed) > 1:
             needed = [
-                (t, s, p) for t, s, p in needed if not any(clock[q].get(t, -1) >= s for u, _, q in needed if u != t)
+                (t, s, p)
+                for t, s, p in needed
+                if not any(clock[anchor[q]].get(t, -1) >= s for u, _, q in needed if u != t)
             ]
         for t, s, p in needed:
-            other = clock[p]
+            other = clock[anchor[p]]
             if len(other) > len(base):  # the larger copied whole, the smaller merged into it
                 base, other = other, base
             base = dict(base)
@@ -110,6 +115,48 @@ def _waits(sched: ScheduledDAG) -> list[tuple[Dep, ...]]:
         kept = sorted((t, s) for t, s, _ in needed)
         deps[i] = tuple(made.get(d) or made.setdefault(d, Dep(*d)) for d in kept)
     return deps
+
+
+def _layout(sched: ScheduledDAG, has_waits) -> tuple[list[int], ...]:
+    """Per instruction its threadblock id and its step in it, its anchor (itself if it has
+    predecessors to wait for, else the last op before it in its threadblock that has, -1: none)
+    and its prior (the anchor of the op before it, -1: none): flat lists made by NumPy over the
+    threadblocks laid end to end (``ScheduledDAG.placement`` makes a tuple per instruction, a
+    million per tail at 512 ranks)."""
+    import numpy as np  # not loaded by building the CLI's parser
+
+    n = len(sched.dag.instrs)
+    plans = [plan for tbs in sched.threadblocks for plan in tbs]
+    run = np.fromiter(itertools.chain.from_iterable(plan.instrs for plan in plans), dtype=np.int64)
+    sizes = np.fromiter((len(plan.instrs) for plan in plans), dtype=np.int64, count=len(plans))
+    ids = np.fromiter((t for tbs in sched.threadblocks for t in range(len(tbs))), dtype=np.int64, count=len(plans))
+    tb_of = np.full(n, -1, dtype=np.int64)
+    tb_of[run] = np.repeat(ids, sizes)
+    if run.size != n or (tb_of < 0).any():
+        missing = int(np.flatnonzero(tb_of < 0)[0]) if (tb_of < 0).any() else 0
+        raise CodegenError(f"scheduled DAG: instruction {missing} is in no threadblock")
+    if not n:
+        return [], [], [], []
+    begin = np.repeat(np.cumsum(sizes) - sizes, sizes)  # where each one's threadblock begins in ``run``
+    at = np.arange(run.size, dtype=np.int64)
+    step_of = np.empty(n, dtype=np.int64)
+    step_of[run] = at - begin
+    waits = has_waits[run]
+    last = np.maximum.accumulate(np.where(waits, at, -1))  # the last with waits at or before each
+    last[last < begin] = -1
+    before = np.concatenate(([-1], last[:-1]))
+    before[before < begin] = -1
+    anchor, prior = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    anchor[run] = np.where(last >= 0, run[last], -1)
+    prior[run] = np.where(before >= 0, run[before], -1)
+    return tb_of.tolist(), step_of.tolist(), anchor.tolist(), prior.tolist()
+
+
+def _has_waits(preds: list[tuple[int, ...]]):
+    """Whether each instruction has predecessors it may wait for, as a NumPy array."""
+    import numpy as np
+
+    return np.fromiter(map(bool, preds), dtype=bool, count=len(preds))
 
 
 def _preds(dag: InstrDAG) -> list[tuple[int, ...]]:

@@ -8,7 +8,7 @@ scratch is the highest scratch chunk any op touches, plus one. A collective we d
 
 from __future__ import annotations
 
-from codegen.ir import IR, Buffer, evolve
+from codegen.ir import IR, Buffer, Gpu, evolve
 from codegen.rules import buffer_sizes
 
 __all__ = ["size_buffers"]
@@ -19,15 +19,28 @@ def size_buffers(ir: IR) -> IR:
     known = buffer_sizes(ir.collective, ir.num_ranks, ir.nchunksperloop)
     gpus = []
     for gpu in ir.gpus:
-        used = dict.fromkeys(Buffer, 0)
-        for tb in gpu.threadblocks:
-            for op in tb.ops:
-                if op.src is not None and op.src.index + op.count > used[op.src.buffer]:
-                    used[op.src.buffer] = op.src.index + op.count
-                if op.dst is not None and op.dst.index + op.count > used[op.dst.buffer]:
-                    used[op.dst.buffer] = op.dst.index + op.count
+        used = _used(gpu)
         inputs, outputs = known if known is not None else (used[Buffer.INPUT], used[Buffer.OUTPUT])
         gpus.append(
             evolve(gpu, input_chunks=inputs, output_chunks=outputs, scratch_chunks=used[Buffer.SCRATCH])
         )
     return evolve(ir, gpus=tuple(gpus))
+
+
+def _used(gpu: Gpu) -> dict[Buffer, int]:
+    """Per buffer the highest chunk an op of ``gpu`` touches, plus one (0: none). Each op's operand
+    ends are compared with the buffer's highest so far, in locals (a million ops per IR at 512
+    ranks, and the compiler sizes one IR per width and layout it tries)."""
+    used = dict.fromkeys(Buffer, 0)
+    for tb in gpu.threadblocks:
+        for op in tb.ops:
+            src, dst = op.src, op.dst
+            if src is not None:
+                end = src.index + op.count
+                if end > used[src.buffer]:
+                    used[src.buffer] = end
+            if dst is not None:
+                end = dst.index + op.count
+                if end > used[dst.buffer]:
+                    used[dst.buffer] = end
+    return used
