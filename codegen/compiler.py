@@ -136,7 +136,7 @@ def run_compiler(
         # the reference compiler's order, if it is deadlock-free with the runtime's FIFOs too (it
         # uses fewer channels); else the order within the FIFO bound (order_by_critical_path). Its
         # threadblocks are judged first (_RuledOut): at 512 ranks the trees allgather's default
-        # layout (140 threadblocks, ids past 127 waited on) was built whole and checked for nothing
+        # layout (140 threadblocks per rank, past azure's limits) was built whole and checked for nothing
         result = attempt(False, False, (), compact)
         if isinstance(result.result, IR) and tails.deadlock_free(result.result):
             if verify_each or print_after:
