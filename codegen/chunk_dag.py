@@ -222,5 +222,7 @@ def build_chunk_dag(info: ProgramInfo, ops: tuple[ChunkOp, ...]) -> ChunkDAG:
                 add(last_writer[slot], (i, Side.DST), DepKind.WAW)
             last_writer[slot] = (i, Side.DST)
             readers[slot] = []
-    edges = tuple(sorted(ChunkDep(p, s, ps, ss, kind) for (p, s, ps, ss), kind in deps.items()))
+    # sorted as ChunkDep orders (its fields but the kind; the keys are distinct): the keys' tuples
+    # compare without a dataclass comparison each (a second at 128 ranks' 134,400 edges)
+    edges = tuple(ChunkDep(p, s, ps, ss, kind) for (p, s, ps, ss), kind in sorted(deps.items()))
     return ChunkDAG(info, tuple(ops), edges)

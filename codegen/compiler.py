@@ -17,9 +17,19 @@ from codegen.ir import IR
 from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.passes.aggregate_chunks import WINDOW
+from codegen.passes.insert_dependencies import awaited
 from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
-from codegen.rules import MAX_CHANNELS, MAX_COUNT, MAX_NODES, Dialect, get_dialect, layout_problems
-from codegen.schedule import ChannelDAG
+from codegen.rules import (
+    MAX_CHANNELS,
+    MAX_COUNT,
+    MAX_NODES,
+    Dialect,
+    Problem,
+    get_dialect,
+    layout_problems,
+    placed_problems,
+)
+from codegen.schedule import ChannelDAG, ScheduledDAG
 from common.fields import is_integer
 from common.gc_pause import gc_paused
 from synth.algorithm import Algorithm
@@ -59,7 +69,11 @@ def run_compiler(
     ``channels=None`` (auto) starts with one channel per instance and spreads flows over more while a
     threadblock has more steps than the dialect allows; an integer fixes the count. The plain
     critical-path order is kept when it is deadlock-free with the runtime's bounded FIFOs, else
-    the order within the bound is used (``order_by_critical_path``). ``port_order``: a timed
+    the order within the bound is used (``order_by_critical_path``). A layout but the last is
+    judged by its threadblocks (per rank, per channel, ids waited on) as soon as
+    ``assign_threadblocks`` places them: where they pass the runtime's, the next layout is tried
+    without building the IR, widening or asking whether the order deadlocks (the other order is
+    not tried for that layout). ``port_order``: a timed
     program's sends take each port in the schedule's order (``order_ports``; ``port_overlap``: but
     not the sends the schedule overlaps there). ``window``: how close
     in time (a fraction of a timed program's span) the pieces merged into one op start
@@ -90,6 +104,8 @@ def run_compiler(
     prefix, rest = _split(pipeline)
     head = run_pipeline(dag, prefix, CompileOptions(instances=instances, **fixed), verify_each, print_after)
     tails = _Tails(head, rest, instances, fixed)
+    last = 3 if d is not None else 0  # the last layout tried
+
     def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...], compact: int) -> PipelineResult:
         # a compact layout caps each connection's share at the runtime's channels, so its width may
         # pass them: the lighter connections keep spreading while steps fall. The default layout
@@ -99,7 +115,10 @@ def run_compiler(
         width, widest, before = channels or 1, max_channels * (max_channels if compact else 1), None
         level = False
         while True:
-            result = tails.run(bounded, verify, dumps, width, compact)
+            # a layout but the last is judged by its threadblocks as soon as they are placed
+            # (_RuledOut): more channels only add threadblocks, and so does the other order
+            judge = None if d is None or compact == last else d
+            result = tails.run(bounded, verify, dumps, width, compact, judge)
             ir = result.result
             if not isinstance(ir, IR):
                 return result
@@ -115,7 +134,9 @@ def run_compiler(
 
     def layout(compact: int) -> PipelineResult:
         # the reference compiler's order, if it is deadlock-free with the runtime's FIFOs too (it
-        # uses fewer channels); else the order within the FIFO bound (order_by_critical_path)
+        # uses fewer channels); else the order within the FIFO bound (order_by_critical_path). Its
+        # threadblocks are judged first (_RuledOut): at 512 ranks the trees allgather's default
+        # layout (140 threadblocks per rank, past azure's limits) was built whole and checked for nothing
         result = attempt(False, False, (), compact)
         if isinstance(result.result, IR) and tails.deadlock_free(result.result):
             if verify_each or print_after:
@@ -128,11 +149,11 @@ def run_compiler(
     # flow) the compact ones: each connection kept to its share of the channels, then also a timed
     # program's sends and receives sharing threadblocks, busiest with busiest, then busiest with
     # idlest (assign_channels, assign_threadblocks)
-    for compact in range(4 if d is not None else 1):
+    for compact in range(last + 1):
         try:
             result = layout(compact)
-        except CodegenError:
-            if compact == 3 or d is None:
+        except CodegenError:  # and _RuledOut: the layout's threadblocks pass the runtime's
+            if compact == last:
                 raise
             continue
         if not isinstance(result.result, IR) or d is None:
@@ -140,7 +161,7 @@ def run_compiler(
         problems = layout_problems(result.result, d)
         if not problems:
             break
-        if compact == 3:
+        if compact == last:
             binding = bool(layout_problems(result.result, d, steps=False))
             raise NoLayoutError(_no_layout(result.result, d, problems), threadblocks=binding)
     if isinstance(result.result, IR):
@@ -160,14 +181,21 @@ class _Tails:
         self.head, self.instances, self.fixed = head, instances, fixed
         self.ordering, rest = _split(rest, _LAYOUT)
         k = next((k for k, name in enumerate(rest) if "channels" in _options(name)), len(rest) - 1)
-        self.assign, self.after = rest[: k + 1], rest[k + 1 :]
-        self.read = tuple(o for name in self.after for o in _options(name) if o != "compact")
+        self.assign, after = rest[: k + 1], rest[k + 1 :]
+        self.read = tuple(o for name in after for o in _options(name) if o != "compact")
+        # the threadblocks are placed (and judged) after the passes up to the one giving the plans
+        p = next((p for p, name in enumerate(after) if PASSES[name].gives is ScheduledDAG), -1)
+        self.place, self.build = after[: p + 1], after[p + 1 :]
         self.ordered: dict[tuple, PipelineResult] = {}
-        self.last: dict[tuple, dict[tuple, PipelineResult]] = {}  # the latest runs after assignment
+        self.last: dict[tuple, dict[tuple, list]] = {}  # after assignment: [placed, built, problems]
         self.checked: tuple[IR, bool] | None = None
 
-    def run(self, bounded: bool, verify: bool, dumps: tuple[str, ...], width: int, compact: int) -> PipelineResult:
-        """The pipeline's result for one attempt (records: every pass that made it, once each)."""
+    def run(
+        self, bounded: bool, verify: bool, dumps: tuple[str, ...], width: int, compact: int, judge: Dialect | None
+    ) -> PipelineResult:
+        """The pipeline's result for one attempt (records: every pass that made it, once each).
+        Raises :class:`_RuledOut`, without building the IR, where ``judge``'s threadblocks per rank
+        or per channel are passed once the threadblocks are placed."""
         # a compact layout pairs a connection's sends and receives in one threadblock: its bounded
         # order drains a full connection before a receive overtakes it (order_by_critical_path)
         drain = bounded and compact >= 1
@@ -192,19 +220,36 @@ class _Tails:
         held = self.last.setdefault(run, {})
         after = held.get(key) if key is not None else None
         if after is None:
-            after = run_pipeline(stage, self.after, options, verify, dumps)
+            after = [run_pipeline(stage, self.place, options, verify, dumps), None, None]
             if key is not None:
                 held[key] = after
-                if len(held) > _HELD:  # the oldest goes: each is a whole IR
+                if len(held) > _HELD:  # the oldest goes: each may be a whole IR
                     del held[next(iter(held))]
-        records = self.head.records + start.records + assigned.records + after.records
-        return PipelineResult(after.result, records)
+        placed = after[0]
+        if judge is not None and self.build and isinstance(placed.result, ScheduledDAG):
+            if after[2] is None:  # layout 1 at its first width often places the default layout's
+                after[2] = placed_problems(placed.result.threadblocks, awaited(placed.result), judge)
+            if after[2]:
+                raise _RuledOut(after[2][0])
+        if after[1] is None:
+            after[1] = run_pipeline(placed.result, self.build, options, verify, dumps)
+        records = self.head.records + start.records + assigned.records + placed.records + after[1].records
+        return PipelineResult(after[1].result, records)
 
     def deadlock_free(self, ir: IR) -> bool:
         """``find_deadlock`` of ``ir`` finds none (once per IR: a repeated tail gives the same one)."""
         if self.checked is None or self.checked[0] is not ir:
             self.checked = (ir, find_deadlock(ir) is None)
         return self.checked[1]
+
+
+class _RuledOut(CodegenError):
+    """A layout whose placed threadblocks pass the runtime's per rank or per channel: ruled out in
+    either order and at any wider width, so the driver tries the next layout without building
+    this one's IR or asking whether its order deadlocks."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(str(problem))
 
 
 def _stops(compact: int, steps: int, before: int, level: bool) -> bool:

@@ -84,6 +84,15 @@ def _at(slot: _Slot, k: int) -> _Slot:
     return slot if k == 0 else _Slot(slot.rank, slot.buffer, slot.index + k)
 
 
+def _is_time(time: object) -> bool:
+    """``(start, arrival)``: two numbers, ``0 <= start <= arrival``."""
+    if not isinstance(time, tuple) or len(time) != 2:
+        return False
+    start, arrival = time
+    numbers = isinstance(start, int | float) and isinstance(arrival, int | float)
+    return numbers and not isinstance(start, bool) and not isinstance(arrival, bool) and 0 <= start <= arrival
+
+
 @dataclass(frozen=True)
 class _Op:
     kind: str
@@ -146,6 +155,7 @@ class ChunkProgram:
         self.model_timed = False  # set by codegen.lower: the ops' times are the Algorithm model's
         self.ports: tuple[tuple[int, int, int, float, int], ...] = ()  # set by codegen.lower (ProgramInfo.ports)
         self._aliases = aliases_of(collective)
+        self._sizes = {"input": collective.input_chunks, "output": collective.output_chunks}  # frozen: asked per copy
         # the logical links, asked per pair (it remembers each answer): not a set of all pairs, which
         # at 512 ranks of switched machines is 261,632 of them, each routed, for a ring that uses 512
         self._links = None if self.topology is None else self.topology.logical().links
@@ -203,11 +213,7 @@ class ChunkProgram:
         return _NAMES.get(buffer, buffer)
 
     def _size(self, name: str) -> int | None:
-        if name == "input":
-            return self.collective.input_chunks
-        if name == "output":
-            return self.collective.output_chunks
-        return None
+        return self._sizes.get(name)
 
     def _check_rank(self, rank: object, what: str) -> None:
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.num_ranks:
@@ -237,15 +243,11 @@ class ChunkProgram:
 
     # -- recording -------------------------------------------------------------------------
     def _record(self, op: _Op) -> None:
-        for hint, what in ((op.sendtb, "sendtb"), (op.recvtb, "recvtb"), (op.channel, "channel")):
-            if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
-                raise DslError(f"{self.name}: {what}: expected an integer >= 0 or None, got {hint!r}")
-        if op.time is not None and not (
-            isinstance(op.time, tuple)
-            and len(op.time) == 2
-            and all(isinstance(t, int | float) and not isinstance(t, bool) and t >= 0 for t in op.time)
-            and op.time[0] <= op.time[1]
-        ):
+        if op.sendtb is not None or op.recvtb is not None or op.channel is not None:  # a lowered copy has none
+            for hint, what in ((op.sendtb, "sendtb"), (op.recvtb, "recvtb"), (op.channel, "channel")):
+                if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
+                    raise DslError(f"{self.name}: {what}: expected an integer >= 0 or None, got {hint!r}")
+        if op.time is not None and not _is_time(op.time):
             raise DslError(
                 f"{self.name}: time: expected (start, arrival) in microseconds, 0 <= start <= arrival, "
                 f"got {op.time!r}"

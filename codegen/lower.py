@@ -27,12 +27,12 @@ a multi-link connection (DGX-1's doubled NVLinks) one after the other on one thr
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from codegen.dsl import ChunkProgram
+from codegen.dsl import ChunkProgram, ChunkRef
 from common.gc_pause import gc_paused
-from synth.algorithm import Algorithm, Provenance, Send
+from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.cost import chunk_bytes, model_ordered, start_times
 from synth.timing import IDEAL, Params, model_params
 from topologies import Topology, TopologyError, load
@@ -96,11 +96,7 @@ def _made_in(algo: Algorithm) -> Params:
 def _timed(algo: Algorithm, topology: Topology, size: int) -> Algorithm:
     """``algo`` with every send's start in the Algorithm model's list schedule at ``size`` bytes
     (the ideal model's: the order of transfers at a large size, which its costs do not change)."""
-    starts = iter(start_times(algo, topology, size, IDEAL))
-    steps = tuple(
-        replace(step, sends=tuple(replace(x, start_us=next(starts)) for x in step.sends))
-        for step in algo.steps
-    )
+    steps = _started(algo, start_times(algo, topology, size, IDEAL))
     prov = algo.provenance or Provenance("model")
     params = (*((k, v) for k, v in prov.params if k != "size_bytes"), ("size_bytes", size))
     return replace(algo, steps=steps, provenance=replace(prov, params=params))
@@ -112,16 +108,23 @@ def retimed(algo: Algorithm, topology: Topology, size_bytes: float, params: Para
     lowering times arrivals in it): the schedule as that model runs it. A MILP's own starts are
     the order of the model it was made in; the calibrated model runs side by side, through one
     port, sends that an ideal MILP puts one after the other (``runtime.choice``)."""
-    starts = iter(start_times(algo, topology, size_bytes, params))
-    steps = tuple(
-        replace(step, sends=tuple(replace(x, start_us=next(starts)) for x in step.sends)) for step in algo.steps
-    )
+    steps = _started(algo, start_times(algo, topology, size_bytes, params))
     prov = algo.provenance or Provenance("model")
     model = (("timing_model", params.model), ("protocol", params.protocol), ("send_us", params.send_us))
     dropped = {"size_bytes", *(k for k, _ in model)}
     kept = tuple((k, v) for k, v in prov.params if k not in dropped)
     extra = model if params != IDEAL else ()
     return replace(algo, steps=steps, provenance=replace(prov, params=(*kept, ("size_bytes", _whole(size_bytes)), *extra)))
+
+
+def _started(algo: Algorithm, starts: Iterable[float]) -> tuple[Step, ...]:
+    """``algo``'s steps with each send started at the next of ``starts`` (a ``Send`` made
+    directly: ``dataclasses.replace`` per send was a second of a 512-rank lowering)."""
+    at = iter(starts)
+    return tuple(
+        replace(step, sends=tuple(Send(x.chunk, x.src, x.dst, x.op, next(at)) for x in step.sends))
+        for step in algo.steps
+    )
 
 
 def _whole(x: float) -> float | int:
@@ -139,12 +142,15 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
     nbytes = chunk_bytes(algo.collective, float(size)) if isinstance(size, int | float) and size > 0 else 0.0
 
     params = _made_in(algo)
+    delays: dict[tuple[int, int], float | None] = {}  # per connection: every send moves one chunk
 
     def times(s: Send) -> tuple[float, float]:
-        link = logical.links.get((s.src, s.dst)) if logical is not None else None
-        if link is None:
-            return (s.start_us, s.start_us)
-        return (s.start_us, s.start_us + params.delay_us(link, nbytes))
+        pair = (s.src, s.dst)
+        if pair not in delays:
+            link = logical.links.get(pair) if logical is not None else None
+            delays[pair] = None if link is None else params.delay_us(link, nbytes)
+        delay = delays[pair]
+        return (s.start_us, s.start_us if delay is None else s.start_us + delay)
 
     return times
 
@@ -176,7 +182,7 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
     coll = algo.collective
     n = coll.num_ranks
     scratch = _Scratch(n)
-    where: dict[tuple[int, int], Where] = {}
+    where: dict[tuple[int, int], ChunkRef] = {}  # the reference each copy returns: made once
     out_slot: dict[tuple[int, int], int] = {}
     for r in range(n):
         for j, cid in enumerate(coll.outputs[r]):
@@ -185,10 +191,10 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
     for r in range(n):
         for j, cid in enumerate(coll.inputs[r]):
             if cid is not None:
-                where[(r, cid)] = ("input", j)
+                where[(r, cid)] = prog.chunk(r, "input", j)
                 if (r, cid) in out_slot:
                     start = None if times is None else (0.0, 0.0)
-                    prog.chunk(r, "input", j).copy(r, "output", out_slot[(r, cid)], time=start)
+                    where[(r, cid)].copy(r, "output", out_slot[(r, cid)], time=start)
     for step in algo.steps:
         arrived = []
         for s in step.sends:
@@ -199,10 +205,8 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
                 if (s.dst, s.chunk) in out_slot
                 else scratch.take(s.dst)
             )
-            prog.chunk(s.src, *where[(s.src, s.chunk)]).copy(
-                s.dst, *target, time=None if times is None else times(s)
-            )
-            arrived.append(((s.dst, s.chunk), target))
+            ref = where[(s.src, s.chunk)].copy(s.dst, *target, time=None if times is None else times(s))
+            arrived.append(((s.dst, s.chunk), ref))
         where.update(arrived)
 
 
@@ -217,6 +221,7 @@ class _Combining:
         self.partial: dict[tuple[int, int], Where] = {}
         self.out_slot: dict[tuple[int, int], int] = {}
         self.homes: dict[tuple[int, int], Where] = {}
+        self.refs: dict[tuple[int, Where], ChunkRef] = {}
         for r in range(n):
             for j, cid in enumerate(coll.inputs[r]):
                 if cid is not None:
@@ -224,6 +229,13 @@ class _Combining:
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is not None:
                     self.out_slot.setdefault((r, addr), j)
+
+    def ref(self, rank: int, where: Where) -> ChunkRef:
+        """The program's reference to one slot, made once (a slot is read by many sends)."""
+        key = (rank, where)
+        if key not in self.refs:
+            self.refs[key] = self.prog.chunk(rank, *where)
+        return self.refs[key]
 
     def home(self, rank: int, addr: int) -> Where:
         key = (rank, addr)
@@ -242,7 +254,7 @@ class _Combining:
             order, diverted = _step_order(step.sends)
             later = []
             for s in order:
-                src = self.prog.chunk(s.src, *self.partial[(s.src, s.chunk)])
+                src = self.ref(s.src, self.partial[(s.src, s.chunk)])
                 when = self.times(s) if timed else None
                 if s in diverted:
                     temp = self.scratch.take(s.dst)
@@ -267,8 +279,8 @@ class _Combining:
         if s.op == "copy":
             data.copy(s.dst, *target, time=time)
         else:
-            mine = self.prog.chunk(s.dst, *self.partial[key])
-            dst = None if self.partial[key] == target else self.prog.chunk(s.dst, *target)
+            mine = self.ref(s.dst, self.partial[key])
+            dst = None if self.partial[key] == target else self.ref(s.dst, target)
             mine.reduce(data, dst=dst, time=time)
         self.partial[key] = target
 

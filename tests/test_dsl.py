@@ -133,6 +133,11 @@ def test_split_group_and_sizes():
             "channel: expected an integer >= 0",
         ),
         (lambda p: p.chunk(0, "input", 0).copy(1, "output", 4), "outside the buffer"),
+        (lambda p: p.chunk(0, "input", 0).copy(1, "output", 0, sendtb=True), "sendtb: expected an integer >= 0"),
+        *(
+            (lambda p, t=t: p.chunk(0, "input", 0).copy(1, "output", 0, time=t), "time: expected (start, arrival)")
+            for t in [(2.0, 1.0), (-1, 0), (True, 1), (0, float("nan")), (0,), [0, 1], (0, "1")]
+        ),
     ],
 )
 def test_mistakes_raise_one_clear_dsl_error(action, message):

@@ -80,3 +80,14 @@ def test_an_algorithm_for_an_unknown_topology_file_lowers_without_link_checks():
     moved = Algorithm(algo.collective, "my-cluster.json", algo.steps, algo.provenance)
     prog = lower_algorithm(moved)
     assert prog.topology is None and prog.check() == ()
+
+
+def test_the_chunk_dag_lists_its_edges_in_their_order_once_each():
+    # build_chunk_dag sorts its edge keys (faster than comparing ChunkDeps); the order must be theirs
+    for algo, topo in (
+        (_butterfly_allreduce(4), load("hypercube:2")),
+        (make_baseline("ring", load("ring:8"), make_collective("allgather", 8)), load("ring:8")),
+    ):
+        deps = lower_algorithm(algo, topo).chunk_dag().deps
+        assert deps and list(deps) == sorted(deps)
+        assert len({(d.pred, d.succ, d.pred_side, d.succ_side) for d in deps}) == len(deps)

@@ -21,7 +21,7 @@ from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock, evolve
 from codegen.schedule import ScheduledDAG
 from common.memo import SameObjects
 
-__all__ = ["insert_dependencies"]
+__all__ = ["awaited", "insert_dependencies"]
 
 
 def insert_dependencies(sched: ScheduledDAG) -> IR:
@@ -157,6 +157,24 @@ def _has_waits(preds: list[tuple[int, ...]]):
     import numpy as np
 
     return np.fromiter(map(bool, preds), dtype=bool, count=len(preds))
+
+
+def awaited(sched: ScheduledDAG) -> list[set[int]]:
+    """Per rank the threadblocks that ops of :func:`insert_dependencies`' IR wait for, known once
+    the threadblocks are placed (the compiler judges a layout by them): those holding a predecessor
+    of an instruction in another threadblock. Exact: a clock learns of a threadblock only by a wait
+    for it, so the first such instruction in the order knows nothing of it and keeps its wait."""
+    dag = sched.dag
+    place, ranks = sched.placement, [ins.rank for ins in dag.instrs]
+    preds = _SAME_DAG.get([dag], "preds", lambda: _preds(dag))
+    out: list[set[int]] = [set() for _ in sched.threadblocks]
+    for i, waits in enumerate(preds):
+        tb = place[i][0]
+        for p in waits:
+            t = place[p][0]
+            if t != tb:
+                out[ranks[i]].add(t)
+    return out
 
 
 def _preds(dag: InstrDAG) -> list[tuple[int, ...]]:

@@ -40,6 +40,7 @@ from codegen.rules.runtime import (
     fold_steps,
     layout_problems,
     machine_problems,
+    placed_problems,
     reduction_problems,
 )
 from codegen.rules.structure import (
@@ -101,6 +102,7 @@ __all__ = [
     "layout_problems",
     "load_problems",
     "machine_problems",
+    "placed_problems",
     "ranks_in_order",
     "reduction_problems",
     "strtol",

@@ -12,7 +12,7 @@ step with ``has_dep``); the runtime loader (:mod:`runtime.program`) executes exa
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock
@@ -29,6 +29,7 @@ __all__ = [
     "fold_steps",
     "layout_problems",
     "machine_problems",
+    "placed_problems",
     "reduction_problems",
 ]
 
@@ -123,19 +124,31 @@ def _gpu_problems(ir: IR, gpu: Gpu, d: Dialect) -> list[Problem]:
     return [*_layout_problems(gpu, d), *_buffer_problems(ir, gpu, d)]
 
 
+def placed_problems(plans: Sequence[Sequence], awaited: Sequence[Collection[int]], d: Dialect) -> list[Problem]:
+    """The layout's problems known once ``assign_threadblocks`` places the threadblocks (``plans``
+    per rank, each with ``send``, ``recv`` and ``channel``; ``awaited``: per rank the ids others
+    wait on), those of the first rank that has any: threadblocks per rank and per channel, ids
+    waited on. The compiler judges a layout by them before building the rest of its IR."""
+    for rank, tbs in enumerate(plans):
+        problems = _count_problems(rank, tbs, d, awaited[rank])
+        if problems:
+            return problems
+    return []
+
+
 def _layout_problems(gpu: Gpu, d: Dialect) -> list[Problem]:
-    """Threadblocks per rank, and sending or receiving threadblocks per channel."""
-    r = gpu.rank
-    out = []
-    if len(gpu.threadblocks) > d.max_threadblocks:
-        out.append(
-            Problem(
-                f"{len(gpu.threadblocks)} threadblocks: the {d.name} runtime allows {d.max_threadblocks}", r
-            )
-        )
+    return _count_problems(gpu.rank, gpu.threadblocks, d)
+
+
+def _count_problems(r: int, threadblocks: Sequence, d: Dialect, awaited: Collection[int] = ()) -> list[Problem]:
+    """Threadblocks per rank, sending or receiving threadblocks per channel, and ids in ``awaited``
+    past what the runtime can name (``layout_problems`` finds those from the IR's waits)."""
+    out = [_awaited_id(r, t, d) for t in sorted(awaited) if t > d.max_dep_threadblock]
+    if len(threadblocks) > d.max_threadblocks:
+        out.append(Problem(f"{len(threadblocks)} threadblocks: the {d.name} runtime allows {d.max_threadblocks}", r))
     sends: dict[int, int] = defaultdict(int)
     recvs: dict[int, int] = defaultdict(int)
-    for tb in gpu.threadblocks:
+    for tb in threadblocks:
         sends[tb.channel] += tb.send is not None
         recvs[tb.channel] += tb.recv is not None
     for ch in sorted(sends):
@@ -188,10 +201,14 @@ def _steps_problem(r: int, tb: Threadblock, d: Dialect) -> Problem | None:
 
 
 def _awaited_id_problem(r: int, tb: Threadblock, d: Dialect, awaited: set) -> Problem | None:
-    """A threadblock others wait on whose id the runtime cannot name (``depid`` is an int8)."""
     if tb.id > d.max_dep_threadblock and any((tb.id, k) in awaited for k in range(len(tb.ops))):
-        return Problem(f"other threadblocks wait for it, but its id exceeds {d.max_dep_threadblock}", r, tb.id)
+        return _awaited_id(r, tb.id, d)
     return None
+
+
+def _awaited_id(r: int, t: int, d: Dialect) -> Problem:
+    """A threadblock others wait on whose id the runtime cannot name (``depid`` is an int8)."""
+    return Problem(f"other threadblocks wait for it, but its id exceeds {d.max_dep_threadblock}", r, t)
 
 
 def _step_problems(r: int, tb: Threadblock, d: Dialect) -> list[Problem]:
