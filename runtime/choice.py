@@ -34,9 +34,12 @@ compiled so it would not run in the order it is timed in (:func:`in_step_order`:
 dataflow order where the calibrated Algorithm model starts a rank's sends out of step order); then
 the re-timed variant with only pieces starting together merged goes first (the 512-rank
 hierarchical alltoall: as it is 1.69x, in port order 2.06x, then that one 1.00x; three whole
-compiles of 487,424 sends before). The search stops at a candidate within :data:`EVEN` of its
-Algorithm in both models: each further variant is a whole compile, for less than the models
-differ by; and it ends at a first variant that no threadblock layout fits for its threadblocks
+compiles of 487,424 sends before); trees that carry each chunk whole between machines
+(:func:`whole_trees`) are compiled first in their port order through the NICs alone (the 512-rank
+allreduce: as it is 1.38x, so five whole compiles and more; now one, 1.06x). The search stops
+at a candidate within :data:`EVEN` of its Algorithm in both models: each further variant is a
+whole compile, for less than the models differ by; and it ends at a first variant that no
+threadblock layout fits for its threadblocks
 (``codegen.errors.NoLayoutError``): the variants left keep its connections and add channels or
 waits. A candidate within SPEED in both
 models beats one that is not; among those the faster in the
