@@ -21,8 +21,14 @@ from codegen.check import check_ir
 from codegen.compiler import compile_algorithm, run_compiler
 from codegen.errors import IRCheckError
 from codegen.lower import lower_algorithm
-from codegen.passes.aggregate_chunks import WINDOW
-from codegen.passes.fit_xml_reader import busiest_rank, fit_xml_reader, least_elements, step_budget
+from codegen.passes.aggregate_chunks import WINDOW, aggregate_chunks
+from codegen.passes.fit_xml_reader import (
+    busiest_rank,
+    fit_xml_reader,
+    least_elements,
+    renumber_scratch,
+    step_budget,
+)
 from codegen.rules import MAX_NODES, xml_problems
 from runtime.choice import synthesized_size
 from runtime.numpy import run
@@ -157,3 +163,29 @@ def test_xccl_compile_says_the_window_the_xml_was_merged_over(request, reader, a
     # the variant kept starts at the default window (which the line leaves unsaid); the XML's is wider
     said = re.search(r"compiled without port order, pieces starting within ([0-9.]+)% of the span merged:", proc.stderr)
     assert said and float(said[1]) > 100 * WINDOW, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def reducescatter():
+    """The trees reducescatter of two DGX A100 (16 ranks): each rank's scratch slots numbered in
+    order of arrival, so no window merges consecutive chunks into a rank's slots."""
+    return xccl.synthesize(TOPOLOGY, "reducescatter", method="trees"), load(TOPOLOGY)
+
+
+def test_renumbered_scratch_moves_the_same_chunks_in_mergeable_slots(reducescatter):
+    algo, topo = reducescatter
+    dag = stage_after(lower_algorithm(algo, topo), "aggregate_chunks")
+    renumbered = renumber_scratch(dag)
+    renumbered.verify()
+    assert _moved(renumbered) == _moved(dag)
+    assert least_elements(aggregate_chunks(renumbered, window=1.0)) < least_elements(aggregate_chunks(dag, window=1.0)) // 2
+
+
+@pytest.mark.slow  # about 20 s idle: two ladders of windows, a compile, NumPy and four simulations
+def test_where_no_window_fits_the_slots_renumbered_fit_and_keep_the_speed(reducescatter, monkeypatch):
+    algo, topo = reducescatter
+    dag = stage_after(lower_algorithm(algo, topo), "aggregate_chunks")
+    limit = least_elements(aggregate_chunks(dag, window=1.0))  # the whole span, as numbered: refused
+    for module in (codegen.rules.xml_file, codegen.compiler):
+        monkeypatch.setattr(module, "MAX_NODES", limit, raising=False)
+    _fits_checks_computes_and_keeps_its_speed(compile_algorithm(algo, topo), algo, topo, limit)
