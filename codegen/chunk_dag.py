@@ -108,6 +108,9 @@ class ProgramInfo:
     (``codegen.lower``): sends from ``src`` with the same ``port`` leave through one physical edge
     of ``lanes`` parallel links; a send's data arrives ``alpha_us`` after its call ends
     (``order_ports``)."""
+    merge_window: float | None = None
+    """Where ``fit_xml_reader`` widened a timed program's aggregation window for the XML reader, the
+    window it kept (a fraction of the span); None: the compile's own (``CompileOptions.window``)."""
 
     def canonical(self, rank: int, buffer: Buffer, index: int) -> tuple[int, Buffer, int]:
         """The physical slot: in-place programs see the smaller buffer inside the larger one."""

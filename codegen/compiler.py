@@ -9,6 +9,7 @@ program first, so both go through the same passes.
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import repeat
 
 from codegen.check import check_ir, find_deadlock
 from codegen.dsl import PROTOCOLS, ChunkProgram
@@ -29,6 +30,7 @@ from codegen.rules import (
     layout_problems,
     placed_problems,
 )
+from codegen.rules.xml_file import load_elements
 from codegen.schedule import ChannelDAG, ScheduledDAG
 from common.fields import is_integer
 from common.gc_pause import gc_paused
@@ -60,6 +62,7 @@ def run_compiler(
     port_order: bool = False,
     window: float = WINDOW,
     port_overlap: bool = False,
+    reader_refused: bool = False,
 ) -> PipelineResult:
     """Compile with the pipeline's records (timings, dumps). ``instances``/``protocol`` override the
     program's. The passes keep within ``dialect``'s limits (channels, counts, steps per threadblock;
@@ -77,7 +80,8 @@ def run_compiler(
     program's sends take each port in the schedule's order (``order_ports``; ``port_overlap``: but
     not the sends the schedule overlaps there). ``window``: how close
     in time (a fraction of a timed program's span) the pieces merged into one op start
-    (``aggregate_chunks``).
+    (``aggregate_chunks``). Where the result holds more elements on a rank than the XML reader
+    does, it is compiled once more with ``reader_refused`` (``fit_xml_reader`` widens the window).
     """
     program.verify()
     dag = program.chunk_dag()
@@ -97,6 +101,7 @@ def run_compiler(
         "port_overlap": port_overlap,
         "window": window,
         "max_nodes": MAX_NODES if d is not None and d.xml is not None else None,
+        "reader_refused": reader_refused,
     }
 
     # the passes before the first that takes the FIFO bound or the channel count run once; only the
@@ -164,9 +169,30 @@ def run_compiler(
         if compact == last:
             binding = bool(layout_problems(result.result, d, steps=False))
             raise NoLayoutError(_no_layout(result.result, d, problems), threadblocks=binding)
+    widened = getattr(getattr(head.result, "info", None), "merge_window", None)
     if isinstance(result.result, IR):
+        if widened is None and not reader_refused and _over_reader(result.result, fixed["max_nodes"]):
+            # the threadblocks and nops made after fit_xml_reader took a rank over the XML reader,
+            # which its count could not tell: compiled again with its wider windows (this compile's
+            # IRs let go first: at 128 ranks each is hundreds of MB)
+            records, head, tails, result = result.records, None, None, None
+            again = run_compiler(
+                program,
+                channels=channels,
+                instances=instances,
+                protocol=protocol,
+                dialect=d,
+                pipeline=pipeline,
+                verify_each=verify_each,
+                print_after=print_after,
+                port_order=port_order,
+                window=window,
+                port_overlap=port_overlap,
+                reader_refused=True,
+            )
+            return replace(again, records=records + again.records)
         check_ir(result.result, d)
-    return result
+    return replace(result, window=widened)
 
 
 class _Tails:
@@ -250,6 +276,11 @@ class _RuledOut(CodegenError):
 
     def __init__(self, problem: Problem) -> None:
         super().__init__(str(problem))
+
+
+def _over_reader(ir: IR, max_nodes: int | None) -> bool:
+    """Whether a rank of ``ir`` loads ``max_nodes`` XML elements or more (None: no XML reader)."""
+    return max_nodes is not None and max(map(load_elements, ir.gpus, repeat(ir.num_ranks)), default=0) >= max_nodes
 
 
 def _stops(compact: int, steps: int, before: int, level: bool) -> bool:

@@ -47,6 +47,9 @@ class CompileOptions:
     """Aggregation's time window in a timed program (``aggregate_chunks``), a fraction of its span."""
     max_nodes: int | None = None
     """The XML reader's elements per rank the IR is for (``fit_xml_reader``; None: no XML runtime)."""
+    reader_refused: bool = False
+    """The compile at ``window`` was refused for the XML reader's elements: ``fit_xml_reader`` widens
+    the window whatever its count says (the driver's second compile, ``codegen.compiler``)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,9 @@ class PassRecord:
 class PipelineResult:
     result: object
     records: tuple[PassRecord, ...]
+    window: float | None = None
+    """Where ``fit_xml_reader`` widened the aggregation window, the one the result was merged over
+    (``ProgramInfo.merge_window``; set by ``codegen.compiler.run_compiler``); None: the compile's own."""
 
 
 def describe_stage(stage: object) -> str:

@@ -141,7 +141,7 @@ class Variant:
         if self.window == 0:
             how.append("only pieces starting together merged")
         elif self.window != WINDOW:
-            how.append(f"pieces starting within {self.window:.0%} of the span merged")
+            how.append(f"pieces starting within {100 * self.window:.3g}% of the span merged")
         if self.channels is not None:
             how.append(f"{self.channels} channels")
         if self.protocol is not None:

@@ -50,7 +50,7 @@ PASSES: dict[str, Pass] = {
         Pass("replicate_instances", replicate_instances, ChunkDAG, ChunkDAG, ("instances",)),
         Pass("expand_instructions", expand_instructions, ChunkDAG, InstrDAG),
         Pass("aggregate_chunks", aggregate_chunks, InstrDAG, InstrDAG, ("max_count", "window")),
-        Pass("fit_xml_reader", fit_xml_reader, InstrDAG, InstrDAG, ("max_count", "window", "max_nodes")),
+        Pass("fit_xml_reader", fit_xml_reader, InstrDAG, InstrDAG, ("max_count", "window", "max_nodes", "reader_refused")),
         Pass("fuse_recv_send", fuse_recv_send, InstrDAG, InstrDAG),
         Pass("order_by_critical_path", order_by_critical_path, InstrDAG, InstrDAG, ("bounded_fifos", "drain_fifos")),
         Pass("order_ports", order_ports, InstrDAG, InstrDAG, ("port_order", "port_overlap")),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from codegen.ir import IR
+from codegen.ir import IR, Gpu
 from codegen.rules.dialects import MAX_CHANNELS, Dialect
 from codegen.rules.problem import Problem
 
@@ -27,6 +27,7 @@ __all__ = [
     "MAX_VALUE",
     "file_dialect",
     "file_problems",
+    "load_elements",
     "strtol",
     "unlimited_window_problems",
     "xml_problems",
@@ -92,7 +93,7 @@ def xml_problems(ir: IR) -> list[Problem]:
         )
     for gpu in ir.gpus:
         steps = sum(len(tb.ops) for tb in gpu.threadblocks)
-        nodes = 1 + ir.num_ranks + len(gpu.threadblocks) + steps
+        nodes = load_elements(gpu, ir.num_ranks)
         if nodes >= MAX_NODES:
             room = max(0, MAX_NODES - 2 - ir.num_ranks - len(gpu.threadblocks))
             out.append(
@@ -105,6 +106,12 @@ def xml_problems(ir: IR) -> list[Problem]:
                 )
             )
     return out
+
+
+def load_elements(gpu: Gpu, num_ranks: int) -> int:
+    """The XML elements the reader holds when ``gpu``'s rank loads the file: ``<algo>``, the
+    ``num_ranks`` ``<gpu>`` elements, and this rank's ``<tb>`` and ``<step>`` elements."""
+    return 1 + num_ranks + len(gpu.threadblocks) + sum(len(tb.ops) for tb in gpu.threadblocks)
 
 
 def file_problems(ir: IR, facts: XmlFacts, d: Dialect | None) -> list[Problem]:
