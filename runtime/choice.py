@@ -34,9 +34,9 @@ compiled so it would not run in the order it is timed in (:func:`in_step_order`:
 dataflow order where the calibrated Algorithm model starts a rank's sends out of step order); then
 the re-timed variant with only pieces starting together merged goes first (the 512-rank
 hierarchical alltoall: as it is 1.69x, in port order 2.06x, then that one 1.00x; three whole
-compiles of 487,424 sends before); trees that carry each chunk whole between machines
-(:func:`whole_trees`) are compiled first in their port order through the NICs alone (the 512-rank
-allreduce: as it is 1.38x, so five whole compiles and more; now one, 1.06x). The search stops
+compiles of 487,424 sends before); an allreduce of trees that carry each chunk whole
+between machines (:func:`whole_trees`) is compiled first in its port order through the NICs alone
+(the 512-rank allreduce: as it is 1.38x, so five whole compiles and more; now one, 1.06x). The search stops
 at a candidate within :data:`EVEN` of its Algorithm in both models: each further variant is a
 whole compile, for less than the models differ by; and it ends at a first variant that no
 threadblock layout fits for its threadblocks
@@ -400,17 +400,21 @@ class _Kept(Generic[T]):
 
 
 def whole_trees(algo: Algorithm, topology: Topology) -> bool:
-    """Whether untimed ``algo`` is trees that carry each chunk whole (``synth trees`` with one
-    piece per chunk, as it picks at 512 ranks: a piece's per-send cost outweighs pipelining),
-    between machines. Compiled as it is, a rank's sends through its NIC to other machines each
-    take a threadblock of their own, all ready at once, and the runtime serves them in another order
-    than the schedule's, while each forward to the GPUs of the rank's machine keeps the schedule's
-    order: a forward that waits for the chunk now received last holds up every one behind it in its
-    threadblock (the 512-rank allreduce's allgather half, 1.38x; DGX H100 x8 in one piece, 1.30x).
-    The port order through the NICs alone keeps the schedule's order there (1.00x); pipelined trees
-    interleave their pieces and compile as they are (DGX H100 x8 in 14 pieces: 1.005x, 1.09x with
-    the NICs chained)."""
-    if not model_ordered(algo) or _timed(algo) or len(set(topology.node_of)) < 2:
+    """Whether untimed ``algo`` is an allreduce of trees that carry each chunk whole (``synth
+    trees`` with one piece per chunk, as it picks at 512 ranks: a piece's per-send cost outweighs
+    pipelining), between machines. Compiled as it is, a rank's sends through its NIC to other
+    machines each take a threadblock of their own, all ready at once, and the runtime serves them
+    in another order than the schedule's, while each forward to the GPUs of the rank's machine
+    keeps the schedule's order: a forward that waits for the chunk now received last holds up
+    every one behind it in its threadblock (the 512-rank allreduce's allgather half, 1.38x; DGX
+    H100 x8 in one piece, 1.30x). The port order through the NICs alone keeps the schedule's order
+    there (1.00x); pipelined trees interleave their pieces and compile as they are (DGX H100 x8 in
+    14 pieces: 1.005x, 1.09x with the NICs chained). A whole-trees allgather or reducescatter
+    compiles as it is (512 ranks: 1.005x and 1.000x, 1.06x with the NICs chained; DGX H100 x4:
+    1.000x, 1.002x chained), so only the allreduce goes this way first."""
+    if algo.collective.name != "allreduce" or not model_ordered(algo) or _timed(algo):
+        return False
+    if len(set(topology.node_of)) < 2:
         return False
     return algo.provenance is not None and dict(algo.provenance.params).get("chunks") == 1
 
