@@ -112,7 +112,8 @@ class RouteGraph:
     def walk(self, src: int, reverse: bool = False) -> Iterator[tuple[int, tuple[int, ...]]]:
         """``(rank, route)`` from ``src`` in the order one search finds them (each rank once):
         a caller that stops at the rank it wants can resume later for the next. ``reverse``
-        walks backwards (routes *to* ``src``, listed ``rank`` first)."""
+        walks backwards: routes *to* ``src``, each path still listed from ``src`` (``routes``
+        turns them round)."""
         adj = self.pred if reverse else self.succ
         n, kind, machine = self.num_ranks, self.kind, self.machine
         found: set[int] = {src}

@@ -268,14 +268,7 @@ def _commit_lone(dag: InstrDAG, one: tuple, key: tuple, taken: _Taken, timed: bo
     taken.peers[(a, inst, ch, "send")].add(b)
     taken.peers[(b, inst, ch, "recv")].add(a)
     if timed:
-        taken.held[key].append(s)
-        spans = taken.spans.get(key)
-        if spans is None:
-            spans = taken.spans[key] = ([], [])
-        bisect.insort(spans[0], start)
-        bisect.insort(spans[1], end)
-        if end < start:
-            taken.inverted.add(key)
+        _hold(dag, s, key, taken, (start, end))
     return ch
 
 
