@@ -28,12 +28,15 @@ __all__ = ["Engine"]
 CHECK_EVERY = 1024
 """Instants of the event loop between two calls of ``run``'s ``tick``."""
 
-Entry = tuple[int, float, int, "Transfer | None"]
-"""A job as it waits: (priority, ready time, job id, transfer)."""
+Entry = tuple[int, float, int, "tuple[tuple[int, float], ...] | None"]
+"""A job as it waits: (priority, ready time, job id, its transfer's path: None for a job that uses
+no link)."""
 
 Candidate = tuple[int, float, int, int, Entry]
 """A job as an instant decides it: its entry's (priority, ready time, job id), the edge whose queue
-it was drawn from (-1: none) and the entry; flat, so that ordering two compares numbers only."""
+it was drawn from (-1: none) and the entry; flat, so that ordering two compares numbers only. A job
+is made one at its submission (an instant's events hold them as they are decided, not re-made per
+instant)."""
 
 
 class Engine:
@@ -54,7 +57,7 @@ class Engine:
         """Per edge, when its pending freeing event fires (None: no event pending)."""
         self._times: list[float] = []
         """The instants that have events, as a heap; each instant's events are in :attr:`_events`."""
-        self._events: dict[float, tuple[list[Entry], list[int]]] = {}
+        self._events: dict[float, tuple[list[Candidate], list[int]]] = {}
         """Per instant, the jobs that become ready then and the edges that free then (in any order:
         an instant takes all its events before it decides anything)."""
         self._now = float("-inf")
@@ -64,16 +67,15 @@ class Engine:
         """Job ``job`` (an id unique among the jobs waiting at once) is ready at ``ready_us``."""
         if transfer is not None and len(self.free) < len(self._servers):
             self._grow()
-        entry = (priority, ready_us, job, transfer)
+        path = None if transfer is None else transfer.path
+        candidate = (priority, ready_us, job, -1, (priority, ready_us, job, path))
         now = self._now
         if self._candidates is not None and ready_us <= now + self.tolerance:
-            heappush(
-                self._candidates, (priority, ready_us, job, -1, entry)
-            )  # ready at the instant being decided
+            heappush(self._candidates, candidate)  # ready at the instant being decided
         else:
-            self._at(now if now > ready_us else ready_us)[0].append(entry)
+            self._at(now if now > ready_us else ready_us)[0].append(candidate)
 
-    def _at(self, at: float) -> tuple[list[Entry], list[int]]:
+    def _at(self, at: float) -> tuple[list[Candidate], list[int]]:
         """The events of instant ``at``, made on first use."""
         events = self._events.get(at)
         if events is None:
@@ -100,8 +102,8 @@ class Engine:
             if tick is not None and instants % CHECK_EVERY == 0:
                 tick()
             self._now = now = heappop(times)
-            ready, freed = events.pop(now)
-            self._candidates = candidates = [(e[0], e[1], e[2], -1, e) for e in ready]
+            candidates, freed = events.pop(now)
+            self._candidates = candidates
             for edge in freed:
                 armed[edge] = None
                 if waiting[edge]:
@@ -129,12 +131,11 @@ class Engine:
                 else:
                     entry = None
             if entry is not None:
-                transfer = entry[3]
+                path = entry[3]
                 start = entry[1] if entry[1] > now else now
-                if transfer is None:
+                if path is None:
                     on_start(entry[2], start)
                 else:
-                    path = transfer.path
                     binding = -1
                     for e, _ in path:
                         if first[e] > start:
