@@ -115,3 +115,26 @@ def test_a_connection_is_per_channel_where_the_channel_is_known():
     on = [connection(network.transfer(0, 1, 1e6, channel=c)) for c in (0, 1)]
     assert on == [((CONNECTION, 0, 1, 0), 1), ((CONNECTION, 0, 1, 1), 1)]
     assert connection(network.transfer(0, 1, 1e6)) == ((CONNECTION, 0, 1), 2)
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reducescatter"])
+def test_the_algorithm_models_sorted_dependencies_are_the_loops(collective):
+    # the Algorithm model matches each send to the earlier-step writes to the slot it reads by
+    # sorting (synth.cost._dependencies); sends out of step order keep the loop: both give the
+    # same waits and dependents, alone and merged two to a call
+    import importlib
+
+    from synth.baselines import make_baseline
+    from synth.collectives import make_collective
+    from topologies.builders import ring
+
+    cost = importlib.import_module("synth.cost")
+    topo = ring(4, 25.0, 0.7)
+    algo = make_baseline("ring", topo, make_collective(collective, 4, 4))
+    sends = [(k, s) for k, step in enumerate(algo.steps) for s in step.sends]
+    for order in (sends, sends[::-1]):
+        for servers in (None, lambda src, dst: 2):
+            groups, group_of = cost._groups(order, servers)
+            waits, dependents = cost._dependencies(order, groups, group_of)
+            assert (waits, dependents) == cost._dependencies_in_order(order, groups, group_of)
+            assert order is not sends or sum(waits) > 0
