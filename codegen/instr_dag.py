@@ -205,7 +205,11 @@ class InstrDAG:
 
     @classmethod
     def build(
-        cls, info: ProgramInfo, instrs: Sequence[Instr], edges: Iterable[InstrEdge], rank_hint: Sequence[int]
+        cls,
+        info: ProgramInfo,
+        instrs: Sequence[Instr],
+        edges: Iterable[InstrEdge],
+        rank_hint: Sequence[int] | np.ndarray,
     ) -> InstrDAG:
         """A DAG whose order is topological, following ``rank_hint`` (a position per instruction)
         wherever the edges allow."""
