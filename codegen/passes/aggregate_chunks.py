@@ -21,14 +21,13 @@ instruction takes the run's latest time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from itertools import compress, repeat
-from operator import attrgetter, is_not
+from operator import attrgetter
 
 import numpy as np
 
+from codegen.columns import ints, optional, refs
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
-from codegen.ir import Buffer, OpType, Ref, evolve
+from codegen.ir import OpType, Ref, evolve
 from codegen.rules import MAX_COUNT
 
 __all__ = ["aggregate_chunks"]
@@ -89,22 +88,22 @@ def _contiguous_at(c: _Columns, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 class _Columns:
-    """The fields of ``dag``'s instructions that aggregation reads, as arrays (each read through
-    ``map``: a million instructions at 512 ranks): a location as whether it is set, its buffer and
-    its index; a hint as whether it is set and its value (0 where not)."""
+    """The fields of ``dag``'s instructions that aggregation reads, as arrays
+    (:mod:`codegen.columns`): a location as whether it is set, its buffer and its index; a hint as
+    whether it is set and its value."""
 
     def __init__(self, dag: InstrDAG) -> None:
         instrs = dag.instrs
         n = len(instrs)
-        self.rank = _ints(map(_RANK, instrs), n)
-        self.type = _ints(map(_TYPE_CODE.__getitem__, map(_TYPE, instrs)), n)
-        self.count = _ints(map(_COUNT, instrs), n)
-        self.instance = _ints(map(_INSTANCE, instrs), n)
-        self.has_src, self.src_buffer, self.src_index = _refs(list(map(_SRC, instrs)))
-        self.has_dst, self.dst_buffer, self.dst_index = _refs(list(map(_DST, instrs)))
-        self.match = _optional(list(map(_SEND_MATCH, instrs)))[1]
-        self.tb_hint = _optional(list(map(_TB_HINT, instrs)))
-        self.channel_hint = _optional(list(map(_CHANNEL_HINT, instrs)))
+        self.rank = ints(map(_RANK, instrs), n)
+        self.type = ints(map(_TYPE_CODE.__getitem__, map(_TYPE, instrs)), n)
+        self.count = ints(map(_COUNT, instrs), n)
+        self.instance = ints(map(_INSTANCE, instrs), n)
+        self.has_src, self.src_buffer, self.src_index = refs(list(map(_SRC, instrs)))
+        self.has_dst, self.dst_buffer, self.dst_index = refs(list(map(_DST, instrs)))
+        self.match = optional(list(map(_SEND_MATCH, instrs)))[1]
+        self.tb_hint = optional(list(map(_TB_HINT, instrs)))
+        self.channel_hint = optional(list(map(_CHANNEL_HINT, instrs)))
         self.height = np.asarray(dag.height, np.int64)
         self.times = None if dag.times is None else np.asarray(dag.times, np.float64)
 
@@ -112,36 +111,7 @@ class _Columns:
 _RANK, _TYPE, _COUNT, _INSTANCE = map(attrgetter, ("rank", "type", "count", "instance"))
 _SRC, _DST, _SEND_MATCH = map(attrgetter, ("src", "dst", "send_match"))
 _TB_HINT, _CHANNEL_HINT = map(attrgetter, ("tb_hint", "channel_hint"))
-_BUFFER, _INDEX = attrgetter("buffer"), attrgetter("index")
 _TYPE_CODE = {t: k for k, t in enumerate(OpType)}
-_BUFFER_CODE = {b: k for k, b in enumerate(Buffer)}
-
-
-def _ints(values: Iterable[int], n: int) -> np.ndarray:
-    return np.fromiter(values, np.int64, n)
-
-
-def _refs(refs: list[Ref | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per location: whether it is set, its buffer's code and its index (0 where not set)."""
-    has, set_ = _set(refs)
-    buffer, index = np.zeros(len(refs), np.int64), np.zeros(len(refs), np.int64)
-    buffer[has] = _ints(map(_BUFFER_CODE.__getitem__, map(_BUFFER, set_)), len(set_))
-    index[has] = _ints(map(_INDEX, set_), len(set_))
-    return has, buffer, index
-
-
-def _optional(values: list[int | None]) -> tuple[np.ndarray, np.ndarray]:
-    """Per value: whether it is set, and it (0 where not)."""
-    has, set_ = _set(values)
-    out = np.zeros(len(values), np.int64)
-    out[has] = _ints(set_, len(set_))
-    return has, out
-
-
-def _set(values: list) -> tuple[np.ndarray, list]:
-    """Whether each of ``values`` is not None, and those that are not, in order."""
-    has = np.fromiter(map(is_not, values, repeat(None)), bool, len(values))
-    return has, list(compress(values, has.tolist()))
 
 
 def _grouped(c: _Columns) -> list[tuple[np.ndarray, np.ndarray]]:
