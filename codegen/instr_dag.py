@@ -14,12 +14,15 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
+
+import numpy as np
 
 from codegen.chunk_dag import DepKind, ProgramInfo
 from codegen.errors import CodegenError
 from codegen.ir import OpType, Ref
 
-__all__ = ["Instr", "InstrDAG", "InstrEdge", "topological_order"]
+__all__ = ["Instr", "InstrDAG", "InstrEdge", "edge_ends", "prioritized_order", "topological_order"]
 
 
 @dataclass(frozen=True)
@@ -71,39 +74,126 @@ class InstrEdge:
     kind: DepKind = field(compare=False)
 
 
+_PRED, _SUCC, _TIME = attrgetter("pred"), attrgetter("succ"), attrgetter("time")
+
+
+def edge_ends(edges: Sequence[InstrEdge]) -> tuple[np.ndarray, np.ndarray]:
+    """Each edge's ``pred`` and each edge's ``succ``, as arrays (read through ``map``, no Python
+    call per edge: a million edges at 512 ranks)."""
+    m = len(edges)
+    return np.fromiter(map(_PRED, edges), np.int64, m), np.fromiter(map(_SUCC, edges), np.int64, m)
+
+
 def topological_order(
     n: int, edges: Iterable[InstrEdge], key: Callable[[int], object], what: str = "instruction DAG"
 ) -> tuple[int, ...]:
     """Kahn's algorithm taking the ready node with the smallest ``key`` first (ties: the smaller
-    index). Where the nodes sorted by key already put every edge forward, that sort is what Kahn's
-    algorithm would give (the smallest remaining node is always ready) and is returned without the
-    heap: passes that keep the previous order as the key mostly get this case."""
+    index): :func:`prioritized_order` of the nodes sorted by key."""
     edges = edges if isinstance(edges, Sequence) else tuple(edges)
-    order = sorted(range(n), key=key)
-    position = [0] * n
-    for p, i in enumerate(order):
-        position[i] = p
-    if all(position[e.pred] < position[e.succ] for e in edges):
-        return tuple(order)
-    indegree = [0] * n
-    succs: list[list[int]] = [[] for _ in range(n)]
-    for e in edges:
-        succs[e.pred].append(e.succ)
-        indegree[e.succ] += 1
-    ready = [(key(i), i) for i in range(n) if indegree[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        order.append(i)
-        for j in succs[i]:
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                heapq.heappush(ready, (key(j), j))
-    if len(order) != n:
-        stuck = next(i for i in range(n) if indegree[i] > 0)
+    return prioritized_order(sorted(range(n), key=key), edges, what)
+
+
+def prioritized_order(
+    by_key: Sequence[int],
+    edges: Sequence[InstrEdge],
+    what: str = "instruction DAG",
+    ends: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[int, ...]:
+    """Kahn's algorithm taking the ready node that comes first in ``by_key`` (every node once, in
+    the order of priority; ``ends``: the edges' :func:`edge_ends`, where known). Where that order
+    already puts every edge forward, it is what Kahn's algorithm would give (the first remaining
+    node is always ready) and is returned without the heap: passes that keep the previous order as
+    the key mostly get this case.
+
+    Otherwise the nodes are scanned in that order and taken where ready; a node found waiting is
+    passed over, and a heap holds the passed-over nodes that have become ready since. Those come
+    before the scan's next node in the order, so the heap's least, where there is one, is the
+    least ready node, else the scan's next ready one is: the node Kahn's algorithm takes, with heap
+    operations for the passed-over nodes only (few of half a million at 512 ranks), each an int."""
+    n = len(by_key)
+    nodes = np.asarray(by_key, dtype=np.int64).reshape(n)
+    pred, succ = edge_ends(edges) if ends is None else ends
+    place = np.empty(n, np.int64)
+    place[nodes] = np.arange(n)
+    pred, succ = place[pred], place[succ]  # the edges between places
+    if bool((pred < succ).all()):
+        return tuple(nodes.tolist())
+    out = _kahn(n, pred, succ)
+    if len(out) != n:
+        indegree = np.bincount(succ, minlength=n)
+        indegree[out] = 0
+        stuck = int(np.flatnonzero(indegree[place] > 0)[0])
         raise CodegenError(f"{what}: dependency cycle through instruction {stuck}")
-    return tuple(order)
+    return tuple(nodes[out].tolist())
+
+
+def _kahn(n: int, pred: np.ndarray, succ: np.ndarray) -> list[int]:
+    """:func:`prioritized_order` between places ``0 .. n - 1`` (the least first); shorter than
+    ``n`` where a cycle stops it."""
+    indegree = np.bincount(succ, minlength=n).tolist()
+    targets = succ[np.argsort(pred, kind="stable")].tolist()
+    starts = np.concatenate(([0], np.cumsum(np.bincount(pred, minlength=n)))).tolist()
+    passed = bytearray(n)  # passed over by the scan while waiting
+    ready: list[int] = []  # the passed-over nodes ready since, a heap
+    out: list[int] = []
+    pop, push = heapq.heappop, heapq.heappush
+    p = 0  # the scan's next node
+    while True:
+        if ready:
+            q = pop(ready)
+        else:
+            while p < n and indegree[p]:
+                passed[p] = 1
+                p += 1
+            if p == n:
+                return out
+            q, p = p, p + 1
+        out.append(q)
+        for k in range(starts[q], starts[q + 1]):
+            t = targets[k]
+            indegree[t] -= 1
+            if not indegree[t] and passed[t]:
+                push(ready, t)
+
+
+def _layers(n: int, pred: np.ndarray, succ: np.ndarray) -> np.ndarray | None:
+    """Per node, the longest path (in edges) from a source to it: the round in which peeling the
+    sources off the DAG, all at once each round, removes it. Rounds are as many as the longest path
+    (3 at 512 ranks), each one array operation over the edges leaving the round's nodes. None where
+    a cycle leaves nodes unpeeled."""
+    layer = np.full(n, -1, np.int64)
+    indegree = np.bincount(succ, minlength=n)
+    by_pred = np.argsort(pred, kind="stable")
+    targets = succ[by_pred]
+    starts = np.concatenate(([0], np.cumsum(np.bincount(pred, minlength=n))))
+    frontier, r = np.flatnonzero(indegree == 0), 0
+    while frontier.size:
+        layer[frontier] = r
+        lo, counts = starts[frontier], starts[frontier + 1] - starts[frontier]
+        total = int(counts.sum())
+        if not total:
+            break
+        ends = np.cumsum(counts)
+        edges = np.repeat(lo - ends + counts, counts) + np.arange(total)  # the out-edges, by place
+        reached = targets[edges]
+        reached.sort()
+        first = np.flatnonzero(np.concatenate(([True], reached[1:] != reached[:-1])))
+        nodes = reached[first]
+        indegree[nodes] -= np.diff(np.append(first, reached.size))  # the edges into each
+        frontier, r = nodes[indegree[nodes] == 0], r + 1
+    return None if (layer < 0).any() else layer
+
+
+def _unique_sorted(edges: Sequence[InstrEdge]) -> tuple[tuple[InstrEdge, ...], tuple[np.ndarray, np.ndarray]]:
+    """``edges`` sorted as :class:`InstrEdge` orders them (by ``pred``, then ``succ``), without
+    self-loops and with the first of each pair of ends only (its kind kept), and their ends: one
+    stable sort of the ends as arrays, no comparison of dataclasses."""
+    pred, succ = edge_ends(edges)
+    by_ends = np.lexsort((succ, pred))  # stable: the first of equal ends first
+    pred, succ = pred[by_ends], succ[by_ends]
+    keep = pred != succ
+    keep[1:] &= (pred[1:] != pred[:-1]) | (succ[1:] != succ[:-1])
+    return tuple(map(edges.__getitem__, by_ends[keep].tolist())), (pred[keep], succ[keep])
 
 
 @dataclass(frozen=True)
@@ -115,44 +205,59 @@ class InstrDAG:
 
     @classmethod
     def build(
-        cls, info: ProgramInfo, instrs: Sequence[Instr], edges: Iterable[InstrEdge], rank_hint: Sequence[int]
+        cls,
+        info: ProgramInfo,
+        instrs: Sequence[Instr],
+        edges: Iterable[InstrEdge],
+        rank_hint: Sequence[int] | np.ndarray,
     ) -> InstrDAG:
         """A DAG whose order is topological, following ``rank_hint`` (a position per instruction)
         wherever the edges allow."""
-        unique: dict[tuple[int, int], InstrEdge] = {}
-        for e in edges:
-            if e.pred != e.succ:
-                unique.setdefault((e.pred, e.succ), e)
-        kept = tuple(sorted(unique.values()))
-        order = topological_order(len(instrs), kept, lambda i: (rank_hint[i], i))
-        return cls(info, tuple(instrs), kept, order)
+        edges = edges if isinstance(edges, Sequence) else tuple(edges)
+        kept, ends = _unique_sorted(edges)
+        by_hint = np.argsort(np.asarray(rank_hint).reshape(len(instrs)), kind="stable")  # (hint, index)
+        dag = cls(info, tuple(instrs), kept, prioritized_order(by_hint.tolist(), kept, ends=ends))
+        dag.__dict__["ends"] = ends  # the cached property, known here
+        return dag
 
     # -- structure -------------------------------------------------------------------------
     @cached_property
+    def ends(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each edge's ``pred`` and ``succ`` (:func:`edge_ends`): what the structure below is
+        computed from in bulk."""
+        return edge_ends(self.edges)
+
+    @cached_property
     def preds(self) -> tuple[tuple[InstrEdge, ...], ...]:
-        out: list[list[InstrEdge]] = [[] for _ in self.instrs]
-        for e in self.edges:
-            out[e.succ].append(e)
-        return tuple(tuple(x) for x in out)
+        return self._grouped(self.ends[1])
 
     @cached_property
     def succs(self) -> tuple[tuple[InstrEdge, ...], ...]:
-        out: list[list[InstrEdge]] = [[] for _ in self.instrs]
-        for e in self.edges:
-            out[e.pred].append(e)
-        return tuple(tuple(x) for x in out)
+        return self._grouped(self.ends[0])
+
+    def _grouped(self, end: np.ndarray) -> tuple[tuple[InstrEdge, ...], ...]:
+        """Per instruction, the edges whose ``end`` it is, in the order of ``edges``: slices of the
+        edges sorted (stably) by that end."""
+        n = len(self.instrs)
+        by_end = np.argsort(end, kind="stable")
+        edges = tuple(map(self.edges.__getitem__, by_end.tolist()))
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(end, minlength=n)))).tolist()
+        return tuple(map(edges.__getitem__, map(slice, bounds[:-1], bounds[1:])))
 
     @cached_property
     def position(self) -> tuple[int, ...]:
-        pos = [0] * len(self.instrs)
-        for p, i in enumerate(self.order):
-            pos[i] = p
-        return tuple(pos)
+        pos = np.empty(len(self.instrs), np.int64)
+        pos[np.asarray(self.order, dtype=np.int64)] = np.arange(len(self.order))
+        return tuple(pos.tolist())
 
     @cached_property
     def depth(self) -> tuple[int, ...]:
         """Longest path (in edges) from any source to each instruction."""
-        depth = [0] * len(self.instrs)
+        pred, succ = self.ends
+        layer = _layers(len(self.instrs), pred, succ)
+        if layer is not None:
+            return tuple(layer.tolist())
+        depth = [0] * len(self.instrs)  # a cycle (a DAG built by hand): as the order has it
         for i in self.order:
             for e in self.preds[i]:
                 depth[i] = max(depth[i], depth[e.pred] + 1)
@@ -162,12 +267,17 @@ class InstrDAG:
     def times(self) -> tuple[float, ...] | None:
         """When the timed schedule the program was lowered from runs each instruction: its own
         ``time``, else the latest of its predecessors' (0 for none); None if no instruction is timed."""
-        if all(ins.time is None for ins in self.instrs):
+        own = list(map(_TIME, self.instrs))
+        untimed = own.count(None)
+        if untimed == len(own):
             return None
+        if not untimed:  # every instruction timed (every program lowered from an Algorithm)
+            return tuple(own)
         times = [0.0] * len(self.instrs)
         for i in self.order:
-            own = self.instrs[i].time
-            times[i] = own if own is not None else max((times[e.pred] for e in self.preds[i]), default=0.0)
+            times[i] = (
+                own[i] if own[i] is not None else max((times[e.pred] for e in self.preds[i]), default=0.0)
+            )
         return tuple(times)
 
     def holds(self, send: int) -> tuple[float, float]:
@@ -191,6 +301,10 @@ class InstrDAG:
     @cached_property
     def height(self) -> tuple[int, ...]:
         """Longest path (in edges) from each instruction to any sink: its critical path."""
+        pred, succ = self.ends
+        layer = _layers(len(self.instrs), succ, pred)  # the reversed DAG's depth
+        if layer is not None:
+            return tuple(layer.tolist())
         height = [0] * len(self.instrs)
         for i in reversed(self.order):
             for e in self.succs[i]:

@@ -189,3 +189,31 @@ def test_where_no_window_fits_the_slots_renumbered_fit_and_keep_the_speed(reduce
     for module in (codegen.rules.xml_file, codegen.compiler):
         monkeypatch.setattr(module, "MAX_NODES", limit, raising=False)
     _fits_checks_computes_and_keeps_its_speed(compile_algorithm(algo, topo), algo, topo, limit)
+
+
+def _counted(dag) -> tuple[int, tuple[int, int]]:
+    """``least_elements`` and ``busiest_rank`` counted one instruction at a time."""
+    steps: dict[int, int] = {}
+    sends: dict[int, set] = {}
+    recvs: dict[int, set] = {}
+    for ins in dag.instrs:
+        steps[ins.rank] = steps.get(ins.rank, 0) + 1
+        if ins.send_to is not None:
+            sends.setdefault(ins.rank, set()).add(ins.send_to)
+        if ins.recv_from is not None:
+            recvs.setdefault(ins.rank, set()).add(ins.recv_from)
+    most = max((n + max(len(sends.get(r, ())), len(recvs.get(r, ()))) for r, n in steps.items()), default=0)
+    busiest = max(steps.items(), key=lambda kv: (kv[1], -kv[0]), default=(0, 0))
+    return 1 + dag.info.num_ranks + most, busiest
+
+
+@pytest.mark.parametrize("collective", ["allgather", "alltoall", "reducescatter"])
+def test_the_counts_on_arrays_are_the_counts_one_instruction_at_a_time(collective):
+    topo = load("switch:8")
+    kind = "direct" if collective == "alltoall" else "ring"
+    algo = make_baseline(kind, topo, make_collective(collective, 8))
+    dag = stage_after(lower_algorithm(algo, topo), "aggregate_chunks")
+    assert (least_elements(dag), busiest_rank(dag)) == _counted(dag)
+    lone = dag.instrs[:1] + tuple(i for i in dag.instrs if i.rank == 5)  # ranks without instructions
+    sparse = type(dag)(dag.info, lone, (), tuple(range(len(lone))))
+    assert (least_elements(sparse), busiest_rank(sparse)) == _counted(sparse)

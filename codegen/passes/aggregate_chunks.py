@@ -21,8 +21,11 @@ instruction takes the run's latest time.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from operator import attrgetter
 
+import numpy as np
+
+from codegen.columns import ints, optional, refs
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
 from codegen.ir import OpType, Ref, evolve
 from codegen.rules import MAX_COUNT
@@ -39,46 +42,116 @@ def _contiguous(a: Ref | None, count: int, b: Ref | None) -> bool:
     return a.buffer is b.buffer and a.index + count == b.index
 
 
-def _offset(ref: Ref | None, base: Ref | None) -> tuple | None:
-    """How ``ref`` sits relative to ``base`` (its lockstep partner), for grouping."""
-    if ref is None or base is None:
-        return None
-    return (ref.buffer, ref.index - base.index)
-
-
 def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT, window: float = WINDOW) -> InstrDAG:
     """Merge same-height transfers (and local copies/reductions) of contiguous chunks, close in
     time in a timed program."""
     merged_into: dict[int, int] = {}  # member -> the run's first member (same position in the tuple)
     counts: dict[int, int] = {}
     span = window * max(dag.times, default=0.0) if dag.times is not None else 0.0
-    for members in _candidates(dag).values():
-        if len(members) > 1:
-            _merge_runs(dag, members, max_count, span, merged_into, counts)
+    for members in _chains(dag, max_count, span):
+        _merge_runs(dag, members, max_count, span, merged_into, counts)
     if not merged_into:
         return dag
     return _rebuild(dag, merged_into, counts)
 
 
-def _candidates(dag: InstrDAG) -> dict[tuple, list[tuple[int, ...]]]:
-    """Instructions that may merge, grouped: a send with its receive (``s`` + ``r`` or ``s`` +
-    ``rrc``) between the same ranks and buffers, or a local ``cpy``/``re``, with the same hints,
-    instance and height."""
-    instrs, height = dag.instrs, dag.height
-    groups: dict[tuple, list[tuple[int, ...]]] = defaultdict(list)
-    for i, ins in enumerate(instrs):
-        if ins.type is OpType.SEND:
-            r = instrs[ins.send_match]
-            if r.type not in (OpType.RECV, OpType.RECV_REDUCE_COPY):
-                continue
-            ends = (ins.rank, r.rank, r.type, ins.src.buffer, r.dst.buffer, _offset(r.src, r.dst))
-            hints = (ins.tb_hint, r.tb_hint, ins.channel_hint, ins.instance)
-            groups[("transfer", *ends, *hints, height[i], height[ins.send_match])].append((i, ins.send_match))
-        elif ins.type in (OpType.COPY, OpType.REDUCE):
-            ends = (ins.rank, ins.type, ins.src.buffer, ins.dst.buffer)
-            hints = (ins.tb_hint, ins.channel_hint, ins.instance)
-            groups[("local", *ends, *hints, height[i])].append((i,))
-    return groups
+def _chains(dag: InstrDAG, max_count: int, span: float) -> list[list[tuple[int, ...]]]:
+    """The candidates that may merge (:func:`_grouped`), each group in the order of its chunks,
+    cut between two members where the second cannot extend a run ending at the first: not
+    contiguous with it on both sides, over ``max_count`` with it, or (timed) further than ``span``
+    from it in time. :func:`_merge_runs` ends a run there anyway (a run's last member is the member
+    before), so cutting there changes nothing; left are the stretches of two members or more
+    (none at 512 ranks: a million candidates, not one tried)."""
+    c = _Columns(dag)
+    out = []
+    for members, new in _grouped(c):
+        a, b = members[:, :-1], members[:, 1:]  # each member with the next, column by column
+        ok = ~new[1:] & (c.count[a[0]] + c.count[b[0]] <= max_count) & _contiguous_at(c, a, b).all(axis=0)
+        if c.times is not None:
+            ok &= (np.abs(c.times[a] - c.times[b]) <= span).all(axis=0)
+        starts = np.flatnonzero(np.concatenate(([True], ~ok, [True])))  # of stretches, and the end
+        long = np.flatnonzero(np.diff(starts) > 1)
+        for lo, hi in zip(starts[long].tolist(), starts[long + 1].tolist(), strict=True):
+            out.append(list(map(tuple, members[:, lo:hi].T.tolist())))
+    return out
+
+
+def _contiguous_at(c: _Columns, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`_contiguous` of instructions ``a`` and ``b`` (arrays of equal shape) on both sides."""
+    out = np.ones(a.shape, bool)
+    sides = ((c.has_src, c.src_buffer, c.src_index), (c.has_dst, c.dst_buffer, c.dst_index))
+    for has, buffer, index in sides:
+        both = has[a] & has[b]
+        joined = (buffer[a] == buffer[b]) & (index[a] + c.count[a] == index[b])
+        out &= (both & joined) | (~has[a] & ~has[b])
+    return out
+
+
+class _Columns:
+    """The fields of ``dag``'s instructions that aggregation reads, as arrays
+    (:mod:`codegen.columns`): a location as whether it is set, its buffer and its index; a hint as
+    whether it is set and its value."""
+
+    def __init__(self, dag: InstrDAG) -> None:
+        instrs = dag.instrs
+        n = len(instrs)
+        self.rank = ints(map(_RANK, instrs), n)
+        self.type = ints(map(_TYPE_CODE.__getitem__, map(_TYPE, instrs)), n)
+        self.count = ints(map(_COUNT, instrs), n)
+        self.instance = ints(map(_INSTANCE, instrs), n)
+        self.has_src, self.src_buffer, self.src_index = refs(list(map(_SRC, instrs)))
+        self.has_dst, self.dst_buffer, self.dst_index = refs(list(map(_DST, instrs)))
+        self.match = optional(list(map(_SEND_MATCH, instrs)))[1]
+        self.tb_hint = optional(list(map(_TB_HINT, instrs)))
+        self.channel_hint = optional(list(map(_CHANNEL_HINT, instrs)))
+        self.height = np.asarray(dag.height, np.int64)
+        self.times = None if dag.times is None else np.asarray(dag.times, np.float64)
+
+
+_RANK, _TYPE, _COUNT, _INSTANCE = map(attrgetter, ("rank", "type", "count", "instance"))
+_SRC, _DST, _SEND_MATCH = map(attrgetter, ("src", "dst", "send_match"))
+_TB_HINT, _CHANNEL_HINT = map(attrgetter, ("tb_hint", "channel_hint"))
+_TYPE_CODE = {t: k for k, t in enumerate(OpType)}
+
+
+def _grouped(c: _Columns) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Instructions that may merge: a send with its receive (``s`` + ``r`` or ``s`` + ``rrc``)
+    between the same ranks and buffers, or a local ``cpy``/``re``, with the same hints, instance
+    and height; each kind's members as an array of their columns (a row per instruction of a
+    member), by group and within one in the order of its chunks (the first column's source index,
+    then the member), and whether each member starts a group."""
+    send = np.flatnonzero(c.type == _TYPE_CODE[OpType.SEND])
+    recv = c.match[send]
+    received = np.isin(c.type[recv], [_TYPE_CODE[OpType.RECV], _TYPE_CODE[OpType.RECV_REDUCE_COPY]])
+    send, recv = send[received], recv[received]
+    offset = c.has_src[recv] & c.has_dst[recv]  # _offset(r.src, r.dst): None unless both are set
+    transfers = [c.rank[send], c.rank[recv], c.type[recv], c.src_buffer[send], c.dst_buffer[recv], offset]
+    shift = np.where(offset, c.src_index[recv] - c.dst_index[recv], 0)
+    transfers += [np.where(offset, c.src_buffer[recv], 0), shift]
+    transfers += [*_hints(c, send), *_hints(c, recv)[:2], c.height[send], c.height[recv]]
+    local = np.flatnonzero(np.isin(c.type, [_TYPE_CODE[OpType.COPY], _TYPE_CODE[OpType.REDUCE]]))
+    locals_ = [c.rank[local], c.type[local], c.src_buffer[local], c.dst_buffer[local], *_hints(c, local)]
+    locals_.append(c.height[local])
+    members = (np.stack([send, recv]), local[np.newaxis])
+    return [_sorted(m, key, c) for m, key in zip(members, (transfers, locals_), strict=True) if m.shape[1]]
+
+
+def _hints(c: _Columns, i: np.ndarray) -> list[np.ndarray]:
+    """Instruction ``i``'s threadblock hint (set, value), channel hint (set, value), instance."""
+    return [c.tb_hint[0][i], c.tb_hint[1][i], c.channel_hint[0][i], c.channel_hint[1][i], c.instance[i]]
+
+
+def _sorted(members: np.ndarray, key: list[np.ndarray], c: _Columns) -> tuple[np.ndarray, np.ndarray]:
+    """``members`` (a column per member) sorted by the ``key`` columns, then by the first column's
+    source index and the member (its first instruction: distinct), and where a new key starts."""
+    first = members[0]
+    by = np.lexsort((first, c.src_index[first], *reversed(key)))
+    new = np.zeros(len(by), bool)
+    new[0] = True
+    for k in key:
+        k = k[by]
+        new[1:] |= k[1:] != k[:-1]
+    return members[:, by], new
 
 
 def _merge_runs(

@@ -4,112 +4,166 @@ A remote copy becomes a send ``s`` matched with a receive ``r``; a remote reduce
 with a receive-reduce-copy ``rrc`` (its local operand in ``src``, the result in ``dst``); local ops
 become ``cpy`` and ``re`` (a reduce into another slot: ``cpy`` then ``re``). Each chunk dependency
 becomes an edge between the instructions that touch the slot on either side.
+
+At 512 ranks this is half a million ops, a million instructions: each instruction and edge is
+made from a dict of its fields (:func:`_instr`, :func:`_edge`) rather than through the frozen
+dataclasses' ``__init__``, equal locations share one :class:`~codegen.ir.Ref`, and each op
+records by index, not in a dict per op, which instruction each of its sides attaches to.
 """
 
 from __future__ import annotations
 
-from codegen.chunk_dag import ChunkDAG, ChunkOp, DepKind, Side
+import numpy as np
+
+from codegen.chunk_dag import ChunkDAG, ChunkOp, DepKind, Loc, Side
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
-from codegen.ir import OpType, evolve
+from codegen.ir import Buffer, OpType, Ref
 
 __all__ = ["expand_instructions"]
 
 
-Sides = dict[Side, int]
-"""Per side of a chunk op, the instruction a dependency on that side attaches to."""
+class _Expansion:
+    """The instructions and edges made so far, and per op the instruction each side attaches to:
+    ``src_side`` (edges into and out of the source side), ``dst_in`` and ``dst_out`` (into and
+    out of the destination side: a local reduce into another slot is entered at its ``cpy``)."""
+
+    def __init__(self) -> None:
+        self.instrs: list[Instr] = []
+        self.edges: list[InstrEdge] = []
+        self.src_side: list[int] = []
+        self.dst_in: list[int] = []
+        self.dst_out: list[int] = []
+        self.refs: dict[tuple[Buffer, int], Ref] = {}
+
+    def ref(self, loc: Loc) -> Ref:
+        """``loc.ref``, one object per location (a Ref is frozen: sharing it changes nothing)."""
+        key = (loc.buffer, loc.index)
+        ref = self.refs.get(key)
+        if ref is None:
+            ref = self.refs[key] = Ref(loc.buffer, loc.index)
+        return ref
+
+    def sides(self, src: int, dst_in: int, dst_out: int) -> None:
+        self.src_side.append(src)
+        self.dst_in.append(dst_in)
+        self.dst_out.append(dst_out)
 
 
 def expand_instructions(dag: ChunkDAG) -> InstrDAG:
     """Expand each chunk op into ``s``/``r``/``rrc``/``cpy``/``re`` instructions."""
-    instrs: list[Instr] = []
-    edges: list[InstrEdge] = []
-    # per op and side: (the instruction edges into the side go to, the one edges out of it leave)
-    entry: list[Sides] = []
-    exit_: list[Sides] = []
+    x = _Expansion()
     for op in dag.ops:
-        expand = _remote if op.remote else _copy if op.kind == "copy" else _reduce
-        into, out_of = expand(op, instrs, edges)
-        entry.append(into)
-        exit_.append(out_of)
+        if op.src.rank != op.dst.rank:
+            _remote(op, x)
+        elif op.kind == "copy":
+            _copy(op, x)
+        else:
+            _reduce(op, x)
+    src_side, dst_in, dst_out, edges = x.src_side, x.dst_in, x.dst_out, x.edges
     for d in dag.deps:
-        edges.append(InstrEdge(exit_[d.pred][d.pred_side], entry[d.succ][d.succ_side], d.kind))
-    return InstrDAG.build(dag.info, instrs, edges, list(range(len(instrs))))
+        pred = src_side[d.pred] if d.pred_side is Side.SRC else dst_out[d.pred]
+        succ = src_side[d.succ] if d.succ_side is Side.SRC else dst_in[d.succ]
+        edges.append(_edge(pred, succ, d.kind))
+    return InstrDAG.build(dag.info, x.instrs, edges, np.arange(len(x.instrs)))
 
 
-def _add(instrs: list[Instr], ins: Instr) -> int:
-    instrs.append(ins)
-    return len(instrs) - 1
+_new = object.__new__
 
 
-def _common(op: ChunkOp) -> dict:
-    return {"count": op.count, "instance": op.instance, "channel_hint": op.channel}
+def _instr(fields: dict) -> Instr:
+    """An :class:`Instr` with ``fields`` (every one of its fields): a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``, a tenth of this pass at 512 ranks."""
+    ins = _new(Instr)
+    ins.__dict__.update(fields)
+    return ins
 
 
-def _local(op: ChunkOp) -> dict:
-    """What a local instruction carries: the op's count and hints, and the time it ends."""
-    return {**_common(op), "time": None if op.time is None else op.time[1]}
+def _edge(pred: int, succ: int, kind: DepKind) -> InstrEdge:
+    """``InstrEdge(pred, succ, kind)``, made as :func:`_instr` makes an instruction."""
+    e = _new(InstrEdge)
+    e.__dict__.update({"pred": pred, "succ": succ, "kind": kind})
+    return e
 
 
-_SEND = Instr(0, OpType.SEND)
-"""What every instruction of a remote op is made from: a copy with its fields (half a million at
-512 ranks, where the frozen ``__init__`` of each was a tenth of this pass)."""
-
-
-def _remote(op: ChunkOp, instrs: list[Instr], edges: list[InstrEdge]) -> tuple[Sides, Sides]:
+def _remote(op: ChunkOp, x: _Expansion) -> None:
     """A send on the source rank matched with a receive (``r``, or ``rrc`` for a reduce)."""
-    send, recv = len(instrs), len(instrs) + 1
-    time = op.time
+    instrs, time = x.instrs, op.time
+    send = len(instrs)
+    src, dst, count, instance, channel = op.src, op.dst, op.count, op.instance, op.channel
     instrs.append(
-        evolve(
-            _SEND,
-            rank=op.src.rank,
-            src=op.src.ref,
-            send_to=op.dst.rank,
-            send_match=recv,
-            tb_hint=op.sendtb,
-            time=None if time is None else time[0],
-            count=op.count,
-            instance=op.instance,
-            channel_hint=op.channel,
+        _instr(
+            {
+                "rank": src.rank,
+                "type": OpType.SEND,
+                "src": x.ref(src),
+                "dst": None,
+                "count": count,
+                "send_to": dst.rank,
+                "recv_from": None,
+                "send_match": send + 1,
+                "recv_match": None,
+                "tb_hint": op.sendtb,
+                "channel_hint": channel,
+                "instance": instance,
+                "time": None if time is None else time[0],
+            }
         )
     )
     reduces = op.kind == "reduce"
     instrs.append(
-        evolve(
-            _SEND,
-            rank=op.dst.rank,
-            type=OpType.RECV_REDUCE_COPY if reduces else OpType.RECV,
-            src=op.local_operand.ref if reduces else None,
-            dst=op.dst.ref,
-            recv_from=op.src.rank,
-            recv_match=send,
-            tb_hint=op.recvtb,
-            time=None if time is None else time[1],
+        _instr(
+            {
+                "rank": dst.rank,
+                "type": OpType.RECV_REDUCE_COPY if reduces else OpType.RECV,
+                "src": x.ref(op.local_operand) if reduces else None,
+                "dst": x.ref(dst),
+                "count": count,
+                "send_to": None,
+                "recv_from": src.rank,
+                "send_match": None,
+                "recv_match": send,
+                "tb_hint": op.recvtb,
+                "channel_hint": channel,
+                "instance": instance,
+                "time": None if time is None else time[1],
+            }
+        )
+    )
+    x.edges.append(_edge(send, send + 1, DepKind.MATCH))
+    x.sides(send, send + 1, send + 1)
+
+
+def _local(op: ChunkOp, x: _Expansion, type_: OpType, src: Loc) -> int:
+    """A local instruction of ``op`` (``src`` into its destination): its count and hints, and the
+    time the op ends."""
+    x.instrs.append(
+        Instr(
+            op.dst.rank,
+            type_,
+            src=x.ref(src),
+            dst=x.ref(op.dst),
+            tb_hint=op.sendtb,
             count=op.count,
             instance=op.instance,
             channel_hint=op.channel,
+            time=None if op.time is None else op.time[1],
         )
     )
-    edges.append(InstrEdge(send, recv, DepKind.MATCH))
-    sides = {Side.SRC: send, Side.DST: recv}
-    return sides, dict(sides)
+    return len(x.instrs) - 1
 
 
-def _copy(op: ChunkOp, instrs: list[Instr], edges: list[InstrEdge]) -> tuple[Sides, Sides]:
-    cpy = _add(instrs, Instr(op.dst.rank, OpType.COPY, src=op.src.ref, dst=op.dst.ref, tb_hint=op.sendtb, **_local(op)))
-    return {Side.SRC: cpy, Side.DST: cpy}, {Side.SRC: cpy, Side.DST: cpy}
+def _copy(op: ChunkOp, x: _Expansion) -> None:
+    cpy = _local(op, x, OpType.COPY, op.src)
+    x.sides(cpy, cpy, cpy)
 
 
-def _reduce(op: ChunkOp, instrs: list[Instr], edges: list[InstrEdge]) -> tuple[Sides, Sides]:
+def _reduce(op: ChunkOp, x: _Expansion) -> None:
     """``re`` into the destination; into another slot than the operand, a ``cpy`` of the operand
     there first."""
     first = None
     if op.operand is not None and op.operand != op.dst:
-        first = _add(
-            instrs,
-            Instr(op.dst.rank, OpType.COPY, src=op.operand.ref, dst=op.dst.ref, tb_hint=op.sendtb, **_local(op)),
-        )
-    red = _add(instrs, Instr(op.dst.rank, OpType.REDUCE, src=op.src.ref, dst=op.dst.ref, tb_hint=op.sendtb, **_local(op)))
+        first = _local(op, x, OpType.COPY, op.operand)
+    red = _local(op, x, OpType.REDUCE, op.src)
     if first is not None:
-        edges.append(InstrEdge(first, red, DepKind.RAW))
-    return {Side.SRC: red, Side.DST: red if first is None else first}, {Side.SRC: red, Side.DST: red}
+        x.edges.append(_edge(first, red, DepKind.RAW))
+    x.sides(red, red if first is None else first, red)

@@ -7,36 +7,48 @@ which must itself carry one (it does). Steps shift, so every dependency on the r
 
 from __future__ import annotations
 
-from codegen.ir import IR, Dep, Op, OpType, evolve
+from itertools import accumulate, chain
+from operator import attrgetter
+
+from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock, evolve
 
 __all__ = ["fold_deps_into_nops"]
 
 
 def fold_deps_into_nops(ir: IR) -> IR:
     """Move all but one dependency of each op into preceding nops."""
-    gpus = []
-    for gpu in ir.gpus:
-        if all(len(op.deps) <= 1 for tb in gpu.threadblocks for op in tb.ops):
-            gpus.append(gpu)  # nothing to fold, no step moves: the rank as it is
-            continue
-        new_pos: dict[tuple[int, int], int] = {}
-        for tb in gpu.threadblocks:
-            at = 0
-            for k, op in enumerate(tb.ops):
-                at += max(len(op.deps) - 1, 0)
-                new_pos[(tb.id, k)] = at
-                at += 1
+    return evolve(ir, gpus=tuple(map(_folded, ir.gpus)))
 
-        tbs = []
-        for tb in gpu.threadblocks:
-            ops: list[Op] = []
-            for op in tb.ops:
-                if len(op.deps) <= 1 and all(new_pos[(d.tb, d.op)] == d.op for d in op.deps):
-                    ops.append(op)  # as it is (the copy would equal it)
-                    continue
-                deps = [Dep(d.tb, new_pos[(d.tb, d.op)]) for d in op.deps]
-                ops.extend(Op(OpType.NOP, count=0, deps=(d,)) for d in deps[:-1])
-                ops.append(evolve(op, deps=tuple(deps[-1:])))
-            tbs.append(evolve(tb, ops=tuple(ops)))
-        gpus.append(evolve(gpu, threadblocks=tuple(tbs)))
-    return evolve(ir, gpus=tuple(gpus))
+
+def _folded(gpu: Gpu) -> Gpu:
+    """``gpu`` with its extra dependencies in nops: only threadblocks with an op of several shift
+    their steps, and only ops with several or one into such a threadblock change (the rank as it
+    is where none has several; the dependencies' lengths read through ``map``, a million steps at
+    512 ranks)."""
+    if max(map(len, map(_DEPS, chain.from_iterable(map(_OPS, gpu.threadblocks)))), default=0) <= 1:
+        return gpu
+    shifts = {}  # threadblock -> per op, the nops in front of it and the ops before it
+    for tb in gpu.threadblocks:
+        extra = [max(n - 1, 0) for n in map(len, map(_DEPS, tb.ops))]
+        if any(extra):
+            shifts[tb.id] = list(accumulate(extra))
+    return evolve(gpu, threadblocks=tuple(_shifted(tb, shifts) for tb in gpu.threadblocks))
+
+
+def _shifted(tb: Threadblock, shifts: dict[int, list[int]]) -> Threadblock:
+    """``tb`` with each op's dependencies renumbered by ``shifts`` and all but its last in nops
+    in front of it (itself where nothing changes)."""
+    ops: list[Op] = []
+    changed = False
+    for op in tb.ops:
+        if not op.deps or (len(op.deps) == 1 and op.deps[0].tb not in shifts):
+            ops.append(op)  # as it is (the copy would equal it)
+            continue
+        deps = [Dep(d.tb, d.op + shifts[d.tb][d.op]) if d.tb in shifts else d for d in op.deps]
+        ops.extend(Op(OpType.NOP, count=0, deps=(d,)) for d in deps[:-1])
+        ops.append(evolve(op, deps=tuple(deps[-1:])))
+        changed = True
+    return evolve(tb, ops=tuple(ops)) if changed else tb
+
+
+_DEPS, _OPS = attrgetter("deps"), attrgetter("ops")

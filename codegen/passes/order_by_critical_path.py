@@ -42,7 +42,9 @@ import heapq
 from collections import defaultdict
 from dataclasses import replace
 
-from codegen.instr_dag import InstrDAG, topological_order
+import numpy as np
+
+from codegen.instr_dag import InstrDAG, prioritized_order
 from codegen.protocols import fifo_calls
 from common.memo import SameObjects
 
@@ -62,24 +64,31 @@ def order_by_critical_path(dag: InstrDAG, bounded_fifos: bool = True, drain_fifo
 
 def _ordered(dag: InstrDAG, bounded_fifos: bool, drain: bool) -> InstrDAG:
     if not bounded_fifos:
-        key = _keys(dag)
-        return replace(dag, order=topological_order(len(dag.instrs), dag.edges, key.__getitem__))
+        return replace(dag, order=prioritized_order(_by_key(dag), dag.edges, ends=dag.ends))
     return replace(dag, order=_Scheduler(dag, drain).run())
 
 
-def _keys(dag: InstrDAG) -> list[tuple]:
-    """(time,) depth, -critical path, index per instruction."""
-    depth, height, times = dag.depth, dag.height, dag.times
-    if times is None:
-        return [(depth[i], -height[i], i) for i in range(len(dag.instrs))]
-    return [(times[i], depth[i], -height[i], i) for i in range(len(dag.instrs))]
+def _by_key(dag: InstrDAG) -> list[int]:
+    """The instructions sorted by ((time,) depth, -critical path, index): one stable sort of those
+    columns as arrays (a million instructions at 512 ranks, where a sort of key tuples took seconds)."""
+    columns = [-np.asarray(dag.height, np.int64), np.asarray(dag.depth, np.int64)]
+    if dag.times is not None:
+        columns.append(np.asarray(dag.times, np.float64))
+    return np.lexsort(columns).tolist()
+
+
+def _places(dag: InstrDAG) -> list[int]:
+    """Each instruction's place in :func:`_by_key`'s order: an int that orders as its key does."""
+    place = np.empty(len(dag.instrs), np.int64)
+    place[_by_key(dag)] = np.arange(len(dag.instrs))
+    return place.tolist()
 
 
 class _Scheduler:
     def __init__(self, dag: InstrDAG, drain: bool = False) -> None:
         self.dag, self.drain = dag, drain
         self.room = fifo_calls(dag.info.protocol)
-        self.key = _keys(dag)
+        self.key = _places(dag)
         self.waiting = [len(dag.preds[i]) for i in range(len(dag.instrs))]
         self.in_flight: dict[tuple[int, int, int], int] = defaultdict(int)
         self.counted: set[int] = set()  # sends whose calls are in flight (their receive not yet taken)
