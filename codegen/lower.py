@@ -46,6 +46,8 @@ SCHEDULE_SIZE = 1 << 30
 bandwidth-bound regime, where the order of transfers matters most)."""
 
 Where = tuple[str, int]
+Slot = tuple[int, str, int]
+"""A rank's chunk slot, ``(rank, buffer, index)`` (:meth:`ChunkProgram.copy_slot`)."""
 
 
 @gc_paused()
@@ -182,31 +184,28 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
     coll = algo.collective
     n = coll.num_ranks
     scratch = _Scratch(n)
-    where: dict[tuple[int, int], ChunkRef] = {}  # the reference each copy returns: made once
+    where: dict[tuple[int, int], Slot] = {}  # (rank, chunk) -> the slot holding it there
     out_slot: dict[tuple[int, int], int] = {}
     for r in range(n):
         for j, cid in enumerate(coll.outputs[r]):
             if cid is not None:
                 out_slot.setdefault((r, cid), j)
+    copy = prog.copy_slot  # the slots are the collective's and fresh scratch: no references made
     for r in range(n):
         for j, cid in enumerate(coll.inputs[r]):
             if cid is not None:
-                where[(r, cid)] = prog.chunk(r, "input", j)
+                where[(r, cid)] = (r, "input", j)
                 if (r, cid) in out_slot:
-                    start = None if times is None else (0.0, 0.0)
-                    where[(r, cid)].copy(r, "output", out_slot[(r, cid)], time=start)
+                    copy((r, "input", j), r, "output", out_slot[(r, cid)], None if times is None else (0.0, 0.0))
     for step in algo.steps:
         arrived = []
         for s in step.sends:
-            if (s.dst, s.chunk) in where:
+            got = (s.dst, s.chunk)  # made once per send: 261,632 of them at 512 ranks
+            if got in where:
                 continue  # the receiver holds it already: nothing to move
-            target = (
-                ("output", out_slot[(s.dst, s.chunk)])
-                if (s.dst, s.chunk) in out_slot
-                else scratch.take(s.dst)
-            )
-            ref = where[(s.src, s.chunk)].copy(s.dst, *target, time=None if times is None else times(s))
-            arrived.append(((s.dst, s.chunk), ref))
+            j = out_slot.get(got)
+            target = ("output", j) if j is not None else scratch.take(s.dst)
+            arrived.append((got, copy(where[(s.src, s.chunk)], s.dst, *target, None if times is None else times(s))))
         where.update(arrived)
 
 
