@@ -323,6 +323,22 @@ class ChunkProgram:
             self._record(_Op("copy", src, dst, 1, None, None, None, None, time))
         return dst
 
+    def reduce_slot(
+        self,
+        src: tuple[int, str, int],
+        mine: tuple[int, str, int],
+        dst: tuple[int, str, int] | None = None,
+        time: tuple[float, float] | None = None,
+    ) -> tuple[int, str, int]:
+        """``mine := mine (op) src`` for one chunk, or into ``dst`` (a slot of ``mine``'s rank), and
+        return the slot holding the result: :meth:`ChunkRef.reduce` for the same callers as
+        :meth:`copy_slot`, checked as it checks."""
+        src = src if type(src) is _Slot else _Slot(*src)
+        mine = mine if type(mine) is _Slot else _Slot(*mine)
+        target = mine if dst is None else _Slot(*dst)
+        self._record(_Op("reduce", src, target, 1, None if dst is None else mine, None, None, None, time))
+        return target
+
     def _scratch_index(self, rank: int, name: str, index: int | None) -> int:
         if index is None or index == -1:
             return self._slices[rank].get(name, 0)
@@ -333,11 +349,15 @@ class ChunkProgram:
         """Every output slot whose symbolic content differs from the postcondition (empty: correct)."""
         coll = self.collective
         wrong = []
+        wanted: dict[int, Value] = {}  # per address: at 512 ranks an allreduce's 262,144 output
+        # slots want 512 sums of 512 contributions each, sorted once each, not once per slot
         for r in range(self.num_ranks):
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is None:
                     continue
-                expected = tuple(sorted(coll.contributions[addr])) if coll.combining else (addr,)
+                expected = wanted.get(addr)
+                if expected is None:
+                    expected = wanted[addr] = tuple(sorted(coll.contributions[addr])) if coll.combining else (addr,)
                 got = self._value(_Slot(r, "output", j))
                 if got != expected:
                     wrong.append(WrongSlot(r, j, self._describe(expected), self._describe(got)))

@@ -30,7 +30,7 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from codegen.dsl import ChunkProgram, ChunkRef
+from codegen.dsl import ChunkProgram
 from common.gc_pause import gc_paused
 from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.cost import chunk_bytes, model_ordered, start_times
@@ -220,7 +220,6 @@ class _Combining:
         self.partial: dict[tuple[int, int], Where] = {}
         self.out_slot: dict[tuple[int, int], int] = {}
         self.homes: dict[tuple[int, int], Where] = {}
-        self.refs: dict[tuple[int, Where], ChunkRef] = {}
         for r in range(n):
             for j, cid in enumerate(coll.inputs[r]):
                 if cid is not None:
@@ -228,13 +227,6 @@ class _Combining:
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is not None:
                     self.out_slot.setdefault((r, addr), j)
-
-    def ref(self, rank: int, where: Where) -> ChunkRef:
-        """The program's reference to one slot, made once (a slot is read by many sends)."""
-        key = (rank, where)
-        if key not in self.refs:
-            self.refs[key] = self.prog.chunk(rank, *where)
-        return self.refs[key]
 
     def home(self, rank: int, addr: int) -> Where:
         key = (rank, addr)
@@ -253,11 +245,11 @@ class _Combining:
             order, diverted = _step_order(step.sends)
             later = []
             for s in order:
-                src = self.ref(s.src, self.partial[(s.src, s.chunk)])
+                src = (s.src, *self.partial[(s.src, s.chunk)])
                 when = self.times(s) if timed else None
                 if s in diverted:
                     temp = self.scratch.take(s.dst)
-                    later.append((s, src.copy(s.dst, *temp, time=when), when and (when[1], when[1])))
+                    later.append((s, self.prog.copy_slot(src, s.dst, *temp, when), when and (when[1], when[1])))
                 else:
                     self.apply(s, src, when)
                 if when:
@@ -267,20 +259,17 @@ class _Combining:
         for (r, addr), j in sorted(self.out_slot.items()):
             if self.partial[(r, addr)] != self.home(r, addr):
                 at = landed.get((r, addr), 0.0)
-                self.prog.chunk(r, *self.partial[(r, addr)]).copy(
-                    r, "output", j, time=(at, at) if timed else None
-                )
+                self.prog.copy_slot((r, *self.partial[(r, addr)]), r, "output", j, (at, at) if timed else None)
 
-    def apply(self, s: Send, data, time: tuple[float, float] | None) -> None:
+    def apply(self, s: Send, data: Slot, time: tuple[float, float] | None) -> None:
         """``s.dst``'s partial of ``s.chunk`` := itself (op) ``data`` (reduce) or ``data`` (copy)."""
         key = (s.dst, s.chunk)
         target = self.home(*key)
         if s.op == "copy":
-            data.copy(s.dst, *target, time=time)
+            self.prog.copy_slot(data, s.dst, *target, time)
         else:
-            mine = self.ref(s.dst, self.partial[key])
-            dst = None if self.partial[key] == target else self.ref(s.dst, target)
-            mine.reduce(data, dst=dst, time=time)
+            dst = None if self.partial[key] == target else (s.dst, *target)
+            self.prog.reduce_slot(data, (s.dst, *self.partial[key]), dst, time)
         self.partial[key] = target
 
 

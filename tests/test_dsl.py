@@ -107,6 +107,18 @@ def test_copy_slot_records_what_a_reference_copy_records():
     assert in_place.copy_slot((1, "input", 0), 1, "output", 1) == (1, "output", 1) and in_place.num_ops == 0
 
 
+def test_reduce_slot_records_what_a_reference_reduce_records():
+    by_ref, by_slot = (ChunkProgram("ar", "fully-connected:4", "allreduce") for _ in range(2))
+    mine = by_ref.chunk(0, "input", 0)
+    out = mine.reduce(by_ref.chunk(1, "input", 0), dst=by_ref.chunk(0, "output", 0), time=(0.0, 1.0))
+    out.reduce(by_ref.chunk(2, "input", 0))
+    slot = by_slot.reduce_slot((1, "input", 0), (0, "input", 0), (0, "output", 0), (0.0, 1.0))
+    assert by_slot.reduce_slot((2, "input", 0), slot) == (0, "output", 0) == (out.rank, out.buffer, out.index)
+    assert by_slot.check() == by_ref.check() and by_slot.chunk_dag() == by_ref.chunk_dag()
+    with pytest.raises(DslError, match=re.escape("reduce source rank 1 scratch[0] holds no data")):
+        by_slot.reduce_slot((1, "scratch", 0), (0, "output", 0))
+
+
 def test_named_scratch_slices_are_packed_in_creation_order():
     prog = ChunkProgram("a2a", "fully-connected:3", "alltoall")
     prog.chunk(0, "input", 1).copy(0, "tmp", 0)
