@@ -12,6 +12,8 @@ large sizes. Every problem names rank, threadblock and step. What the schedule c
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from codegen.errors import IRCheckError
@@ -19,6 +21,7 @@ from codegen.ir import IR, Threadblock
 from codegen.limits import TRANSFERS
 from codegen.protocols import PROTOCOLS, fifo_calls
 from codegen.rules import (
+    DIALECTS,
     Dialect,
     Problem,
     connections,
@@ -38,11 +41,48 @@ __all__ = ["Problem", "check_ir", "find_deadlock", "find_problems"]
 
 
 def check_ir(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -> None:
-    """Raise :class:`IRCheckError` with the first problem (and how many more there are)."""
-    problems = find_problems(ir, dialect, final)
+    """Raise :class:`IRCheckError` with the first problem (and how many more there are). An IR
+    this passed before for the same dialect and ``final`` passes again without a second look."""
+    d = DIALECTS[dialect] if isinstance(dialect, str) and dialect in DIALECTS else dialect
+    known = d is None or isinstance(d, Dialect)  # else find_problems says what is wrong with it
+    if known and _PASSED.holds(ir, (d, final)):
+        return
+    problems = find_problems(ir, d, final)
     if problems:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise IRCheckError(f"{ir.name}: {problems[0]}{more}")
+    if known:
+        _PASSED.add(ir, (d, final))
+
+
+class _Passed:
+    """The IRs :func:`check_ir` passed, by identity, each with the (dialect, final) it passed for.
+
+    Frozen objects with the same identity have the same content: the compiler checks the IR it
+    keeps and the writer checks it again before printing it (at 512 ranks the runtime's rules
+    alone take a second or more), after other variants' IRs were checked in between. Only weak
+    references to the IRs are kept: an IR gone is forgotten, and an IR never checked is checked."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[weakref.ref, set[Hashable]]] = {}
+
+    def holds(self, ir: IR, key: Hashable) -> bool:
+        entry = self._seen.get(id(ir))
+        return entry is not None and entry[0]() is ir and key in entry[1]
+
+    def add(self, ir: IR, key: Hashable) -> None:
+        entry = self._seen.get(id(ir))
+        if entry is None or entry[0]() is not ir:
+            entry = self._seen[id(ir)] = (weakref.ref(ir, self._forget), set())
+        entry[1].add(key)
+
+    def _forget(self, gone: weakref.ref) -> None:
+        stale = [k for k, (ref, _) in self._seen.items() if ref is gone]
+        for k in stale:
+            del self._seen[k]
+
+
+_PASSED = _Passed()
 
 
 @gc_paused()
@@ -68,8 +108,8 @@ def find_problems(
 
 
 _BY_IR = SameObjects()
-"""The structure's problems of the last IR checked: the compiler checks the IR it keeps for
-deadlock, then in full, and the writer checks it again (about a second each at 512 ranks)."""
+"""The structure's problems of the last IR checked: the compiler asks whether the IR it keeps
+deadlocks, then checks it in full (about a second each at 512 ranks)."""
 _BY_RANKS = SameObjects()
 """The flow's (connections, deadlock): they depend on the ranks and the protocol only, so they hold
 for a copy of the IR with another size window too."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from codegen.chunk_dag import ChunkDAG, ChunkOp, Loc, ProgramInfo, aliases_of, build_chunk_dag
 from codegen.errors import DslError
@@ -72,8 +73,9 @@ class WrongSlot:
         return f"rank {self.rank} output[{self.index}]: expected {self.expected}, got {self.got}"
 
 
-@dataclass(frozen=True)
-class _Slot:
+class _Slot(NamedTuple):
+    """A slot as the program names it (a tuple: two are made per copy, 262,144 copies at 512 ranks)."""
+
     rank: int
     buffer: str  # "input", "output" or a scratch slice name
     index: int
@@ -93,8 +95,9 @@ def _is_time(time: object) -> bool:
     return numbers and not isinstance(start, bool) and not isinstance(arrival, bool) and 0 <= start <= arrival
 
 
-@dataclass(frozen=True)
-class _Op:
+class _Op(NamedTuple):
+    """One recorded operation (a tuple, as :class:`_Slot`)."""
+
     kind: str
     src: _Slot
     dst: _Slot
@@ -236,7 +239,7 @@ class ChunkProgram:
         alias = self._aliases[slot.rank] if self.inplace else None
         if alias is not None and slot.buffer == alias.small.long_name:
             return slot.rank, alias.large.long_name, alias.offset + slot.index
-        return slot.rank, slot.buffer, slot.index
+        return slot  # a tuple of (rank, buffer, index) itself
 
     def _value(self, slot: _Slot) -> Value | None:
         return self._values.get(self._canon(slot))
@@ -266,6 +269,20 @@ class ChunkProgram:
                 f"{self.name}: {op.kind} from rank {op.src.rank} to rank {op.dst.rank}: "
                 f"{self.topology.name} has no link {op.src.rank} -> {op.dst.rank}"
             )
+        if op.count == 1:  # most ops (every lowered send): one value, no lists per chunk
+            value = self._held_one(op.src, "source", op)
+            if op.kind == "reduce":
+                value = tuple(sorted(self._held_one(op.operand or op.dst, "destination", op) + value))
+            self._values[self._canon(op.dst)] = value
+        else:
+            self._execute(op)
+        if op.dst.buffer not in ("input", "output"):
+            slices = self._slices[op.dst.rank]
+            slices[op.dst.buffer] = max(slices.get(op.dst.buffer, 0), op.dst.index + op.count)
+        self._ops.append(op)
+
+    def _execute(self, op: _Op) -> None:
+        """What ``op`` writes, chunk by chunk, read before anything is written."""
         sources = [(op.src, "source")] + (
             [(op.operand or op.dst, "destination")] if op.kind == "reduce" else []
         )
@@ -277,23 +294,50 @@ class ChunkProgram:
             new.append((self._canon(_at(op.dst, k)), value))
         for key, value in new:
             self._values[key] = value
-        if op.dst.buffer not in ("input", "output"):
-            slices = self._slices[op.dst.rank]
-            slices[op.dst.buffer] = max(slices.get(op.dst.buffer, 0), op.dst.index + op.count)
-        self._ops.append(op)
 
     def _held(self, base: _Slot, role: str, op: _Op) -> list[Value]:
         """What the ``op.count`` slots from ``base`` hold; an error if one holds nothing."""
-        out = []
-        for k in range(op.count):
-            slot = _at(base, k)
-            value = self._value(slot)
-            if value is None:
-                raise DslError(
-                    f"{self.name}: {op.kind} {role} rank {slot.rank} {slot.buffer}[{slot.index}] holds no data"
-                )
-            out.append(value)
-        return out
+        return [self._held_one(_at(base, k), role, op) for k in range(op.count)]
+
+    def _held_one(self, slot: _Slot, role: str, op: _Op) -> Value:
+        """What ``slot`` holds; an error if it holds nothing."""
+        value = self._values.get(self._canon(slot))
+        if value is None:
+            raise DslError(
+                f"{self.name}: {op.kind} {role} rank {slot.rank} {slot.buffer}[{slot.index}] holds no data"
+            )
+        return value
+
+    def copy_slot(
+        self, src: tuple[int, str, int], rank: int, buffer: str, index: int, time: tuple[float, float] | None = None
+    ) -> tuple[int, str, int]:
+        """Copy one chunk from ``src`` (``(rank, buffer, index)``, ``buffer`` by its long name or
+        a scratch slice's) to ``rank``'s ``buffer[index]``, and return that slot: :meth:`ChunkRef.copy`
+        for a caller whose ranks and slots are valid by construction (the lowering: a send of a
+        verified Algorithm each, 262,144 at 512 ranks, where making and checking the references
+        cost more than recording the op), checked only for what the op must satisfy (a link, data
+        at the source, no out-of-place write to the input, a valid ``time``)."""
+        src = src if type(src) is _Slot else _Slot(*src)
+        dst = _Slot(rank, buffer, index)
+        if src.rank != rank or self._canon(dst) != self._canon(src):
+            self._record(_Op("copy", src, dst, 1, None, None, None, None, time))
+        return dst
+
+    def reduce_slot(
+        self,
+        src: tuple[int, str, int],
+        mine: tuple[int, str, int],
+        dst: tuple[int, str, int] | None = None,
+        time: tuple[float, float] | None = None,
+    ) -> tuple[int, str, int]:
+        """``mine := mine (op) src`` for one chunk, or into ``dst`` (a slot of ``mine``'s rank), and
+        return the slot holding the result: :meth:`ChunkRef.reduce` for the same callers as
+        :meth:`copy_slot`, checked as it checks."""
+        src = src if type(src) is _Slot else _Slot(*src)
+        mine = mine if type(mine) is _Slot else _Slot(*mine)
+        target = mine if dst is None else _Slot(*dst)
+        self._record(_Op("reduce", src, target, 1, None if dst is None else mine, None, None, None, time))
+        return target
 
     def _scratch_index(self, rank: int, name: str, index: int | None) -> int:
         if index is None or index == -1:
@@ -305,11 +349,15 @@ class ChunkProgram:
         """Every output slot whose symbolic content differs from the postcondition (empty: correct)."""
         coll = self.collective
         wrong = []
+        wanted: dict[int, Value] = {}  # per address: at 512 ranks an allreduce's 262,144 output
+        # slots want 512 sums of 512 contributions each, sorted once each, not once per slot
         for r in range(self.num_ranks):
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is None:
                     continue
-                expected = tuple(sorted(coll.contributions[addr])) if coll.combining else (addr,)
+                expected = wanted.get(addr)
+                if expected is None:
+                    expected = wanted[addr] = tuple(sorted(coll.contributions[addr])) if coll.combining else (addr,)
                 got = self._value(_Slot(r, "output", j))
                 if got != expected:
                     wrong.append(WrongSlot(r, j, self._describe(expected), self._describe(got)))
@@ -369,12 +417,19 @@ class ChunkProgram:
                 base += length
             offsets.append(where)
 
+        locs: dict[_Slot, Loc] = {}  # one (frozen) Loc per slot: most are read again, by the next hop
+
         def loc(slot: _Slot) -> Loc:
-            if slot.buffer == "input":
-                return Loc(slot.rank, Buffer.INPUT, slot.index)
-            if slot.buffer == "output":
-                return Loc(slot.rank, Buffer.OUTPUT, slot.index)
-            return Loc(slot.rank, Buffer.SCRATCH, offsets[slot.rank][slot.buffer] + slot.index)
+            found = locs.get(slot)
+            if found is None:
+                if slot.buffer == "input":
+                    found = Loc(slot.rank, Buffer.INPUT, slot.index)
+                elif slot.buffer == "output":
+                    found = Loc(slot.rank, Buffer.OUTPUT, slot.index)
+                else:
+                    found = Loc(slot.rank, Buffer.SCRATCH, offsets[slot.rank][slot.buffer] + slot.index)
+                locs[slot] = found
+            return found
 
         ops = tuple(
             ChunkOp(

@@ -30,7 +30,7 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from codegen.dsl import ChunkProgram, ChunkRef
+from codegen.dsl import ChunkProgram
 from common.gc_pause import gc_paused
 from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.cost import chunk_bytes, model_ordered, start_times
@@ -46,6 +46,8 @@ SCHEDULE_SIZE = 1 << 30
 bandwidth-bound regime, where the order of transfers matters most)."""
 
 Where = tuple[str, int]
+Slot = tuple[int, str, int]
+"""A rank's chunk slot, ``(rank, buffer, index)`` (:meth:`ChunkProgram.copy_slot`)."""
 
 
 @gc_paused()
@@ -182,31 +184,28 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
     coll = algo.collective
     n = coll.num_ranks
     scratch = _Scratch(n)
-    where: dict[tuple[int, int], ChunkRef] = {}  # the reference each copy returns: made once
+    where: dict[tuple[int, int], Slot] = {}  # (rank, chunk) -> the slot holding it there
     out_slot: dict[tuple[int, int], int] = {}
     for r in range(n):
         for j, cid in enumerate(coll.outputs[r]):
             if cid is not None:
                 out_slot.setdefault((r, cid), j)
+    copy = prog.copy_slot  # the slots are the collective's and fresh scratch: no references made
     for r in range(n):
         for j, cid in enumerate(coll.inputs[r]):
             if cid is not None:
-                where[(r, cid)] = prog.chunk(r, "input", j)
+                where[(r, cid)] = (r, "input", j)
                 if (r, cid) in out_slot:
-                    start = None if times is None else (0.0, 0.0)
-                    where[(r, cid)].copy(r, "output", out_slot[(r, cid)], time=start)
+                    copy((r, "input", j), r, "output", out_slot[(r, cid)], None if times is None else (0.0, 0.0))
     for step in algo.steps:
         arrived = []
         for s in step.sends:
-            if (s.dst, s.chunk) in where:
+            got = (s.dst, s.chunk)  # made once per send: 261,632 of them at 512 ranks
+            if got in where:
                 continue  # the receiver holds it already: nothing to move
-            target = (
-                ("output", out_slot[(s.dst, s.chunk)])
-                if (s.dst, s.chunk) in out_slot
-                else scratch.take(s.dst)
-            )
-            ref = where[(s.src, s.chunk)].copy(s.dst, *target, time=None if times is None else times(s))
-            arrived.append(((s.dst, s.chunk), ref))
+            j = out_slot.get(got)
+            target = ("output", j) if j is not None else scratch.take(s.dst)
+            arrived.append((got, copy(where[(s.src, s.chunk)], s.dst, *target, None if times is None else times(s))))
         where.update(arrived)
 
 
@@ -221,7 +220,6 @@ class _Combining:
         self.partial: dict[tuple[int, int], Where] = {}
         self.out_slot: dict[tuple[int, int], int] = {}
         self.homes: dict[tuple[int, int], Where] = {}
-        self.refs: dict[tuple[int, Where], ChunkRef] = {}
         for r in range(n):
             for j, cid in enumerate(coll.inputs[r]):
                 if cid is not None:
@@ -229,13 +227,6 @@ class _Combining:
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is not None:
                     self.out_slot.setdefault((r, addr), j)
-
-    def ref(self, rank: int, where: Where) -> ChunkRef:
-        """The program's reference to one slot, made once (a slot is read by many sends)."""
-        key = (rank, where)
-        if key not in self.refs:
-            self.refs[key] = self.prog.chunk(rank, *where)
-        return self.refs[key]
 
     def home(self, rank: int, addr: int) -> Where:
         key = (rank, addr)
@@ -254,11 +245,11 @@ class _Combining:
             order, diverted = _step_order(step.sends)
             later = []
             for s in order:
-                src = self.ref(s.src, self.partial[(s.src, s.chunk)])
+                src = (s.src, *self.partial[(s.src, s.chunk)])
                 when = self.times(s) if timed else None
                 if s in diverted:
                     temp = self.scratch.take(s.dst)
-                    later.append((s, src.copy(s.dst, *temp, time=when), when and (when[1], when[1])))
+                    later.append((s, self.prog.copy_slot(src, s.dst, *temp, when), when and (when[1], when[1])))
                 else:
                     self.apply(s, src, when)
                 if when:
@@ -268,20 +259,17 @@ class _Combining:
         for (r, addr), j in sorted(self.out_slot.items()):
             if self.partial[(r, addr)] != self.home(r, addr):
                 at = landed.get((r, addr), 0.0)
-                self.prog.chunk(r, *self.partial[(r, addr)]).copy(
-                    r, "output", j, time=(at, at) if timed else None
-                )
+                self.prog.copy_slot((r, *self.partial[(r, addr)]), r, "output", j, (at, at) if timed else None)
 
-    def apply(self, s: Send, data, time: tuple[float, float] | None) -> None:
+    def apply(self, s: Send, data: Slot, time: tuple[float, float] | None) -> None:
         """``s.dst``'s partial of ``s.chunk`` := itself (op) ``data`` (reduce) or ``data`` (copy)."""
         key = (s.dst, s.chunk)
         target = self.home(*key)
         if s.op == "copy":
-            data.copy(s.dst, *target, time=time)
+            self.prog.copy_slot(data, s.dst, *target, time)
         else:
-            mine = self.ref(s.dst, self.partial[key])
-            dst = None if self.partial[key] == target else self.ref(s.dst, target)
-            mine.reduce(data, dst=dst, time=time)
+            dst = None if self.partial[key] == target else (s.dst, *target)
+            self.prog.reduce_slot(data, (s.dst, *self.partial[key]), dst, time)
         self.partial[key] = target
 
 

@@ -85,6 +85,40 @@ def test_copy_to_the_same_physical_slot_records_nothing():
     assert prog.num_ops == 0 and (dst.buffer, dst.index) == ("output", 1)
 
 
+def test_copy_slot_records_what_a_reference_copy_records():
+    """The lowering's copies between named slots trace as the same copies by reference do."""
+    by_ref, by_slot = ChunkProgram("ag", "ring:4", "allgather"), ChunkProgram("ag", "ring:4", "allgather")
+    for r in range(4):
+        c = by_ref.chunk(r, "input", 0).copy(r, "output", r, time=(0.0, 0.0))
+        s = by_slot.copy_slot((r, "input", 0), r, "output", r, (0.0, 0.0))
+        for step in range(3):
+            c = c.copy((r + step + 1) % 4, "output", r, time=(step, step + 1.0))
+            s = by_slot.copy_slot(s, (r + step + 1) % 4, "output", r, (step, step + 1.0))
+        c, s = c.copy(c.rank, "scratch", r), by_slot.copy_slot(s, s[0], "scratch", r)
+        assert s == (c.rank, c.buffer, c.index)
+    assert by_slot.check() == by_ref.check() == () and by_slot.chunk_dag() == by_ref.chunk_dag()
+    with pytest.raises(DslError, match="has no link 0 -> 2"):
+        by_slot.copy_slot((0, "input", 0), 2, "output", 0)
+    with pytest.raises(DslError, match=re.escape("copy source rank 1 scratch[3] holds no data")):
+        by_slot.copy_slot((1, "scratch", 3), 2, "output", 1)
+    with pytest.raises(DslError, match="the input of an out-of-place call is read-only"):
+        by_slot.copy_slot((0, "input", 0), 1, "input", 0)
+    in_place = ChunkProgram("ag", "ring:4", "allgather", inplace=True)
+    assert in_place.copy_slot((1, "input", 0), 1, "output", 1) == (1, "output", 1) and in_place.num_ops == 0
+
+
+def test_reduce_slot_records_what_a_reference_reduce_records():
+    by_ref, by_slot = (ChunkProgram("ar", "fully-connected:4", "allreduce") for _ in range(2))
+    mine = by_ref.chunk(0, "input", 0)
+    out = mine.reduce(by_ref.chunk(1, "input", 0), dst=by_ref.chunk(0, "output", 0), time=(0.0, 1.0))
+    out.reduce(by_ref.chunk(2, "input", 0))
+    slot = by_slot.reduce_slot((1, "input", 0), (0, "input", 0), (0, "output", 0), (0.0, 1.0))
+    assert by_slot.reduce_slot((2, "input", 0), slot) == (0, "output", 0) == (out.rank, out.buffer, out.index)
+    assert by_slot.check() == by_ref.check() and by_slot.chunk_dag() == by_ref.chunk_dag()
+    with pytest.raises(DslError, match=re.escape("reduce source rank 1 scratch[0] holds no data")):
+        by_slot.reduce_slot((1, "scratch", 0), (0, "output", 0))
+
+
 def test_named_scratch_slices_are_packed_in_creation_order():
     prog = ChunkProgram("a2a", "fully-connected:3", "alltoall")
     prog.chunk(0, "input", 1).copy(0, "tmp", 0)

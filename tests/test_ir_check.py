@@ -205,3 +205,39 @@ def test_count_limit(ring):
     )
     broken = _edit_op(_edit_op(big, 0, 0, 0, count=72), 1, 0, 1, count=72)
     assert any("count 72: the runtime allows at most 71" in str(p) for p in find_problems(broken, "azure"))
+
+
+def test_an_ir_that_passed_is_not_checked_again_for_the_same_rules(monkeypatch):
+    """The compiler checks the IR it keeps; writing it checks that same IR again (at 512 ranks, seconds)."""
+    import codegen.check
+    from codegen.formats.xml_writer import write_xml
+
+    looked: list[tuple[int, object, bool]] = []
+    find = codegen.check.find_problems
+
+    def counted(ir, dialect=None, final=True, facts=None):
+        looked.append((id(ir), getattr(dialect, "name", dialect), final))
+        return find(ir, dialect, final, facts)
+
+    monkeypatch.setattr(codegen.check, "find_problems", counted)
+    ir = compile_program(ring_allreduce.program(4))
+    assert looked == [(id(ir), "azure", True)]
+    write_xml(ir, "azure")
+    check_ir(ir, "azure")
+    assert len(looked) == 1  # the same IR, the same rules: passed before
+    check_ir(ir, "msccl")
+    check_ir(ir, "azure", final=False)
+    check_ir(ir)
+    copy = replace(ir, name=ir.name)  # equal, but not the IR that was checked
+    check_ir(copy, "azure")
+    assert looked[1:] == [
+        (id(ir), "msccl", True),
+        (id(ir), "azure", False),
+        (id(ir), None, True),
+        (id(copy), "azure", True),
+    ]
+    broken = _edit(ir, 0, 0, channel=-1)
+    for _ in range(2):  # a failed check is made again, and fails again
+        with pytest.raises(IRCheckError, match="channel -1"):
+            check_ir(broken, "azure")
+    assert len(looked) == 7

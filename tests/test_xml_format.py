@@ -4,6 +4,7 @@ byte-exact golden files, and the independent validator of the runtimes' rules.""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,17 @@ def test_usage_based_sizes_are_kept_and_flagged_for_the_research_runtime():
     assert any("inconsistent" in v for v in violations(text, "msccl"))
 
 
+def test_a_step_reads_the_same_in_every_form_the_runtimes_accept():
+    """The writer's form is read in one match per step; any other goes through the general reader."""
+    text = write_xml(compile_program(ring_allreduce.program(4)), "azure")
+    hexed = re.sub(r'cnt="(\d+)"', lambda m: f'cnt="0x{int(m[1]):x}"', text)
+    moved = re.sub(r'(<step )(s="\d+") (.*) (hasdep="\d")/>', r"\1\4 \3 \2/>", text)
+    spaced = text.replace("/>\n      <step", "/>\n\n  <step")
+    assert hexed != text and moved != text and spaced != text
+    ir = read_xml(text)
+    assert read_xml(hexed) == ir and read_xml(moved) == ir and read_xml(spaced) == ir
+
+
 def test_integers_read_as_strtol_base_0():
     assert [strtol(s) for s in ("12", "0x10", "010", "-1", "0")] == [12, 16, 8, -1, 0]
     with pytest.raises(ValueError):
@@ -168,6 +180,7 @@ def test_integers_read_as_strtol_base_0():
         (lambda t: t.replace("</algo>\n", ""), 19, "never closed"),
         (lambda t: t.replace('<gpu id="1"', '<gpu id="0"'), 11, "id 0"),
         (lambda t: t.replace('hasdep="0"', 'hasdep="2"', 1), 4, "hasdep must be 0 or 1"),
+        (lambda t: t.replace('depid="-1" deps="-1"', 'depid="0" deps="-1"', 1), 4, "depid 0 needs deps >= 0"),
         (lambda t: t.replace('coll="allreduce"', 'coll="allsum"'), 1, "coll 'allsum'"),
         (lambda t: "<algx " + t[len("<algo ") :], 1, "first element must be <algo"),
     ],

@@ -43,6 +43,18 @@ _KEY = re.compile(r'[^="<> \n\r]*')
 _ATTR = re.compile(r'([^="<> \n\r]*)="([^"\n]*)"')
 _PAIR = re.compile(r' ([^="<> \n\r]+)="([^"\n]*)"')
 _ELEMENT = re.compile(r'<([^ />\n\r\t?!]+)((?: [^="<> \n\r]+="[^"\n]*")*)(/?)>')
+_INT = r"(-?(?:0|[1-9][0-9]{0,17}))"
+_FROM = r"(-1|0|[1-9][0-9]{0,17})"
+_STEP = re.compile(
+    rf'[ \n\r]*(<step s="{_INT}" type="(s|r|rcs|rrs|rrc|rrcs|cpy|re|nop)" srcbuf="([ios])" srcoff="{_FROM}" '
+    rf'dstbuf="([ios])" dstoff="{_FROM}" cnt="(0|[1-9][0-9]{{0,17}})" depid="{_FROM}" deps="{_FROM}" '
+    r'hasdep="([01])"/>)'
+)
+"""A ``<step>`` as xccl writes it (attributes in the writer's order, decimal integers in range,
+short values) after the spaces before it, read in one match; any other is read by
+:meth:`_Lexer.element` as any element."""
+_OP_TYPES = {t.value: t for t in OpType}
+_BUFFERS = {b.value: b for b in Buffer}
 
 
 @dataclass
@@ -54,7 +66,21 @@ class _Node:
     """The attributes the runtimes read: the first ``MAX_ATTRIBUTES``."""
     ignored: list[str] = field(default_factory=list)
     """Attributes past those, which the runtimes skip."""
-    children: list[_Node] = field(default_factory=list)
+    children: list[_Node | _Step] = field(default_factory=list)
+
+
+class _Step:
+    """A ``<step>`` read in one :data:`_STEP` match (half a million of them at 512 ranks, where
+    a :class:`_Node` with its attribute dictionary, each value checked and converted by name, was
+    most of the reading): its integers, type and buffers, in the writer's order."""
+
+    __slots__ = ("pos", "values")
+    name = "step"
+    children: tuple[()] = ()
+
+    def __init__(self, pos: int, values: tuple[str, ...]) -> None:
+        self.pos = pos
+        self.values = values
 
 
 @dataclass(frozen=True)
@@ -214,7 +240,13 @@ class _Lexer:
             raise self.fail("the first element must be <algo ...>", 0)
         root, single = got
         open_ = [] if single else [root]
+        text, step = self.text, _STEP.match
         while open_:  # a stack, not recursion: any depth of nesting reads in constant stack
+            m = step(text, self.i)
+            if m is not None:  # most elements: read in one match
+                open_[-1].children.append(_Step(m.start(1), m.groups()[1:]))
+                self.i = m.end()
+                continue
             got = self.element()
             if got is not None:
                 node, single = got
@@ -317,11 +349,11 @@ def read_xml_facts(text: str, where: str = "<xml>") -> tuple[IR, XmlFacts]:
     max_bytes = a.int("maxBytes", 0) if "maxBytes" in root.attrs else DIALECTS["msccl"].xml.default_max_bytes
     if max_bytes == spelling.unlimited_max_bytes or 0 < spelling.unlimited_max_bytes < max_bytes:
         max_bytes = 0  # "no limit" as written; the research runtime's strtoll saturates above it
-    steps: dict[tuple[int, int], tuple[int, ...]] = {}
+    read = _Read()
     gpus: dict[int, Gpu] = {}
     for node in root.children:
         if node.name == "gpu":
-            gpu = _gpu(lex, node, ngpus, steps)
+            gpu = _gpu(lex, node, ngpus, read)
             if gpu.rank in gpus:
                 raise lex.fail(f"<gpu>: id {gpu.rank}: expected each of 0..{ngpus - 1} once", node.pos)
             gpus[gpu.rank] = gpu
@@ -345,10 +377,24 @@ def read_xml_facts(text: str, where: str = "<xml>") -> tuple[IR, XmlFacts]:
     )
     if ir.collective in ROOTED and ir.root is None:
         ir = _infer_root(ir)
-    return ir, XmlFacts(dict(root.attrs), tuple(root.ignored), steps)
+    return ir, XmlFacts(dict(root.attrs), tuple(root.ignored), read.steps)
 
 
-def _gpu(lex: _Lexer, node: _Node, ngpus: int, steps: dict[tuple[int, int], tuple[int, ...]]) -> Gpu:
+@dataclass
+class _Read:
+    """What the reading of one file has built so far."""
+
+    steps: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
+    """The ``s`` of every step, per (rank, threadblock id) (:attr:`XmlFacts.step_numbers`)."""
+    refs: dict[tuple[str, str], Ref] = field(default_factory=dict)
+    """Each location read, by its ``buf`` and ``off`` as written (one ``Ref`` for all its uses)."""
+    ops: dict[tuple[int, ...], dict[tuple[str, ...], Op]] = field(default_factory=dict)
+    """Per buffer sizes (an ``rrc``'s operand is read against them), each op read, by the values
+    of its :data:`_STEP` match but the step number: a 512-rank schedule's half a million steps
+    are some 30,000 distinct ops."""
+
+
+def _gpu(lex: _Lexer, node: _Node, ngpus: int, read: _Read) -> Gpu:
     g = _Attrs(lex, node)
     rank = g.int("id", 0)
     if rank >= ngpus:
@@ -358,20 +404,30 @@ def _gpu(lex: _Lexer, node: _Node, ngpus: int, steps: dict[tuple[int, int], tupl
     tbs = []
     for t in node.children:
         if t.name == "tb":
-            tb, numbers = _threadblock(lex, t, sizes)
+            tb, numbers = _threadblock(lex, t, sizes, read)
             tbs.append(tb)
-            steps[(rank, tb.id)] = numbers
+            read.steps[(rank, tb.id)] = numbers
     return Gpu(rank, sizes[Buffer.INPUT], sizes[Buffer.OUTPUT], sizes[Buffer.SCRATCH], tuple(tbs))
 
 
-def _threadblock(lex: _Lexer, node: _Node, sizes: dict[Buffer, int]) -> tuple[Threadblock, tuple[int, ...]]:
+def _threadblock(
+    lex: _Lexer, node: _Node, sizes: dict[Buffer, int], read: _Read
+) -> tuple[Threadblock, tuple[int, ...]]:
     """The threadblock and the ``s`` of each of its steps."""
+    refs, known = read.refs, read.ops.setdefault(tuple(sizes.values()), {})
     t = _Attrs(lex, node)
     send, recv = t.int("send", -1), t.int("recv", -1)
     ops = []
     numbers = []
     for step in node.children:
         if step.name != "step":
+            continue
+        if type(step) is _Step:  # a step written as another was is the same (frozen) op
+            numbers.append(int(step.values[0]))
+            op = known.get(step.values[1:])
+            if op is None:
+                op = known[step.values[1:]] = _read_op(lex, step, sizes, refs)
+            ops.append(op)
             continue
         s = _Attrs(lex, step)
         for key in _STEP_ATTRS:
@@ -418,6 +474,35 @@ def _op(s: _Attrs, sizes: dict[Buffer, int]) -> Op:
         s.int("cnt", 0),
         (Dep(depid, deps),) if depid >= 0 else (),
         bool(hasdep),
+    )
+
+
+def _read_op(lex: _Lexer, step: _Step, sizes: dict[Buffer, int], refs: dict[tuple[str, str], Ref]) -> Op:
+    """:func:`_op` of a step :data:`_STEP` matched, whose values need no more checks than its
+    dependency's (``refs``: the locations read so far)."""
+    _, kind, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, hasdep = step.values
+    op_type = _OP_TYPES[kind]
+    if depid != "-1" and deps == "-1":
+        raise _Attrs(lex, step).fail(f"depid {depid} needs deps >= 0")
+    src = refs.get((srcbuf, srcoff))
+    if src is None:
+        src = refs[(srcbuf, srcoff)] = Ref(_BUFFERS[srcbuf], int(srcoff))
+    dst = refs.get((dstbuf, dstoff))
+    if dst is None:
+        dst = refs[(dstbuf, dstoff)] = Ref(_BUFFERS[dstbuf], int(dstoff))
+    if (
+        op_type is OpType.RECV_REDUCE_COPY
+        and not 0 <= src.index < sizes[src.buffer]
+        and 0 <= dst.index < sizes[dst.buffer]
+    ):
+        src = dst  # as _op reads it
+    return Op(
+        op_type,
+        src if op_type.reads_src else None,
+        dst if op_type.writes_dst else None,
+        int(cnt),
+        (Dep(int(depid), int(deps)),) if depid != "-1" else (),
+        hasdep == "1",
     )
 
 

@@ -33,12 +33,13 @@ def _operands(op: Op) -> tuple[Ref | None, Ref | None]:
 
 
 def _step(k: int, op: Op) -> str:
-    """One ``<step>`` element (one f-string: half a million of them at 512 ranks)."""
+    """One ``<step>`` element (one f-string: half a million of them at 512 ranks; the buffers and
+    types print as their values, being ``StrEnum`` members)."""
     src, dst = _operands(op)
     dep = op.deps[0] if op.deps else None
     return (
-        f'<step s="{k}" type="{op.type.value}" srcbuf="{src.buffer.value if src else "i"}" '
-        f'srcoff="{src.index if src else -1}" dstbuf="{dst.buffer.value if dst else "o"}" '
+        f'<step s="{k}" type="{op.type}" srcbuf="{src.buffer if src else "i"}" '
+        f'srcoff="{src.index if src else -1}" dstbuf="{dst.buffer if dst else "o"}" '
         f'dstoff="{dst.index if dst else -1}" cnt="{0 if op.type is OpType.NOP else op.count}" '
         f'depid="{dep.tb if dep else -1}" deps="{dep.op if dep else -1}" hasdep="{int(op.has_dep)}"/>'
     )

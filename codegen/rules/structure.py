@@ -161,19 +161,25 @@ def threadblock_problems(ir: IR, sizes: Sizes | None = None, final: bool = False
             if tb.channel < 0:
                 out.append(Problem(f"channel {tb.channel}: expected >= 0", gpu.rank, tb.id))
             held = sizes[gpu.rank]
-            for k, op in enumerate(tb.ops):
-                at = (gpu.rank, tb.id, k)
+            waited = awaited.get(tb.id, {})
+            for k, op in enumerate(tb.ops):  # the place (rank, tb, k) made only for a problem
                 if not _fine(tb, op, held, steps):
-                    out.extend(_op_problems(tb, op, held, steps, at))
-                if awaited and (tb.id, k) in awaited and not op.has_dep:
-                    u, v = awaited[(tb.id, k)]
+                    out.extend(_op_problems(tb, op, held, steps, (gpu.rank, tb.id, k)))
+                if k in waited and not op.has_dep:
+                    (u, v), at = waited[k], (gpu.rank, tb.id, k)
                     out.append(Problem(f"threadblock {u} step {v} waits for this step, but hasdep is not set", *at))
     return out
 
 
-def _awaited(gpu: Gpu) -> dict[tuple[int, int], tuple[int, int]]:
-    """(threadblock, step) a dependency names -> (threadblock, step) of one that waits for it."""
-    return {(d.tb, d.op): (tb.id, k) for tb in gpu.threadblocks for k, op in enumerate(tb.ops) for d in op.deps}
+def _awaited(gpu: Gpu) -> dict[int, dict[int, tuple[int, int]]]:
+    """Threadblock -> step a dependency names -> (threadblock, step) of one that waits for it
+    (the last one, in threadblock and step order)."""
+    found: dict[int, dict[int, tuple[int, int]]] = {}
+    for tb in gpu.threadblocks:
+        for k, op in enumerate(tb.ops):
+            for d in op.deps:
+                found.setdefault(d.tb, {})[d.op] = (tb.id, k)
+    return found
 
 
 def _peer_problems(ir: IR, rank: int, tb: Threadblock, owners: dict[tuple[int, str, int], int]) -> list[Problem]:
@@ -250,7 +256,10 @@ def _fine(tb: Threadblock, op: Op, sizes: Mapping[Buffer, int], steps: Mapping[i
                 return False
         elif ref.index < 0 or ref.index + span > sizes[ref.buffer]:
             return False
-    return all(0 <= d.op < steps.get(d.tb, 0) for d in op.deps)
+    for d in op.deps:  # noqa: SIM110 - none or one, mostly: the generator all() takes cost more
+        if not 0 <= d.op < steps.get(d.tb, 0):
+            return False
+    return True
 
 
 def _outside(name: str, ref: Ref, count: int, size: int, verb: str) -> str | None:
