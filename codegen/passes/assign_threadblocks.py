@@ -94,16 +94,18 @@ def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
         _pinned(ranks[instrs[i].rank], instrs[i], channels[i])
     if compact >= 2:
         _pair(cdag, ranks, balance=compact >= 3)
-    where: dict[int, _Tb] = {}
+    where: list[_Tb | None] = [None] * len(instrs)  # a list, not a dict: one entry per instruction
     timed = dag.times is not None
     owners = [state.owner for state in ranks]
+    rank_of = _SAME_DAG.get([dag], "ranks", lambda: [ins.rank for ins in instrs])
     for i in dag.order:
-        ins, channel, connection = instrs[i], channels[i], plain[i]
+        channel, connection = channels[i], plain[i]
         # most sends and receives: their connection's threadblock (what _place would give them)
-        tb = None if connection is None or channel is None else owners[ins.rank].get((channel, *connection))
+        tb = None if connection is None or channel is None else owners[rank_of[i]].get((channel, *connection))
         if tb is None:
+            ins = instrs[i]
             preds = (  # a local op's threadblocks before it on its rank (only a local op follows them)
-                [where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank]
+                [where[e.pred] for e in dag.preds[i] if where[e.pred] is not None and rank_of[e.pred] == ins.rank]
                 if channel is None
                 else []
             )
