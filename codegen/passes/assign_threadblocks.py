@@ -271,10 +271,10 @@ def _unpaired(dag: InstrDAG) -> tuple[tuple[int, int] | None, ...]:
         local = ins.send_to is None and ins.recv_from is None
         if p < lead[r][0]:
             lead[r] = (p, local)
-        if local:
-            continue
         if ins.tb_hint is not None or (ins.send_to is not None and ins.recv_from is not None):
-            unknown.add(r)
+            unknown.add(r)  # a local op the user placed too
+        elif local:
+            continue
         elif ins.send_to is not None and ins.send_match is not None:
             group[i] = ins.send_to * 2
         elif ins.recv_from is not None and i in received:
