@@ -79,7 +79,9 @@ def run_compiler(
     judged by its threadblocks (per rank, per channel, ids waited on) as soon as
     ``assign_threadblocks`` places them: where they pass the runtime's, the next layout is tried
     without building the IR, widening or asking whether the order deadlocks (the other order is
-    not tried for that layout). ``port_order``: a timed
+    not tried for that layout). Layouts 0 and 1 of a timed program are judged before their
+    channels are assigned, by bounds every assignment's threadblocks meet
+    (``assign_threadblocks.unpaired_bounds``). ``port_order``: a timed
     program's sends take each port in the schedule's order (``order_ports``; ``port_overlap``: but
     not the sends the schedule overlaps there). ``window``: how close
     in time (a fraction of a timed program's span) the pieces merged into one op start
