@@ -14,10 +14,12 @@ from itertools import repeat
 from codegen.check import check_ir, find_deadlock
 from codegen.dsl import PROTOCOLS, ChunkProgram
 from codegen.errors import CodegenError, DslError, NoLayoutError
+from codegen.instr_dag import InstrDAG
 from codegen.ir import IR
 from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.passes.aggregate_chunks import WINDOW
+from codegen.passes.assign_threadblocks import unpaired_bounds
 from codegen.passes.insert_dependencies import awaited
 from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
 from codegen.rules import (
@@ -26,6 +28,7 @@ from codegen.rules import (
     MAX_NODES,
     Dialect,
     Problem,
+    bound_problems,
     get_dialect,
     layout_problems,
     placed_problems,
@@ -76,7 +79,9 @@ def run_compiler(
     judged by its threadblocks (per rank, per channel, ids waited on) as soon as
     ``assign_threadblocks`` places them: where they pass the runtime's, the next layout is tried
     without building the IR, widening or asking whether the order deadlocks (the other order is
-    not tried for that layout). ``port_order``: a timed
+    not tried for that layout). Layouts 0 and 1 of a timed program are judged before their
+    channels are assigned, by bounds every assignment's threadblocks meet
+    (``assign_threadblocks.unpaired_bounds``). ``port_order``: a timed
     program's sends take each port in the schedule's order (``order_ports``; ``port_overlap``: but
     not the sends the schedule overlaps there). ``window``: how close
     in time (a fraction of a timed program's span) the pieces merged into one op start
@@ -212,6 +217,8 @@ class _Tails:
         # the threadblocks are placed (and judged) after the passes up to the one giving the plans
         p = next((p for p, name in enumerate(after) if PASSES[name].gives is ScheduledDAG), -1)
         self.place, self.build = after[: p + 1], after[p + 1 :]
+        # the bounds of unpaired_bounds hold for these passes' layouts 0 and 1, judged where built
+        self.unpaired = bool(self.build) and self.assign + self.place == ("assign_channels", "assign_threadblocks")
         self.ordered: dict[tuple, PipelineResult] = {}
         self.last: dict[tuple, dict[tuple, list]] = {}  # after assignment: [placed, built, problems]
         self.checked: tuple[IR, bool] | None = None
@@ -237,6 +244,11 @@ class _Tails:
         if run not in self.ordered:
             self.ordered[run] = run_pipeline(self.head.result, self.ordering, options, verify, dumps)
         start = self.ordered[run]
+        if judge is not None and self.unpaired and compact < 2 and isinstance(start.result, InstrDAG):
+            # sends and receives kept apart: ruled out by bounds on any channel assignment's threadblocks
+            problems = bound_problems(unpaired_bounds(start.result), judge)
+            if problems:
+                raise _RuledOut(problems[0])
         assigned = run_pipeline(start.result, self.assign, options, verify, dumps)
         stage = assigned.result
         # assign_threadblocks reads the layout only as whether (2) and how (3) to pair

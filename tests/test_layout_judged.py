@@ -92,3 +92,79 @@ def test_the_threadblocks_waited_on_are_known_once_placed(where, compact):
     waited = [{dep.tb for tb in g.threadblocks for op in tb.ops for dep in op.deps} for g in ir.gpus]
     assert awaited(sched) == waited
     assert any(waited)
+
+
+def _assigned(monkeypatch) -> Counter:
+    """Counts of channel assignments and threadblock placements, by the ``compact`` layout."""
+    counts: Counter = Counter()
+    for name in ("assign_channels", "assign_threadblocks"):
+        entry = PASSES[name]
+
+        def counted(stage, *args, _run=entry.run, _name=name, **options):
+            counts[(_name, options.get("compact", 0))] += 1
+            return _run(stage, *args, **options)
+
+        monkeypatch.setitem(PASSES, name, replace(entry, run=counted))
+    return counts
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [{"max_threadblocks": 16}, {"max_dep_threadblock": 15}],
+    ids=["threadblocks per rank", "ids waited on"],
+)
+def test_layouts_that_keep_sends_and_receives_apart_are_ruled_out_before_their_channels(
+    trees_allgather, monkeypatch, limit
+):
+    # each rank sends to 15 peers and receives from 15: 30 threadblocks in any channels, and the
+    # receive from the peer heard from last (its data sent on) comes after 16 others
+    algo, topo = trees_allgather
+    tight = replace(get_dialect("azure"), **limit)
+    reference = compile_algorithm(algo, topo, dialect=tight)
+    counts = _assigned(monkeypatch)
+    assert compile_algorithm(algo, topo, dialect=tight) == reference
+    assert not {key for key in counts if key[1] < 2}  # before: both passes ran for layout 0, channels for 1
+    assert counts[("assign_threadblocks", 3)] >= 1
+
+
+@pytest.mark.parametrize("bounded", [False, True], ids=["plain order", "bounded order"])
+@pytest.mark.parametrize("where", ["dgx-h100x2 allgather", "dgx1 reducescatter", "dgx-a100x2 allgather"])
+def test_the_unpaired_bounds_hold_for_every_width(where, bounded):
+    # what the driver rules layouts 0 and 1 out by must be at most what any of their placements has
+    from codegen.lower import lower_algorithm
+    from codegen.passes import DEFAULT_PIPELINE
+    from codegen.passes.assign_threadblocks import unpaired_bounds
+    from codegen.passes.insert_dependencies import awaited
+    from codegen.pipeline import CompileOptions, run_pipeline
+
+    name, collective = where.split()
+    topo = load(name)
+    upto = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index("assign_channels")]
+    program = lower_algorithm(_trees(name, collective), topo)
+    dag = run_pipeline(program.chunk_dag(), upto, CompileOptions(bounded_fifos=bounded)).result
+    bounds = unpaired_bounds(dag)
+    assert all(bounds) and any(waited >= 0 for _, waited in bounds)
+    for compact in (0, 1):
+        for width in (1, 2, 3, 5):
+            options = CompileOptions(channels=width, compact=compact, bounded_fifos=bounded)
+            sched = run_pipeline(dag, ("assign_channels", "assign_threadblocks"), options).result
+            for tbs, ids, (least, waited) in zip(sched.threadblocks, awaited(sched), bounds, strict=True):
+                assert len(tbs) >= least and max(ids, default=-1) >= waited
+
+
+def test_no_unpaired_bounds_where_sends_and_receives_may_share_threadblocks():
+    # a user's threadblock (or a fused op) pins both peers of one; an untimed program pairs them
+    from codegen.loader import load_program
+    from codegen.lower import lower_algorithm
+    from codegen.passes import DEFAULT_PIPELINE
+    from codegen.passes.assign_threadblocks import unpaired_bounds
+    from codegen.pipeline import run_pipeline
+
+    upto = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index("assign_channels")]
+    dag = run_pipeline(load_program("example:ring_allreduce").chunk_dag(), upto).result
+    assert dag.times is None and not any(unpaired_bounds(dag))
+    topo = load("dgx-h100x2")
+    dag = run_pipeline(lower_algorithm(_trees("dgx-h100x2", "allgather"), topo).chunk_dag(), upto).result
+    k = next(k for k, ins in enumerate(dag.instrs) if ins.rank == 3 and ins.send_to is not None)
+    hinted = replace(dag, instrs=(*dag.instrs[:k], replace(dag.instrs[k], tb_hint=0), *dag.instrs[k + 1 :]))
+    assert [b is None for b in unpaired_bounds(hinted)] == [r == 3 for r in range(16)]

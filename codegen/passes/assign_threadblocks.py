@@ -24,14 +24,16 @@ launches one CUDA block per threadblock.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
+from codegen.chunk_dag import DepKind
 from codegen.instr_dag import Instr, InstrDAG
 from codegen.passes.assign_channels import steps_of
 from codegen.schedule import ChannelDAG, ScheduledDAG, TbPlan
 from common.memo import SameObjects
 
-__all__ = ["assign_threadblocks"]
+__all__ = ["assign_threadblocks", "unpaired_bounds"]
 
 
 @dataclass
@@ -92,16 +94,18 @@ def assign_threadblocks(cdag: ChannelDAG, compact: int = 0) -> ScheduledDAG:
         _pinned(ranks[instrs[i].rank], instrs[i], channels[i])
     if compact >= 2:
         _pair(cdag, ranks, balance=compact >= 3)
-    where: dict[int, _Tb] = {}
+    where: list[_Tb | None] = [None] * len(instrs)  # a list, not a dict: one entry per instruction
     timed = dag.times is not None
     owners = [state.owner for state in ranks]
+    rank_of = _SAME_DAG.get([dag], "ranks", lambda: [ins.rank for ins in instrs])
     for i in dag.order:
-        ins, channel, connection = instrs[i], channels[i], plain[i]
+        channel, connection = channels[i], plain[i]
         # most sends and receives: their connection's threadblock (what _place would give them)
-        tb = None if connection is None or channel is None else owners[ins.rank].get((channel, *connection))
+        tb = None if connection is None or channel is None else owners[rank_of[i]].get((channel, *connection))
         if tb is None:
+            ins = instrs[i]
             preds = (  # a local op's threadblocks before it on its rank (only a local op follows them)
-                [where[e.pred] for e in dag.preds[i] if e.pred in where and dag.instrs[e.pred].rank == ins.rank]
+                [where[e.pred] for e in dag.preds[i] if where[e.pred] is not None and rank_of[e.pred] == ins.rank]
                 if channel is None
                 else []
             )
@@ -227,3 +231,73 @@ def _place(state: _Rank, ins: Instr, channel: int | None, preds: list[_Tb], pos,
             tb = state.new(channel)
         state.claim(tb, ins.send_to, ins.recv_from)
     return tb
+
+
+def unpaired_bounds(dag: InstrDAG) -> tuple[tuple[int, int] | None, ...]:
+    """Per rank of a timed program (``dag.times``), for every channel assignment the layouts that
+    keep sends and receives apart (``compact`` 0 and 1) may make: (threadblocks at least, the
+    largest id of a threadblock others wait on at least, -1: none proven); None where a rank holds
+    a user's threadblock, a fused op or an unmatched transfer, and every rank of an untimed
+    program (no bound: its sends and receives share threadblocks). Known from the ordered
+    DAG alone, so the compiler rules such a layout out before assigning its channels.
+
+    Why it holds. There :func:`assign_threadblocks` gives each (channel, side, peer) of a rank a
+    threadblock of its own: a send or receive joins its connection's owner or a threadblock with
+    both sides free, then claims a side. So the rank's (side, peer) groups of plain sends and
+    receives (each on one channel or more) have at least one threadblock each, none shared: as
+    many threadblocks at least. Ids follow each threadblock's first instruction in the order, and
+    a group's first instruction (at position ``f(G)``) opens a threadblock there. A group ``G`` is
+    waited on where one of its instructions precedes (not as a match) a plain instruction of
+    another group, which is in another threadblock; the one holding it starts at ``f(G)`` or later,
+    so at least the groups that start before ``f(G)`` come before it: its id is at least their
+    number. Local ops join a threadblock that has started, except a rank's first op, which opens
+    one with both sides free that one group may then take and start early: where a rank begins
+    with a local op the second largest such number is the bound."""
+    if dag.times is None:
+        return (None,) * dag.info.num_ranks
+    return _SAME_DAG.get([dag], "unpaired", lambda: _unpaired(dag))
+
+
+def _unpaired(dag: InstrDAG) -> tuple[tuple[int, int] | None, ...]:
+    """:func:`unpaired_bounds`, computed."""
+    instrs, pos = dag.instrs, dag.position
+    received = {ins.send_match for ins in instrs if ins.send_match is not None}
+    group: list[int | None] = [None] * len(instrs)  # a plain op's group: peer * 2 (+1 a receive)
+    first: list[dict[int, int]] = [{} for _ in range(dag.info.num_ranks)]  # group -> f(G)
+    lead = [(len(instrs), False)] * dag.info.num_ranks  # a rank's first op: (position, local)
+    unknown: set[int] = set()
+    for i, ins in enumerate(instrs):
+        r, p = ins.rank, pos[i]
+        local = ins.send_to is None and ins.recv_from is None
+        if p < lead[r][0]:
+            lead[r] = (p, local)
+        if ins.tb_hint is not None or (ins.send_to is not None and ins.recv_from is not None):
+            unknown.add(r)  # a local op the user placed too
+        elif local:
+            continue
+        elif ins.send_to is not None and ins.send_match is not None:
+            group[i] = ins.send_to * 2
+        elif ins.recv_from is not None and i in received:
+            group[i] = ins.recv_from * 2 + 1
+        else:  # unmatched: placed as a local op is
+            unknown.add(r)
+        g = group[i]
+        if g is not None and first[r].get(g, p + 1) > p:
+            first[r][g] = p
+    waited: list[set[int]] = [set() for _ in first]
+    match = DepKind.MATCH
+    for e in dag.edges:
+        g, h = group[e.pred], group[e.succ]
+        rank = instrs[e.pred].rank
+        if e.kind is not match and g is not None and h is not None and g != h and rank == instrs[e.succ].rank:
+            waited[rank].add(g)
+    out: list[tuple[int, int] | None] = []
+    for r, starts in enumerate(first):
+        if r in unknown:
+            out.append(None)
+            continue
+        ordered = sorted(starts.values())
+        ids = sorted((bisect.bisect_left(ordered, starts[g]) for g in waited[r]), reverse=True)
+        k = 1 if lead[r][1] else 0
+        out.append((len(starts), ids[k] if k < len(ids) else -1))
+    return tuple(out)

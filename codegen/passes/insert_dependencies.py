@@ -126,15 +126,7 @@ def _layout(sched: ScheduledDAG, has_waits) -> tuple[list[int], ...]:
     import numpy as np  # not loaded by building the CLI's parser
 
     n = len(sched.dag.instrs)
-    plans = [plan for tbs in sched.threadblocks for plan in tbs]
-    run = np.fromiter(itertools.chain.from_iterable(plan.instrs for plan in plans), dtype=np.int64)
-    sizes = np.fromiter((len(plan.instrs) for plan in plans), dtype=np.int64, count=len(plans))
-    ids = np.fromiter((t for tbs in sched.threadblocks for t in range(len(tbs))), dtype=np.int64, count=len(plans))
-    tb_of = np.full(n, -1, dtype=np.int64)
-    tb_of[run] = np.repeat(ids, sizes)
-    if run.size != n or (tb_of < 0).any():
-        missing = int(np.flatnonzero(tb_of < 0)[0]) if (tb_of < 0).any() else 0
-        raise CodegenError(f"scheduled DAG: instruction {missing} is in no threadblock")
+    run, sizes, tb_of = _laid_out(sched)
     if not n:
         return [], [], [], []
     begin = np.repeat(np.cumsum(sizes) - sizes, sizes)  # where each one's threadblock begins in ``run``
@@ -152,6 +144,24 @@ def _layout(sched: ScheduledDAG, has_waits) -> tuple[list[int], ...]:
     return tb_of.tolist(), step_of.tolist(), anchor.tolist(), prior.tolist()
 
 
+def _laid_out(sched: ScheduledDAG):
+    """The instructions of all threadblocks laid end to end, each threadblock's size and each
+    instruction's threadblock id, as NumPy arrays (refused where an instruction is in none)."""
+    import numpy as np
+
+    n = len(sched.dag.instrs)
+    plans = [plan for tbs in sched.threadblocks for plan in tbs]
+    run = np.fromiter(itertools.chain.from_iterable(plan.instrs for plan in plans), dtype=np.int64)
+    sizes = np.fromiter((len(plan.instrs) for plan in plans), dtype=np.int64, count=len(plans))
+    ids = np.fromiter((t for tbs in sched.threadblocks for t in range(len(tbs))), dtype=np.int64, count=len(plans))
+    tb_of = np.full(n, -1, dtype=np.int64)
+    tb_of[run] = np.repeat(ids, sizes)
+    if run.size != n or (tb_of < 0).any():
+        missing = int(np.flatnonzero(tb_of < 0)[0]) if (tb_of < 0).any() else 0
+        raise CodegenError(f"scheduled DAG: instruction {missing} is in no threadblock")
+    return run, sizes, tb_of
+
+
 def _has_waits(preds: list[tuple[int, ...]]):
     """Whether each instruction has predecessors it may wait for, as a NumPy array."""
     import numpy as np
@@ -163,18 +173,32 @@ def awaited(sched: ScheduledDAG) -> list[set[int]]:
     """Per rank the threadblocks that ops of :func:`insert_dependencies`' IR wait for, known once
     the threadblocks are placed (the compiler judges a layout by them): those holding a predecessor
     of an instruction in another threadblock. Exact: a clock learns of a threadblock only by a wait
-    for it, so the first such instruction in the order knows nothing of it and keeps its wait."""
+    for it, so the first such instruction in the order knows nothing of it and keeps its wait.
+    Found by NumPy over the DAG's edges (a tuple per instruction cost a second per layout judged
+    at 512 ranks)."""
+    import numpy as np
+
     dag = sched.dag
-    place, ranks = sched.placement, [ins.rank for ins in dag.instrs]
-    preds = _SAME_DAG.get([dag], "preds", lambda: _preds(dag))
+    _, _, tb_of = _laid_out(sched)
+    pred, succ, ranks = _SAME_DAG.get([dag], "wait edges", lambda: _wait_edges(dag))
+    crossing = tb_of[pred] != tb_of[succ]
+    width = int(tb_of.max(initial=0)) + 1
     out: list[set[int]] = [set() for _ in sched.threadblocks]
-    for i, waits in enumerate(preds):
-        tb = place[i][0]
-        for p in waits:
-            t = place[p][0]
-            if t != tb:
-                out[ranks[i]].add(t)
+    for code in np.unique(ranks[succ[crossing]] * width + tb_of[pred[crossing]]).tolist():
+        out[code // width].add(code % width)
     return out
+
+
+def _wait_edges(dag: InstrDAG):
+    """The edges an instruction may wait on (all but a receive's on its send): their ends, and each
+    instruction's rank, as NumPy arrays."""
+    import numpy as np
+
+    match = DepKind.MATCH
+    kept = [(e.pred, e.succ) for e in dag.edges if e.kind is not match]
+    ends = np.array(kept, dtype=np.int64).reshape(-1, 2)
+    ranks = np.fromiter((ins.rank for ins in dag.instrs), dtype=np.int64, count=len(dag.instrs))
+    return ends[:, 0].copy(), ends[:, 1].copy(), ranks
 
 
 def _preds(dag: InstrDAG) -> list[tuple[int, ...]]:

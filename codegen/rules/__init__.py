@@ -35,6 +35,7 @@ from codegen.rules.dialects import (
 from codegen.rules.problem import Problem
 from codegen.rules.runtime import (
     Folded,
+    bound_problems,
     dialect_problems,
     empty_grid_problems,
     fold_steps,
@@ -88,6 +89,7 @@ __all__ = [
     "Problem",
     "Sizes",
     "XmlSpelling",
+    "bound_problems",
     "buffer_sizes",
     "chunk_factor",
     "collective_problems",

@@ -24,6 +24,7 @@ from synth.collectives import COMBINING
 
 __all__ = [
     "Folded",
+    "bound_problems",
     "dialect_problems",
     "empty_grid_problems",
     "fold_steps",
@@ -133,6 +134,24 @@ def placed_problems(plans: Sequence[Sequence], awaited: Sequence[Collection[int]
         problems = _count_problems(rank, tbs, d, awaited[rank])
         if problems:
             return problems
+    return []
+
+
+def bound_problems(bounds: Sequence[tuple[int, int] | None], d: Dialect) -> list[Problem]:
+    """What every layout with these lower bounds breaks (per rank: threadblocks at least, the
+    largest id of a threadblock others wait on at least; None: no bound), those of the first rank
+    that has any: the compiler rules a layout out by them before placing its threadblocks."""
+    for rank, bound in enumerate(bounds):
+        if bound is None:
+            continue
+        tbs, waited = bound
+        out = []
+        if waited > d.max_dep_threadblock:
+            out.append(Problem(f"a threadblock others wait for has id {waited} or more, past {d.max_dep_threadblock}", rank))
+        if tbs > d.max_threadblocks:
+            out.append(Problem(f"at least {tbs} threadblocks: the {d.name} runtime allows {d.max_threadblocks}", rank))
+        if out:
+            return out
     return []
 
 
