@@ -19,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
 from operator import attrgetter, is_not
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from codegen.ir import Buffer, Ref
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["BUFFER_CODE", "ints", "optional", "refs", "set_values"]
 
@@ -34,17 +36,23 @@ _BUFFER, _INDEX = attrgetter("buffer"), attrgetter("index")
 
 def ints(values: Iterable[int], n: int) -> np.ndarray:
     """``n`` ints as an array."""
+    import numpy as np  # here, not at the top: building the CLI's parser loads every pass
+
     return np.fromiter(values, np.int64, n)
 
 
 def set_values(values: Sequence) -> tuple[np.ndarray, list]:
     """Whether each of ``values`` is not None, and those that are not, in order."""
+    import numpy as np
+
     has = np.fromiter(map(is_not, values, repeat(None)), bool, len(values))
     return has, list(compress(values, has.tolist()))
 
 
 def refs(values: Sequence[Ref | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per location: whether it is set, its buffer's code and its index (0 and 0 where not set)."""
+    import numpy as np
+
     has, set_ = set_values(values)
     buffer, index = np.zeros(len(values), np.int64), np.zeros(len(values), np.int64)
     buffer[has] = ints(map(BUFFER_CODE.__getitem__, map(_BUFFER, set_)), len(set_))
@@ -54,6 +62,8 @@ def refs(values: Sequence[Ref | None]) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 def optional(values: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
     """Per value: whether it is set, and it (0 where not)."""
+    import numpy as np
+
     has, set_ = set_values(values)
     out = np.zeros(len(values), np.int64)
     out[has] = ints(set_, len(set_))

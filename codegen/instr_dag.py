@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from codegen.chunk_dag import DepKind, ProgramInfo
 from codegen.errors import CodegenError
 from codegen.ir import OpType, Ref
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Instr", "InstrDAG", "InstrEdge", "edge_ends", "prioritized_order", "topological_order"]
 
@@ -80,6 +82,8 @@ _PRED, _SUCC, _TIME = attrgetter("pred"), attrgetter("succ"), attrgetter("time")
 def edge_ends(edges: Sequence[InstrEdge]) -> tuple[np.ndarray, np.ndarray]:
     """Each edge's ``pred`` and each edge's ``succ``, as arrays (read through ``map``, no Python
     call per edge: a million edges at 512 ranks)."""
+    import numpy as np  # here, not at the top: building the CLI's parser loads every pass
+
     m = len(edges)
     return np.fromiter(map(_PRED, edges), np.int64, m), np.fromiter(map(_SUCC, edges), np.int64, m)
 
@@ -110,6 +114,8 @@ def prioritized_order(
     before the scan's next node in the order, so the heap's least, where there is one, is the
     least ready node, else the scan's next ready one is: the node Kahn's algorithm takes, with heap
     operations for the passed-over nodes only (few of half a million at 512 ranks), each an int."""
+    import numpy as np
+
     n = len(by_key)
     nodes = np.asarray(by_key, dtype=np.int64).reshape(n)
     pred, succ = edge_ends(edges) if ends is None else ends
@@ -130,6 +136,8 @@ def prioritized_order(
 def _kahn(n: int, pred: np.ndarray, succ: np.ndarray) -> list[int]:
     """:func:`prioritized_order` between places ``0 .. n - 1`` (the least first); shorter than
     ``n`` where a cycle stops it."""
+    import numpy as np
+
     indegree = np.bincount(succ, minlength=n).tolist()
     targets = succ[np.argsort(pred, kind="stable")].tolist()
     starts = np.concatenate(([0], np.cumsum(np.bincount(pred, minlength=n)))).tolist()
@@ -161,6 +169,8 @@ def _layers(n: int, pred: np.ndarray, succ: np.ndarray) -> np.ndarray | None:
     sources off the DAG, all at once each round, removes it. Rounds are as many as the longest path
     (3 at 512 ranks), each one array operation over the edges leaving the round's nodes. None where
     a cycle leaves nodes unpeeled."""
+    import numpy as np
+
     layer = np.full(n, -1, np.int64)
     indegree = np.bincount(succ, minlength=n)
     by_pred = np.argsort(pred, kind="stable")
@@ -188,6 +198,8 @@ def _unique_sorted(edges: Sequence[InstrEdge]) -> tuple[tuple[InstrEdge, ...], t
     """``edges`` sorted as :class:`InstrEdge` orders them (by ``pred``, then ``succ``), without
     self-loops and with the first of each pair of ends only (its kind kept), and their ends: one
     stable sort of the ends as arrays, no comparison of dataclasses."""
+    import numpy as np
+
     pred, succ = edge_ends(edges)
     by_ends = np.lexsort((succ, pred))  # stable: the first of equal ends first
     pred, succ = pred[by_ends], succ[by_ends]
@@ -213,6 +225,8 @@ class InstrDAG:
     ) -> InstrDAG:
         """A DAG whose order is topological, following ``rank_hint`` (a position per instruction)
         wherever the edges allow."""
+        import numpy as np
+
         edges = edges if isinstance(edges, Sequence) else tuple(edges)
         kept, ends = _unique_sorted(edges)
         by_hint = np.argsort(np.asarray(rank_hint).reshape(len(instrs)), kind="stable")  # (hint, index)
@@ -238,6 +252,8 @@ class InstrDAG:
     def _grouped(self, end: np.ndarray) -> tuple[tuple[InstrEdge, ...], ...]:
         """Per instruction, the edges whose ``end`` it is, in the order of ``edges``: slices of the
         edges sorted (stably) by that end."""
+        import numpy as np
+
         n = len(self.instrs)
         by_end = np.argsort(end, kind="stable")
         edges = tuple(map(self.edges.__getitem__, by_end.tolist()))
@@ -246,6 +262,8 @@ class InstrDAG:
 
     @cached_property
     def position(self) -> tuple[int, ...]:
+        import numpy as np
+
         pos = np.empty(len(self.instrs), np.int64)
         pos[np.asarray(self.order, dtype=np.int64)] = np.arange(len(self.order))
         return tuple(pos.tolist())

@@ -22,13 +22,15 @@ instruction takes the run's latest time.
 from __future__ import annotations
 
 from operator import attrgetter
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from codegen.columns import ints, optional, refs
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
 from codegen.ir import OpType, Ref, evolve
 from codegen.rules import MAX_COUNT
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["aggregate_chunks"]
 
@@ -62,6 +64,7 @@ def _chains(dag: InstrDAG, max_count: int, span: float) -> list[list[tuple[int, 
     from it in time. :func:`_merge_runs` ends a run there anyway (a run's last member is the member
     before), so cutting there changes nothing; left are the stretches of two members or more
     (none at 512 ranks: a million candidates, not one tried)."""
+    import numpy as np  # here, not at the top: building the CLI's parser loads every pass
     c = _Columns(dag)
     out = []
     for members, new in _grouped(c):
@@ -78,6 +81,7 @@ def _chains(dag: InstrDAG, max_count: int, span: float) -> list[list[tuple[int, 
 
 def _contiguous_at(c: _Columns, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """:func:`_contiguous` of instructions ``a`` and ``b`` (arrays of equal shape) on both sides."""
+    import numpy as np
     out = np.ones(a.shape, bool)
     sides = ((c.has_src, c.src_buffer, c.src_index), (c.has_dst, c.dst_buffer, c.dst_index))
     for has, buffer, index in sides:
@@ -93,6 +97,7 @@ class _Columns:
     whether it is set and its value."""
 
     def __init__(self, dag: InstrDAG) -> None:
+        import numpy as np
         instrs = dag.instrs
         n = len(instrs)
         self.rank = ints(map(_RANK, instrs), n)
@@ -120,6 +125,7 @@ def _grouped(c: _Columns) -> list[tuple[np.ndarray, np.ndarray]]:
     and height; each kind's members as an array of their columns (a row per instruction of a
     member), by group and within one in the order of its chunks (the first column's source index,
     then the member), and whether each member starts a group."""
+    import numpy as np
     send = np.flatnonzero(c.type == _TYPE_CODE[OpType.SEND])
     recv = c.match[send]
     received = np.isin(c.type[recv], [_TYPE_CODE[OpType.RECV], _TYPE_CODE[OpType.RECV_REDUCE_COPY]])
@@ -144,6 +150,7 @@ def _hints(c: _Columns, i: np.ndarray) -> list[np.ndarray]:
 def _sorted(members: np.ndarray, key: list[np.ndarray], c: _Columns) -> tuple[np.ndarray, np.ndarray]:
     """``members`` (a column per member) sorted by the ``key`` columns, then by the first column's
     source index and the member (its first instruction: distinct), and where a new key starts."""
+    import numpy as np
     first = members[0]
     by = np.lexsort((first, c.src_index[first], *reversed(key)))
     new = np.zeros(len(by), bool)

@@ -13,8 +13,6 @@ records by index, not in a dict per op, which instruction each of its sides atta
 
 from __future__ import annotations
 
-import numpy as np
-
 from codegen.chunk_dag import ChunkDAG, ChunkOp, DepKind, Loc, Side
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
 from codegen.ir import Buffer, OpType, Ref
@@ -51,6 +49,8 @@ class _Expansion:
 
 def expand_instructions(dag: ChunkDAG) -> InstrDAG:
     """Expand each chunk op into ``s``/``r``/``rrc``/``cpy``/``re`` instructions."""
+    import numpy as np  # here, not at the top: building the CLI's parser loads every pass
+
     x = _Expansion()
     for op in dag.ops:
         if op.src.rank != op.dst.rank:

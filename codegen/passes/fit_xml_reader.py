@@ -39,14 +39,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from operator import attrgetter
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from codegen.columns import ints, optional
 from codegen.instr_dag import InstrDAG
 from codegen.ir import Buffer, Ref, evolve
 from codegen.passes.aggregate_chunks import WINDOW, aggregate_chunks
 from codegen.rules import MAX_COUNT
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["GROWTH", "ROOM", "SLACK", "busiest_rank", "fit_xml_reader", "least_elements", "renumber_scratch", "step_budget"]
 
@@ -80,6 +82,7 @@ def step_budget(num_ranks: int, max_nodes: int) -> int:
 def busiest_rank(dag: InstrDAG) -> tuple[int, int]:
     """The rank with the most instructions, and how many it has (``(0, 0)`` for none; of ranks
     with as many, the first)."""
+    import numpy as np  # here, not at the top: building the CLI's parser loads every pass
     steps = np.bincount(_ranks(dag))
     if not steps.any():
         return 0, 0
@@ -92,6 +95,7 @@ def least_elements(dag: InstrDAG) -> int:
     ``<gpu>`` elements, its instructions as steps, and a threadblock per send peer or per receive
     peer, whichever it has more of (a threadblock has one of each). Counted on arrays of the
     instructions' ranks and peers (a million instructions at 512 ranks)."""
+    import numpy as np
     rank = _ranks(dag)
     steps = np.bincount(rank)
     if not steps.any():

@@ -42,8 +42,6 @@ import heapq
 from collections import defaultdict
 from dataclasses import replace
 
-import numpy as np
-
 from codegen.instr_dag import InstrDAG, prioritized_order
 from codegen.protocols import fifo_calls
 from common.memo import SameObjects
@@ -71,6 +69,7 @@ def _ordered(dag: InstrDAG, bounded_fifos: bool, drain: bool) -> InstrDAG:
 def _by_key(dag: InstrDAG) -> list[int]:
     """The instructions sorted by ((time,) depth, -critical path, index): one stable sort of those
     columns as arrays (a million instructions at 512 ranks, where a sort of key tuples took seconds)."""
+    import numpy as np  # here, not at the top: building the CLI's parser loads every pass
     columns = [-np.asarray(dag.height, np.int64), np.asarray(dag.depth, np.int64)]
     if dag.times is not None:
         columns.append(np.asarray(dag.times, np.float64))
@@ -79,6 +78,7 @@ def _by_key(dag: InstrDAG) -> list[int]:
 
 def _places(dag: InstrDAG) -> list[int]:
     """Each instruction's place in :func:`_by_key`'s order: an int that orders as its key does."""
+    import numpy as np
     place = np.empty(len(dag.instrs), np.int64)
     place[_by_key(dag)] = np.arange(len(dag.instrs))
     return place.tolist()
