@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ir_interpreter import execute
 
 from codegen.compiler import compile_program
 from codegen.dsl import ChunkProgram
+from codegen.instr_dag import InstrEdge
 from codegen.ir import IR
 from codegen.passes import DEFAULT_PIPELINE
 from codegen.pipeline import CompileOptions, run_pipeline
 from codegen.rules import DIALECTS, file_problems, unlimited_window_problems
 from codegen.semantics import find_wrong_result
 
-__all__ = ["assert_loads_and_computes", "compile_and_run", "map_ops", "stage_after", "steps_of", "writable"]
+__all__ = [
+    "assert_loads_and_computes",
+    "compile_and_run",
+    "heap_order",
+    "map_ops",
+    "stage_after",
+    "steps_of",
+    "writable",
+]
 
 
 def stage_after(program: ChunkProgram, last: str, **options) -> object:
@@ -62,3 +73,24 @@ def assert_loads_and_computes(text: str, dialect: str, ir: IR) -> None:
     read, facts = read_xml_facts(text)
     assert file_problems(read, facts, DIALECTS[dialect]) == []
     assert find_wrong_result(ir) is None
+
+
+def heap_order(n: int, edges: Sequence[InstrEdge], key: Callable[[int], object]) -> tuple[int, ...]:
+    """Kahn's algorithm with a heap of ``(key(i), i)``: the order ``topological_order`` and
+    ``InstrDAG.build`` must give, written the plain way."""
+    indegree = [0] * n
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for e in edges:
+        succs[e.pred].append(e.succ)
+        indegree[e.succ] += 1
+    ready = [(key(i), i) for i in range(n) if indegree[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for j in succs[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                heapq.heappush(ready, (key(j), j))
+    return tuple(order)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import heapq
 import random
 
 import pytest
+from codegen_helpers import heap_order
 
 from codegen.chunk_dag import DepKind, ProgramInfo
 from codegen.errors import CodegenError
@@ -32,24 +32,6 @@ def _random(seed: int) -> tuple[list[Instr], list[InstrEdge], list[int]]:
     return [Instr(0, OpType.NOP) for _ in range(n)], edges, hint
 
 
-def _kahn(n: int, edges, key) -> tuple[int, ...]:
-    indegree, succs = [0] * n, [[] for _ in range(n)]
-    for e in edges:
-        succs[e.pred].append(e.succ)
-        indegree[e.succ] += 1
-    ready = [(key(i), i) for i in range(n) if indegree[i] == 0]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        out.append(i)
-        for j in succs[i]:
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                heapq.heappush(ready, (key(j), j))
-    return tuple(out)
-
-
 @pytest.mark.parametrize("seed", range(30))
 def test_build_and_structure_are_their_definitions(seed):
     instrs, edges, hint = _random(seed)
@@ -62,7 +44,7 @@ def test_build_and_structure_are_their_definitions(seed):
     assert [(e.pred, e.succ, e.kind) for e in dag.edges] == [
         (e.pred, e.succ, e.kind) for e in sorted(unique.values())
     ]
-    assert dag.order == _kahn(n, dag.edges, lambda i: (hint[i], i))
+    assert dag.order == heap_order(n, dag.edges, lambda i: (hint[i], i))
     assert dag.position == tuple(dag.order.index(i) for i in range(n))
     assert dag.preds == tuple(tuple(e for e in dag.edges if e.succ == i) for i in range(n))
     assert dag.succs == tuple(tuple(e for e in dag.edges if e.pred == i) for i in range(n))

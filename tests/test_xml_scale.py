@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import functools
 import gc
-import heapq
 import itertools
 import random
 
 import pytest
+from codegen_helpers import heap_order
 
 from codegen.chunk_dag import DepKind
 from codegen.instr_dag import InstrEdge, topological_order
@@ -73,26 +73,6 @@ def test_busy_by_search_is_the_scan(seed):
             _hold(dag, send, key, taken)
 
 
-def _heap_order(n: int, edges: list[InstrEdge], key) -> tuple[int, ...]:
-    """Kahn's algorithm with the heap, as ``topological_order`` always ran it before."""
-    indegree = [0] * n
-    succs: list[list[int]] = [[] for _ in range(n)]
-    for e in edges:
-        succs[e.pred].append(e.succ)
-        indegree[e.succ] += 1
-    ready = [(key(i), i) for i in range(n) if indegree[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        order.append(i)
-        for j in succs[i]:
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                heapq.heappush(ready, (key(j), j))
-    return tuple(order)
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_topological_order_without_the_heap_is_kahns(seed):
     """Whether or not the key's sort is already topological, the order is the heap's."""
@@ -103,7 +83,7 @@ def test_topological_order_without_the_heap_is_kahns(seed):
     edges = [InstrEdge(a, b, DepKind.RAW) for a in range(n) for b in range(a + 1, n) if rnd.random() < 0.15]
     hint = [rank[i] if seed % 2 else i + rnd.choice([0, 0, 3]) for i in range(n)]
     key = functools.partial(lambda h, i: (h[i], i), hint)
-    assert topological_order(n, edges, key) == _heap_order(n, edges, key)
+    assert topological_order(n, edges, key) == heap_order(n, edges, key)
 
 
 def test_the_collector_is_back_on_after_a_pause_even_after_an_error():
