@@ -12,8 +12,6 @@ large sizes. Every problem names rank, threadblock and step. What the schedule c
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from codegen.errors import IRCheckError
@@ -32,7 +30,7 @@ from codegen.rules import (
 )
 from codegen.rules import structure_problems as _structure_problems
 from common.gc_pause import gc_paused
-from common.memo import SameObjects
+from common.memo import Marks, SameObjects
 
 if TYPE_CHECKING:
     from codegen.formats.xml_reader import XmlFacts
@@ -55,34 +53,10 @@ def check_ir(ir: IR, dialect: str | Dialect | None = None, final: bool = True) -
         _PASSED.add(ir, (d, final))
 
 
-class _Passed:
-    """The IRs :func:`check_ir` passed, by identity, each with the (dialect, final) it passed for.
-
-    Frozen objects with the same identity have the same content: the compiler checks the IR it
-    keeps and the writer checks it again before printing it (at 512 ranks the runtime's rules
-    alone take a second or more), after other variants' IRs were checked in between. Only weak
-    references to the IRs are kept: an IR gone is forgotten, and an IR never checked is checked."""
-
-    def __init__(self) -> None:
-        self._seen: dict[int, tuple[weakref.ref, set[Hashable]]] = {}
-
-    def holds(self, ir: IR, key: Hashable) -> bool:
-        entry = self._seen.get(id(ir))
-        return entry is not None and entry[0]() is ir and key in entry[1]
-
-    def add(self, ir: IR, key: Hashable) -> None:
-        entry = self._seen.get(id(ir))
-        if entry is None or entry[0]() is not ir:
-            entry = self._seen[id(ir)] = (weakref.ref(ir, self._forget), set())
-        entry[1].add(key)
-
-    def _forget(self, gone: weakref.ref) -> None:
-        stale = [k for k, (ref, _) in self._seen.items() if ref is gone]
-        for k in stale:
-            del self._seen[k]
-
-
-_PASSED = _Passed()
+_PASSED = Marks()
+"""The IRs :func:`check_ir` passed, each with the (dialect, final) it passed for: the compiler
+checks the IR it keeps and the writer checks it again before printing it (at 512 ranks the
+runtime's rules alone take a second or more), after other variants' IRs were checked in between."""
 
 
 @gc_paused()

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["SameObjects"]
+__all__ = ["Marks", "SameObjects"]
 
 T = TypeVar("T")
 
@@ -45,3 +45,28 @@ class SameObjects:
 
     def _forget(self, _gone: weakref.ref) -> None:
         self._refs, self._found = (), {}
+
+
+class Marks:
+    """Keys marked on objects, by identity, for any number of objects at once (where
+    :class:`SameObjects` remembers the last sequence only): an object gone is forgotten, and an
+    object never marked holds no key."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[weakref.ref, set[Hashable]]] = {}
+
+    def holds(self, obj: object, key: Hashable) -> bool:
+        """Whether ``key`` was marked on this very object."""
+        entry = self._seen.get(id(obj))
+        return entry is not None and entry[0]() is obj and key in entry[1]
+
+    def add(self, obj: object, key: Hashable) -> None:
+        """Mark ``key`` on ``obj``."""
+        entry = self._seen.get(id(obj))
+        if entry is None or entry[0]() is not obj:
+            entry = self._seen[id(obj)] = (weakref.ref(obj, self._forget), set())
+        entry[1].add(key)
+
+    def _forget(self, gone: weakref.ref) -> None:
+        for k in [k for k, (ref, _) in self._seen.items() if ref is gone]:
+            del self._seen[k]
