@@ -31,7 +31,14 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
+SLOW = {"dgx2x2"}
+"""Its MILP takes 17 s of the suite; ``benchmarks/compiled_sketches.py`` compiles and times it."""
+
+
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(t, marks=[pytest.mark.slow] if t in SLOW else []) for t in sorted(CASES)],
+)
 def compiled_allgather(request):
     topo = load(request.param)
     result = synthesize(topo, "allgather", CASES[request.param][0], SIZE, options=Options(params=IDEAL))
