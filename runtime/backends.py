@@ -44,6 +44,7 @@ __all__ = [
     "NumpyBackend",
     "NumpyTrial",
     "SimBackend",
+    "ThreadblockBound",
     "Trial",
     "backends",
     "get_backend",
@@ -70,6 +71,14 @@ class BenchCase:
     op: str
     inplace: bool
     declared: Collective | None = None
+
+
+@dataclass(frozen=True)
+class ThreadblockBound:
+    """What :meth:`Backend.rank_threadblocks` gives: the bound, and why (for people)."""
+
+    per_rank: int
+    why: str
 
 
 class Trial(ABC):
@@ -158,6 +167,12 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release what :meth:`prepare` started (processes); the harness calls it when done."""
+        return None
+
+    def rank_threadblocks(self, num_ranks: int, dtype: str, op: str) -> ThreadblockBound | None:
+        """The threadblocks each rank of an IR of ``num_ranks`` ranks may have to run here with
+        ``dtype`` (a NumPy name) and ``op``, known before the IR is compiled, so that a compile
+        made to run here keeps within it; None where only the runtime dialect's limit applies."""
         return None
 
     @abstractmethod

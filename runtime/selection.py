@@ -51,9 +51,10 @@ class RunTarget:
     dialect: str
 
 
-def run_target(source: IR | ChunkProgram | str | Path) -> RunTarget:
+def run_target(source: IR | ChunkProgram | str | Path, dialect: Dialect | None = None) -> RunTarget:
     """An IR as given (judged by its runtime's dialect), a DSL program compiled for the runtime
-    that runs its collective (keeping a custom collective as the declared result), or an IR file
+    that runs its collective (keeping a custom collective as the declared result; ``dialect``: that
+    runtime's entry with limits of the executor's, such as fewer threadblocks), or an IR file
     (MSCCL XML judged by its own dialect, or our JSON IR)."""
     from codegen.compiler import compile_program
     from codegen.dsl import ChunkProgram
@@ -65,9 +66,9 @@ def run_target(source: IR | ChunkProgram | str | Path) -> RunTarget:
     if isinstance(source, IR):
         return RunTarget(source, None, runtime_dialect(source.collective))
     if isinstance(source, ChunkProgram):
-        dialect = runtime_dialect(source.collective.name)
-        ir = compile_program(source, dialect=dialect)
-        return RunTarget(ir, source.collective if ir.collective == "custom" else None, dialect)
+        d = dialect or get_dialect(runtime_dialect(source.collective.name))
+        ir = compile_program(source, dialect=d)
+        return RunTarget(ir, source.collective if ir.collective == "custom" else None, d.name)
     text = read_text(source, XmlFormatError)
     ir = read_ir(text, str(source))
     json_ir = text.lstrip(" \n\r").startswith("{")

@@ -27,7 +27,7 @@ import runtime_samples as samples  # noqa: E402
 from gpu_cases import eight_rank_irs  # noqa: E402
 
 from runtime.cupy import run  # noqa: E402
-from runtime.cupy.executor import CupyExecutor, GpuExecutionError  # noqa: E402
+from runtime.cupy.executor import CupyExecutor, GpuExecutionError, threadblock_bound  # noqa: E402
 
 SAMPLES = [
     samples.ring_allgather(8),
@@ -88,3 +88,17 @@ def test_device_timing_is_positive():
     ex = CupyExecutor(samples.ring_allgather(8), 8 << 20, "float32")
     times = ex.time_us(repeats=3)
     assert all(t > 0 for t in times)
+
+
+@pytest.mark.parametrize("topology, ranks", [("dgx1", 8), ("dgx-h100x2", 16)])
+def test_run_compiles_a_trees_allgather_algorithm_that_fits_the_gpu(tmp_path, xccl, topology, ranks):
+    """``xccl synth trees`` then ``xccl run --backend cupy``: compiled as ``xccl compile`` does, it
+    needs more threadblocks than one GPU holds at once for all ranks (702 and 1404 on an H100);
+    compiled for the run, it keeps within the GPU's resident blocks over the ranks."""
+    algo = tmp_path / "ag.json"
+    assert xccl("synth", "trees", "-t", topology, "-C", "allgather", "-o", str(algo)).returncode == 0
+    proc = xccl("run", str(algo), "--backend", "cupy", "--size", "1MiB", "--check")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ok: "), proc.stdout
+    bound = threadblock_bound(ranks, "float32", "sum")
+    assert f"with at most {bound.threadblocks} threadblocks per rank: {bound.describe()}" in proc.stderr

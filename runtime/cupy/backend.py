@@ -10,7 +10,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from runtime.backends import ExecutorBackend, ExecutorTrial, register_backend
+from runtime.backends import ExecutorBackend, ExecutorTrial, ThreadblockBound, register_backend
 
 if TYPE_CHECKING:
     from topologies.model import Topology
@@ -50,6 +50,17 @@ class CupyBackend(ExecutorBackend):
             for d in range(cupy.cuda.runtime.getDeviceCount())
         }
         return f"CuPy {cupy.__version__} on {', '.join(sorted(names))}"
+
+    def rank_threadblocks(self, num_ranks: int, dtype: str, op: str) -> ThreadblockBound | None:
+        """Every rank of an IR runs on these GPUs at once (several on one GPU where there are fewer
+        GPUs than ranks), each device's blocks all resident: its capacity over its ranks. None for
+        a dtype the kernel lacks: the executor refuses the call, as it does for an IR file."""
+        from runtime.cupy.executor import DTYPES, threadblock_bound
+
+        if dtype not in DTYPES:
+            return None
+        bound = threadblock_bound(num_ranks, dtype, op, self.options.get("devices"))
+        return ThreadblockBound(bound.threadblocks, bound.describe())
 
     def executor(self) -> Callable[..., Any]:
         from runtime.cupy.executor import CupyExecutor

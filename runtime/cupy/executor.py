@@ -10,6 +10,7 @@ occupancy is checked before launching and an IR needing more blocks is refused.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -34,7 +35,12 @@ __all__ = [
     "CupyExecutor",
     "GpuExecutionError",
     "GpuUnavailable",
+    "RankBound",
     "kernel_source",
+    "rank_bound",
+    "resident_blocks",
+    "supported",
+    "threadblock_bound",
 ]
 
 THREADS = 512
@@ -110,6 +116,65 @@ def place(num_ranks: int, devices: list[int]) -> Placement:
     return Placement(tuple(devices[r // per] for r in range(num_ranks)))
 
 
+def resident_blocks(attrs: Mapping[str, int], regs: int) -> tuple[int, int]:
+    """The kernel's blocks (``THREADS`` threads of ``regs`` registers each) one SM holds at once,
+    and the whole device, from its CUDA attributes (CuPy's ``Device.attributes``): every block of
+    a launch spins on others, so a launch may hold no more."""
+    per_sm = min(
+        attrs["MaxThreadsPerMultiProcessor"] // THREADS,
+        attrs["MaxRegistersPerMultiprocessor"] // max(1, regs * THREADS),
+        attrs.get("MaxBlocksPerMultiprocessor", 32),
+    )
+    return per_sm, per_sm * attrs["MultiProcessorCount"]
+
+
+@dataclass(frozen=True)
+class RankBound:
+    """The threadblocks each rank may have so that every device holds its ranks' blocks at once:
+    those of the device that leaves a rank fewest (its resident blocks over the ranks placed on it)."""
+
+    threadblocks: int
+    device: int
+    ranks: int
+    capacity: int
+    per_sm: int
+
+    def describe(self) -> str:
+        """Why, for people."""
+        return (
+            f"device {self.device} runs {self.ranks} rank(s) and holds {self.capacity} threadblocks "
+            f"at once ({self.per_sm} per SM)"
+        )
+
+
+def rank_bound(placement: Placement, attrs_of: Callable[[int], Mapping[str, int]], regs: int) -> RankBound:
+    """The :class:`RankBound` of ``placement``, each device's attributes ``attrs_of(device)``, for
+    a kernel of ``regs`` registers per thread (:func:`resident_blocks`, as the executor checks)."""
+    bounds = []
+    for device in sorted(set(placement.devices)):
+        per_sm, capacity = resident_blocks(attrs_of(device), regs)
+        ranks = len(placement.ranks_of(device))
+        bounds.append(RankBound(capacity // ranks, device, ranks, capacity, per_sm))
+    return min(bounds, key=lambda b: b.threadblocks)
+
+
+def threadblock_bound(num_ranks: int, dtype: str, op: str, devices: list[int] | None = None) -> RankBound:
+    """The :class:`RankBound` of an IR of ``num_ranks`` ranks run with ``dtype`` and ``op`` on
+    ``devices`` (default: every visible GPU), known before the IR exists: what a compile for this
+    executor must keep within (the kernel is compiled for its register count)."""
+    cp = _cupy()
+    supported(dtype)
+    all_devices = devices if devices is not None else list(range(cp.cuda.runtime.getDeviceCount()))
+    regs = int(_kernel(cp, dtype, op).num_regs)
+    return rank_bound(place(num_ranks, all_devices), lambda d: cp.cuda.Device(d).attributes, regs)
+
+
+def supported(dtype: str) -> None:
+    """Raise :class:`ExecutionError` unless the kernel is built for ``dtype`` (a NumPy name)."""
+    if dtype not in DTYPES:
+        raise ExecutionError(f"dtype {dtype}: the GPU kernel supports {', '.join(DTYPES)}")
+
+
 class CupyExecutor(Executor):
     """Buffers, FIFOs and flags for one IR at one size; ``launch`` runs the collective once."""
 
@@ -148,8 +213,7 @@ class CupyExecutor(Executor):
         self._allocate()
 
     def check_dtype(self) -> None:
-        if self.dtype.name not in DTYPES:
-            raise ExecutionError(f"dtype {self.dtype.name}: the GPU kernel supports {', '.join(DTYPES)}")
+        supported(self.dtype.name)
 
     # -- setup -----------------------------------------------------------------------------
     def _enable_peers(self) -> None:
@@ -174,18 +238,10 @@ class CupyExecutor(Executor):
                             raise GpuUnavailable(f"enabling peer access {x} -> {y}: {exc}") from None
 
     def _check_occupancy(self) -> None:
-        cp = self._cp
         regs = int(self._kernel.num_regs)
         for device in sorted(set(self.placement.devices)):
-            ranks = self.placement.ranks_of(device)
-            lo, hi = self.packed.block_range(ranks)
-            attrs = cp.cuda.Device(device).attributes
-            per_sm = min(
-                attrs["MaxThreadsPerMultiProcessor"] // THREADS,
-                attrs["MaxRegistersPerMultiprocessor"] // max(1, regs * THREADS),
-                attrs.get("MaxBlocksPerMultiprocessor", 32),
-            )
-            capacity = per_sm * attrs["MultiProcessorCount"]
+            lo, hi = self.packed.block_range(self.placement.ranks_of(device))
+            per_sm, capacity = resident_blocks(self._cp.cuda.Device(device).attributes, regs)
             if hi - lo > capacity:
                 raise GpuExecutionError(
                     f"{self.ir.name}: device {device} would run {hi - lo} threadblocks, but only {capacity} can be "

@@ -31,6 +31,7 @@ from xccl.cli.solving import long_command
 
 if TYPE_CHECKING:
     from codegen.ir import IR
+    from codegen.rules import Dialect
     from runtime.bench import BenchReport, BenchRow
     from synth.collectives import Collective
     from topologies.model import Topology
@@ -58,21 +59,38 @@ class Runnable:
     dialect: str = "azure"
 
 
+PerRank = Callable[[int], int | None]
+"""Given an IR's ranks, the threadblocks each rank may have where it will run (None: the runtime
+dialect's limit): a backend's :meth:`~runtime.backends.Backend.rank_threadblocks`."""
+
+
 def load_runnable(
-    source: str, params: dict[str, object], inplace: bool = False, topology: str | None = None
+    source: str,
+    params: dict[str, object],
+    inplace: bool = False,
+    topology: str | None = None,
+    per_rank: PerRank | None = None,
 ) -> Runnable:
     """The IR in (or compiled from) ``source``; algorithms are compiled for in-place calls when
-    ``inplace``. ``topology`` overrides the one the algorithm or program names."""
+    ``inplace``. ``topology`` overrides the one the algorithm or program names. What is compiled
+    keeps within ``per_rank`` threadblocks per rank where a layout does; an IR file runs as written."""
     from topologies import load
 
     kind = input_kind(source)
     if params and kind != "program":
         what = "an IR" if kind == "ir" else "an algorithm"
         raise DslError(f"{source}: -D applies to DSL programs, not to {what}")
-    return LOADERS[kind](source, params, inplace, load(topology) if topology else None)
+    return LOADERS[kind](source, params, inplace, load(topology) if topology else None, per_rank or _no_bound)
 
 
-def _ir(source: str, params: dict[str, object], inplace: bool, topology: Topology | None) -> Runnable:
+def _no_bound(num_ranks: int) -> None:
+    """No threadblock bound but the runtime dialect's."""
+    return None
+
+
+def _ir(
+    source: str, params: dict[str, object], inplace: bool, topology: Topology | None, per_rank: PerRank
+) -> Runnable:
     """An IR file, run as written (judged by its own dialect's window)."""
     from runtime.selection import run_target
 
@@ -80,17 +98,22 @@ def _ir(source: str, params: dict[str, object], inplace: bool, topology: Topolog
     return Runnable(target.ir, topology, target.declared, target.dialect)
 
 
-def _program(source: str, params: dict[str, object], inplace: bool, topology: Topology | None) -> Runnable:
+def _program(
+    source: str, params: dict[str, object], inplace: bool, topology: Topology | None, per_rank: PerRank
+) -> Runnable:
     """A DSL program, compiled for the runtime that runs its collective, on the topology it names."""
     from codegen.loader import load_program
-    from runtime.selection import run_target
+    from runtime.selection import run_target, runtime_dialect
 
     prog = load_program(source, params)
-    target = run_target(prog)
+    limit = per_rank(prog.collective.num_ranks)
+    target = _within(lambda d: run_target(prog, d), runtime_dialect(prog.collective.name), limit)
     return Runnable(target.ir, topology or prog.topology, target.declared, target.dialect)
 
 
-def _algorithm(source: str, params: dict[str, object], inplace: bool, topology: Topology | None) -> Runnable:
+def _algorithm(
+    source: str, params: dict[str, object], inplace: bool, topology: Topology | None, per_rank: PerRank
+) -> Runnable:
     """An algorithm file, verified on its topology and compiled (for in-place calls if ``inplace``)
     as ``xccl compile`` compiles it (a timed schedule: the port order the IR simulator finds faster)."""
     from runtime.choice import compile_fastest
@@ -99,10 +122,34 @@ def _algorithm(source: str, params: dict[str, object], inplace: bool, topology: 
     algo = Algorithm.load(source)
     topo = algorithm_topology(algo, topology, source)
     algo.verify(topo)
-    return Runnable(compile_fastest(algo, topo, inplace=inplace)[0], topo)
+    limit = per_rank(algo.collective.num_ranks)
+    ir = _within(lambda d: compile_fastest(algo, topo, inplace=inplace, dialect=d)[0], "azure", limit)
+    return Runnable(ir, topo)
 
 
-LOADERS: dict[str, Callable[[str, dict[str, object], bool, Topology | None], Runnable]] = {
+def _within(compile: Callable[[Dialect], T], dialect: str, limit: int | None) -> T:
+    """``compile(entry)`` for ``dialect``'s entry with at most ``limit`` threadblocks per rank
+    (the compiler then picks a layout and width that fit); where none fits, for the entry as it
+    is, so that the executor's own refusal names what the IR needs and the device holds."""
+    from dataclasses import replace
+
+    from codegen.errors import NoLayoutError
+    from codegen.rules import get_dialect
+
+    entry = get_dialect(dialect)
+    if limit is None or limit >= entry.max_threadblocks:
+        return compile(entry)
+    try:
+        return compile(replace(entry, max_threadblocks=limit))
+    except NoLayoutError:
+        progress(
+            f"no threadblock layout fits {limit} threadblocks per rank: compiled within the {dialect} "
+            "runtime's own limits"
+        )
+        return compile(entry)
+
+
+LOADERS: dict[str, Callable[[str, dict[str, object], bool, Topology | None, PerRank], Runnable]] = {
     "ir": _ir,
     "program": _program,
     "algorithm": _algorithm,
@@ -128,9 +175,31 @@ def _call(args: argparse.Namespace) -> tuple[Runnable, bool, dict]:
     options = _backend_options(args)
     parse_dtype(args.dtype)
     with slow_stage(f"loading {args.file}"):
-        runnable = load_runnable(args.file, parse_params(args.define), args.inplace, args.topology)
+        per_rank = _backend_bound(args, options)
+        runnable = load_runnable(args.file, parse_params(args.define), args.inplace, args.topology, per_rank)
     inplace = _placement(runnable.ir, args.inplace)
     return runnable, inplace, _bench_args(args, runnable, inplace, options)
+
+
+def _backend_bound(args: argparse.Namespace, options: dict) -> PerRank:
+    """What a FILE compiled for this call keeps within: the threadblocks per rank the backend runs
+    at once with this dtype and reduction (the cupy backend: every GPU's resident blocks over the
+    ranks placed on it), asked only where something is compiled, and said on stderr."""
+
+    def per_rank(num_ranks: int) -> int | None:
+        from runtime.backends import get_backend
+        from runtime.reference import parse_dtype, parse_op
+
+        be = get_backend(args.backend, **options)
+        bound = be.rank_threadblocks(num_ranks, parse_dtype(args.dtype).name, parse_op(args.op))
+        if bound is not None:
+            progress(
+                f"compiling {args.file} for the {args.backend} backend with at most {bound.per_rank} "
+                f"threadblocks per rank: {bound.why}"
+            )
+        return None if bound is None else bound.per_rank
+
+    return per_rank
 
 
 def _sizes(flag: str, parse: Callable[[str], T], text: str) -> T:
