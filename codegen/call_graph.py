@@ -12,44 +12,73 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import Iterable
 
 import numpy as np
 
 from codegen.ir import IR, Op
 from codegen.rules import connections
 
-__all__ = ["CallGraph", "find_cycle"]
+__all__ = ["CallGraph", "Steps", "find_cycle"]
 
 _WIDE = 64
 """Levels at least this wide are removed in one NumPy step; narrower ones count against a budget."""
 
 
-class CallGraph:
-    """Each step's calls (one per chunk for steps that send or receive: how a step runs at large sizes,
-    which is also when it needs most FIFO room), built once for both graphs of the deadlock check:
-    ``name(i)`` is call ``i``'s step (rank, threadblock, op index). Read in bulk: a step's kind, calls
-    and dependencies once per distinct ``Op`` object (the IR shares one among every step written
-    alike: some 30,000 for half a million steps at 512 ranks), then spread to the steps by NumPy."""
+class Steps:
+    """An IR's steps in bulk, in its order (rank, threadblock, step): per threadblock its (rank, id)
+    (``names``) and where its steps start (``first``, and one past the last step); per step its kind
+    (``flags``: 1 sends, 2 receives) and count; per dependency, in order, the step waiting
+    (``dep_at``) and the step it waits for (``dep_of``). Read once per distinct ``Op`` object (the
+    IR shares one among every step written alike: some 30,000 for half a million steps at 512
+    ranks), then spread to the steps by NumPy. The IR is structurally sound."""
 
     def __init__(self, ir: IR) -> None:
         tbs = [(gpu.rank, tb) for gpu in ir.gpus for tb in gpu.threadblocks]
-        self._tbs = [(rank, tb.id) for rank, tb in tbs]  # for ``name``
+        self.names = [(rank, tb.id) for rank, tb in tbs]
         ops = [op for _, tb in tbs for op in tb.ops]
-        tb_first = np.zeros(len(tbs) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter((len(tb.ops) for _, tb in tbs), np.int64, len(tbs)), out=tb_first[1:])
-        self._first = tb_first[:-1].tolist()
-        flags, counts, dep_at, dep_tb, dep_op = _steps(ops)
-        self.op_of = np.repeat(np.arange(len(ops), dtype=np.int64), counts)
-        first = np.zeros(len(ops) + 1, dtype=np.int64)
+        self.first = np.zeros(len(tbs) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter((len(tb.ops) for _, tb in tbs), np.int64, len(tbs)), out=self.first[1:])
+        self.flags, self.counts, self.dep_at, dep_tb, dep_op = _steps(ops)
+        ranks = np.fromiter((rank for rank, _ in tbs), np.int64, len(tbs))
+        self.tb_of = _TbIndex(ranks, np.fromiter((tb.id for _, tb in tbs), np.int64, len(tbs)))
+        op_rank = np.repeat(ranks, np.diff(self.first))
+        self.dep_of = self.first[self.tb_of.find(op_rank[self.dep_at], dep_tb)] + dep_op
+
+    def unmatched(
+        self, links: Iterable[tuple[tuple[int, int, int], tuple[int | None, int | None]]]
+    ) -> np.ndarray:
+        """Per connection of ``links`` (as :func:`codegen.rules.connections` gives them): whether
+        the counts its sending steps send differ from those its receiving steps receive, in number
+        or in order."""
+        ends = _ends(links)
+        sends, recvs = np.flatnonzero(self.flags & 1), np.flatnonzero(self.flags & 2)
+        send_lo, send_hi = _spans(np.searchsorted(sends, self.first), self.tb_of, ends[:, 0], ends[:, 2])
+        recv_lo, recv_hi = _spans(np.searchsorted(recvs, self.first), self.tb_of, ends[:, 1], ends[:, 3])
+        m = np.minimum(send_hi - send_lo, recv_hi - recv_lo)
+        differ = self.counts[sends[_ranges(send_lo, m)]] != self.counts[recvs[_ranges(recv_lo, m)]]
+        out = (send_hi - send_lo) != (recv_hi - recv_lo)
+        out[np.repeat(np.arange(m.size), m)[differ]] = True
+        return out
+
+
+class CallGraph:
+    """Each step's calls (one per chunk for steps that send or receive: how a step runs at large sizes,
+    which is also when it needs most FIFO room), built once for both graphs of the deadlock check
+    (from ``steps``, the IR's :class:`Steps`, where they were read already): ``name(i)`` is call
+    ``i``'s step (rank, threadblock, op index)."""
+
+    def __init__(self, ir: IR, steps: Steps | None = None) -> None:
+        steps = Steps(ir) if steps is None else steps
+        self._tbs = steps.names  # for ``name``
+        self._first = steps.first[:-1].tolist()
+        counts = np.where(steps.flags > 0, np.maximum(steps.counts, 1), 1)
+        self.op_of = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
+        first = np.zeros(counts.size + 1, dtype=np.int64)
         np.cumsum(counts, out=first[1:])
         self.n = int(first[-1])
-        ranks = np.fromiter((rank for rank, _ in tbs), np.int64, len(tbs))
-        ids = np.fromiter((tb.id for _, tb in tbs), np.int64, len(tbs))
-        tb_of = _TbIndex(ranks, ids)
-        op_rank = np.repeat(ranks, np.diff(tb_first))
-        dep_of = tb_first[tb_of.find(op_rank[dep_at], dep_tb)] + dep_op
-        self._edges(first, tb_first, dep_at, dep_of)
-        self._moves(ir, first, flags, tb_first, tb_of)
+        self._edges(first, steps.first, steps.dep_at, steps.dep_of)
+        self._moves(ir, first, steps.flags, steps.first, steps.tb_of)
 
     def _edges(self, first, tb_first, dep_at, dep_of) -> None:
         """What each call waits for on its rank: the previous call of its threadblock, then (its step's
@@ -70,11 +99,7 @@ class CallGraph:
         ends = first[tb_first]
         send_at = np.searchsorted(self.sends, ends)
         recv_at = np.searchsorted(self.recvs, ends)
-        pairs = [
-            (a, b, -1 if s is None else s, -1 if r is None else r)
-            for (a, b, _), (s, r) in connections(ir).items()
-        ]
-        keys = np.asarray(pairs, dtype=np.int64).reshape(-1, 4)  # sender, receiver, their threadblocks
+        keys = _ends(connections(ir).items())
         self.send_lo, self.send_hi = _spans(send_at, tb_of, keys[:, 0], keys[:, 2])
         self.recv_lo, self.recv_hi = _spans(recv_at, tb_of, keys[:, 1], keys[:, 3])
 
@@ -106,23 +131,27 @@ class CallGraph:
 
 
 def _steps(ops: list[Op]) -> tuple[np.ndarray, ...]:
-    """Per op: its flags (1 sends, 2 receives) and calls; per dependency, in order: the op waiting,
+    """Per op: its flags (1 sends, 2 receives) and count; per dependency, in order: the op waiting,
     the threadblock and op index it waits for. Read once per distinct op object."""
     ids = np.fromiter(map(id, ops), np.int64, len(ops))
     _, at, which = np.unique(ids, return_index=True, return_inverse=True)
     distinct = [ops[i] for i in at.tolist()]
     flag = np.fromiter((op.type.sends + 2 * op.type.receives for op in distinct), np.int64, len(distinct))
     count = np.fromiter((op.count for op in distinct), np.int64, len(distinct))
-    calls = np.where(flag > 0, np.maximum(count, 1), 1)
     ndeps = np.fromiter((len(op.deps) for op in distinct), np.int64, len(distinct))
     deps = [dep for op in distinct for dep in op.deps]
     dep_tb = np.fromiter((d.tb for d in deps), np.int64, len(deps))
     dep_op = np.fromiter((d.op for d in deps), np.int64, len(deps))
     per_op = ndeps[which]
     dep_at = np.repeat(np.arange(len(ops), dtype=np.int64), per_op)
-    dep_start = np.cumsum(ndeps) - ndeps
-    picked = _ranges(dep_start[which], per_op)
-    return flag[which].astype(np.int8), calls[which], dep_at, dep_tb[picked], dep_op[picked]
+    picked = _ranges((np.cumsum(ndeps) - ndeps)[which], per_op)
+    return flag[which].astype(np.int8), count[which], dep_at, dep_tb[picked], dep_op[picked]
+
+
+def _ends(links: Iterable[tuple[tuple[int, int, int], tuple[int | None, int | None]]]) -> np.ndarray:
+    """Per connection: sender, receiver, and their threadblocks (-1: none)."""
+    rows = [(a, b, -1 if s is None else s, -1 if r is None else r) for (a, b, _), (s, r) in links]
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 4)
 
 
 class _TbIndex:

@@ -33,6 +33,7 @@ from common.gc_pause import gc_paused
 from common.memo import Marks, SameObjects
 
 if TYPE_CHECKING:
+    from codegen.call_graph import Steps
     from codegen.formats.xml_reader import XmlFacts
 
 __all__ = ["Problem", "check_ir", "find_deadlock", "find_problems"]
@@ -89,6 +90,13 @@ _BY_RANKS = SameObjects()
 for a copy of the IR with another size window too."""
 
 
+def _steps(ir: IR) -> Steps:
+    """The steps of ``ir`` in bulk, read once for the connections' and the deadlock check."""
+    from codegen.call_graph import Steps  # NumPy: not loaded by building the CLI's parser
+
+    return _BY_RANKS.get(ir.gpus, "steps", lambda: Steps(ir))
+
+
 def _transfers(
     tbs: dict[tuple[int, int], Threadblock], rank: int, tb_id: int | None, sends: bool
 ) -> list[tuple[int, int]]:
@@ -100,17 +108,19 @@ def _transfers(
 
 def _check_connections(ir: IR) -> list[Problem]:
     """On every connection, each transfer sent is received, with the same count, in order."""
+    ends = sorted(connections(ir).items())
+    unmatched = _steps(ir).unmatched(ends)
+    if not unmatched.any():
+        return []
     out = []
     # threadblocks by (rank, id), found once (``Gpu.threadblock`` scans the rank's: hundreds at 512 ranks)
     tbs: dict[tuple[int, int], Threadblock] = {}
     for g in ir.gpus:
         for tb in g.threadblocks:
             tbs.setdefault((g.rank, tb.id), tb)
-    for (a, b, ch), (stb, rtb) in sorted(connections(ir).items()):
+    for (a, b, ch), (stb, rtb) in (end for end, bad in zip(ends, unmatched.tolist(), strict=True) if bad):
         sent = _transfers(tbs, a, stb, True)
         got = _transfers(tbs, b, rtb, False)
-        if not sent and not got:
-            continue
         if rtb is None or stb is None:
             out.append(_one_sided(a, b, ch, stb, rtb, sent or got))
             continue
@@ -176,7 +186,7 @@ def _check_deadlock(ir: IR) -> list[Problem]:
     TRANSFERS.check(transfers, f"{ir.name}: the deadlock check", IRCheckError)
     from codegen.call_graph import CallGraph, find_cycle  # NumPy: not loaded by building the CLI's parser
 
-    calls = CallGraph(ir)
+    calls = CallGraph(ir, _steps(ir))
     depth = fifo_calls(ir.protocol) if ir.protocol in PROTOCOLS else None
     cycle = find_cycle(calls.n, *calls.edges(depth))  # its edges hold the unbounded graph's
     if cycle is None:
