@@ -176,17 +176,12 @@ def _check_deadlock(ir: IR) -> list[Problem]:
     one that NCCL's bounded FIFOs add (see :class:`codegen.call_graph.CallGraph`). The bounded graph
     is searched first: it holds every edge of the unbounded one, so most schedules, which have no
     cycle in it, need no second search."""
-    transfers = sum(
-        op.count
-        for g in ir.gpus
-        for tb in g.threadblocks
-        for op in tb.ops
-        if op.type.sends or op.type.receives
-    )
-    TRANSFERS.check(transfers, f"{ir.name}: the deadlock check", IRCheckError)
     from codegen.call_graph import CallGraph, find_cycle  # NumPy: not loaded by building the CLI's parser
 
-    calls = CallGraph(ir, _steps(ir))
+    steps = _steps(ir)
+    transfers = sum(steps.counts[steps.flags > 0].tolist())  # chunks sent and received (Python ints: exact)
+    TRANSFERS.check(transfers, f"{ir.name}: the deadlock check", IRCheckError)
+    calls = CallGraph(ir, steps)
     depth = fifo_calls(ir.protocol) if ir.protocol in PROTOCOLS else None
     cycle = find_cycle(calls.n, *calls.edges(depth))  # its edges hold the unbounded graph's
     if cycle is None:
