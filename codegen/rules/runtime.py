@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import chain
+from operator import attrgetter
 
 from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock
 from codegen.rules.dialects import Dialect
@@ -299,6 +301,8 @@ class Folded:
 
 def fold_steps(ops: Sequence[Op], d: Dialect) -> tuple[Folded, ...]:
     """How ``d``'s parser reads one threadblock's steps (see the module docstring)."""
+    if _FOLDING.isdisjoint(map(_TYPE, ops)):  # no nop, no re (most threadblocks): each step runs alone
+        return tuple(Folded((i,), op.deps) if op.deps else _alone(i) for i, op in enumerate(ops))
     out: list[Folded] = []
     pending: list[Dep] = []
     chain: tuple | None = None  # the (destination, source buffer) the last transmission may extend
@@ -315,3 +319,15 @@ def fold_steps(ops: Sequence[Op], d: Dialect) -> tuple[Folded, ...]:
         chained = key is not None and not op.has_dep and len(out[-1].ops) < d.reduce_fusion
         chain = key if chained else None
     return tuple(out)
+
+
+_FOLDING = frozenset((OpType.NOP, OpType.REDUCE))
+"""The steps :func:`fold_steps` may fold into others."""
+_TYPE = attrgetter("type")
+
+
+@lru_cache(maxsize=1 << 12)
+def _alone(i: int) -> Folded:
+    """Step ``i`` run alone, without dependencies: one (frozen) object for every threadblock, where
+    half a million steps at 512 ranks made one each."""
+    return Folded((i,), ())
