@@ -65,6 +65,13 @@ attributes as one string (:data:`_STEP_VALUES` splits it)."""
 _STEPS = re.compile(rf"(?:{_bare(_STEP.pattern)})+")
 """A run of :data:`_STEP` steps, read in one match (:class:`_Steps`); any other step is read by
 :meth:`_Lexer.element` as any element."""
+_NAT = r"(?:0|[1-9][0-9]{0,17})"
+_TB = re.compile(
+    rf'[ \n\r]*()<tb id="({_NAT})" send="({_FROM})" recv="({_FROM})" chan="({_NAT})">'
+    rf"((?:{_bare(_STEP.pattern)})*)[ \n\r]*</tb>"
+)
+"""A whole ``<tb>`` as xccl writes it, read in one match (:class:`_Tb`): where it starts (the empty
+group), its id, peers and channel, and its steps (a run of :data:`_STEP`)."""
 _OP_TYPES = {t.value: t for t in OpType}
 _BUFFERS = {b.value: b for b in Buffer}
 
@@ -78,7 +85,7 @@ class _Node:
     """The attributes the runtimes read: the first ``MAX_ATTRIBUTES``."""
     ignored: list[str] = field(default_factory=list)
     """Attributes past those, which the runtimes skip."""
-    children: list[_Node | _Steps] = field(default_factory=list)
+    children: list[_Node | _Tb | _Steps] = field(default_factory=list)
 
 
 class _Steps:
@@ -94,6 +101,18 @@ class _Steps:
     def __init__(self, pos: int, end: int) -> None:
         self.pos = pos
         self.end = end
+
+
+class _Tb:
+    """A ``<tb>`` read in one :data:`_TB` match: its attributes, valid as they are, and its steps."""
+
+    __slots__ = ("children", "pos", "values")
+    name = "tb"
+
+    def __init__(self, pos: int, values: tuple[str, str, str, str], steps: _Steps) -> None:
+        self.pos = pos
+        self.values = values
+        self.children = (steps,)
 
 
 @dataclass(frozen=True)
@@ -256,8 +275,13 @@ class _Lexer:
             raise self.fail("the first element must be <algo ...>", 0)
         root, single = got
         open_ = [] if single else [root]
-        text, steps = self.text, _STEPS.match
+        text, tbs, steps = self.text, _TB.match, _STEPS.match
         while open_:  # a stack, not recursion: any depth of nesting reads in constant stack
+            m = tbs(text, self.i)
+            if m is not None:  # most threadblocks: in one match
+                open_[-1].children.append(_Tb(m.start(1), m.group(2, 3, 4, 5), _Steps(*m.span(6))))
+                self.i = m.end()
+                continue
             m = steps(text, self.i)
             if m is not None:  # most elements: a threadblock's steps in one match
                 open_[-1].children.append(_Steps(m.start(), m.end()))
@@ -427,12 +451,15 @@ def _gpu(lex: _Lexer, node: _Node, ngpus: int, read: _Read) -> Gpu:
 
 
 def _threadblock(
-    lex: _Lexer, node: _Node, sizes: dict[Buffer, int], read: _Read
+    lex: _Lexer, node: _Node | _Tb, sizes: dict[Buffer, int], read: _Read
 ) -> tuple[Threadblock, tuple[int, ...]]:
     """The threadblock and the ``s`` of each of its steps."""
     known = read.ops.setdefault(tuple(sizes.values()), {})
     t = _Attrs(lex, node)
-    send, recv = t.int("send", -1), t.int("recv", -1)
+    if type(node) is _Tb:
+        tb_id, send, recv, chan = map(int, node.values)
+    else:
+        send, recv = t.int("send", -1), t.int("recv", -1)
     ops = []
     numbers = []
     for step in node.children:
@@ -451,9 +478,9 @@ def _threadblock(
             s.str(key)
         numbers.append(s.int("s"))
         ops.append(_op(s, sizes))
-    tb = Threadblock(
-        t.int("id", 0), None if send < 0 else send, None if recv < 0 else recv, t.int("chan", 0), tuple(ops)
-    )
+    if type(node) is not _Tb:  # read after the steps: a wrong step is reported first
+        tb_id, chan = t.int("id", 0), t.int("chan", 0)
+    tb = Threadblock(tb_id, None if send < 0 else send, None if recv < 0 else recv, chan, tuple(ops))
     return tb, tuple(numbers)
 
 
