@@ -12,85 +12,96 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import Iterable
 
 import numpy as np
 
-from codegen.ir import IR
+from codegen.ir import IR, Op
 from codegen.rules import connections
 
-__all__ = ["CallGraph", "find_cycle"]
+__all__ = ["CallGraph", "Steps", "find_cycle"]
 
 _WIDE = 64
 """Levels at least this wide are removed in one NumPy step; narrower ones count against a budget."""
 
 
-class CallGraph:
-    """Each step's calls (one per chunk for steps that send or receive: how a step runs at large sizes,
-    which is also when it needs most FIFO room), built once for both graphs of the deadlock check:
-    ``name(i)`` is call ``i``'s step (rank, threadblock, op index)."""
+class Steps:
+    """An IR's steps in bulk, in its order (rank, threadblock, step): per threadblock its (rank, id)
+    (``names``) and where its steps start (``first``, and one past the last step); per step its kind
+    (``flags``: 1 sends, 2 receives) and count; per dependency, in order, the step waiting
+    (``dep_at``) and the step it waits for (``dep_of``). Read once per distinct ``Op`` object (the
+    IR shares one among every step written alike: some 30,000 for half a million steps at 512
+    ranks), then spread to the steps by NumPy. The IR is structurally sound."""
 
     def __init__(self, ir: IR) -> None:
-        ncalls: list[int] = []
-        flags: list[int] = []  # 1 sends, 2 receives
-        deps: list[tuple[int, int, int]] = []  # (op, rank, tb) of the dep, then its op index
-        dep_ops: list[int] = []
-        tb_start: dict[tuple[int, int], int] = {}
-        tb_first: list[int] = []
-        self._tbs: list[tuple[int, int]] = []  # (rank, id) of each threadblock, for ``name``
-        for gpu in ir.gpus:
-            rank = gpu.rank
-            for tb in gpu.threadblocks:
-                at = tb_start[(rank, tb.id)] = len(flags)
-                tb_first.append(at)
-                self._tbs.append((rank, tb.id))
-                for k, op in enumerate(tb.ops):
-                    kind = op.type
-                    flag = kind.sends + 2 * kind.receives
-                    flags.append(flag)
-                    ncalls.append(max(1, op.count) if flag else 1)
-                    if op.deps:
-                        for d in op.deps:
-                            deps.append((at + k, rank, d.tb))
-                            dep_ops.append(d.op)
-        self._first = tb_first
-        counts = np.asarray(ncalls, dtype=np.int64)
-        self.op_of = np.repeat(np.arange(len(flags), dtype=np.int64), counts)
-        first = np.zeros(len(flags) + 1, dtype=np.int64)
+        tbs = [(gpu.rank, tb) for gpu in ir.gpus for tb in gpu.threadblocks]
+        self.names = [(rank, tb.id) for rank, tb in tbs]
+        ops = [op for _, tb in tbs for op in tb.ops]
+        self.first = np.zeros(len(tbs) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter((len(tb.ops) for _, tb in tbs), np.int64, len(tbs)), out=self.first[1:])
+        self.flags, self.counts, self.dep_at, dep_tb, dep_op = _steps(ops)
+        ranks = np.fromiter((rank for rank, _ in tbs), np.int64, len(tbs))
+        self.tb_of = _TbIndex(ranks, np.fromiter((tb.id for _, tb in tbs), np.int64, len(tbs)))
+        op_rank = np.repeat(ranks, np.diff(self.first))
+        self.dep_of = self.first[self.tb_of.find(op_rank[self.dep_at], dep_tb)] + dep_op
+
+    def unmatched(
+        self, links: Iterable[tuple[tuple[int, int, int], tuple[int | None, int | None]]]
+    ) -> np.ndarray:
+        """Per connection of ``links`` (as :func:`codegen.rules.connections` gives them): whether
+        the counts its sending steps send differ from those its receiving steps receive, in number
+        or in order."""
+        ends = _ends(links)
+        sends, recvs = np.flatnonzero(self.flags & 1), np.flatnonzero(self.flags & 2)
+        send_lo, send_hi = _spans(np.searchsorted(sends, self.first), self.tb_of, ends[:, 0], ends[:, 2])
+        recv_lo, recv_hi = _spans(np.searchsorted(recvs, self.first), self.tb_of, ends[:, 1], ends[:, 3])
+        m = np.minimum(send_hi - send_lo, recv_hi - recv_lo)
+        differ = self.counts[sends[_ranges(send_lo, m)]] != self.counts[recvs[_ranges(recv_lo, m)]]
+        out = (send_hi - send_lo) != (recv_hi - recv_lo)
+        out[np.repeat(np.arange(m.size), m)[differ]] = True
+        return out
+
+
+class CallGraph:
+    """Each step's calls (one per chunk for steps that send or receive: how a step runs at large sizes,
+    which is also when it needs most FIFO room), built once for both graphs of the deadlock check
+    (from ``steps``, the IR's :class:`Steps`, where they were read already): ``name(i)`` is call
+    ``i``'s step (rank, threadblock, op index)."""
+
+    def __init__(self, ir: IR, steps: Steps | None = None) -> None:
+        steps = Steps(ir) if steps is None else steps
+        self._tbs = steps.names  # for ``name``
+        self._first = steps.first[:-1].tolist()
+        counts = np.where(steps.flags > 0, np.maximum(steps.counts, 1), 1)
+        self.op_of = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
+        first = np.zeros(counts.size + 1, dtype=np.int64)
         np.cumsum(counts, out=first[1:])
         self.n = int(first[-1])
-        self._edges(first, tb_first, deps, dep_ops, tb_start)
-        self._moves(ir, first, np.asarray(flags, dtype=np.int8), tb_first, len(flags))
+        self._edges(first, steps.first, steps.dep_at, steps.dep_of)
+        self._moves(ir, first, steps.flags, steps.first, steps.tb_of)
 
-    def _edges(self, first, tb_first, deps, dep_ops, tb_start) -> None:
+    def _edges(self, first, tb_first, dep_at, dep_of) -> None:
         """What each call waits for on its rank: the previous call of its threadblock, then (its step's
         first call) the last calls of its dependencies, in their order."""
         starts = np.zeros(self.n + 1, dtype=bool)  # a threadblock without steps starts at the next one's
-        starts[first[np.asarray(tb_first, dtype=np.int64)]] = True
+        starts[first[tb_first[:-1]]] = True
         chain = np.flatnonzero(~starts[: self.n])
-        dep_at = np.asarray([d[0] for d in deps], dtype=np.int64)
-        dep_of = np.asarray([tb_start[(r, t)] + k for (_, r, t), k in zip(deps, dep_ops, strict=True)], dtype=np.int64)
         self.base_src = np.concatenate([chain - 1, first[dep_of + 1] - 1])
         self.base_dst = np.concatenate([chain, first[dep_at]])
         self.base_seq = np.concatenate([np.zeros(chain.size, np.int64), np.arange(1, dep_at.size + 1)])
 
-    def _moves(self, ir: IR, first, flags, tb_first, nops: int) -> None:
-        """The calls on each end of every connection, in order: ``links`` pairs (sent, got) arrays."""
+    def _moves(self, ir: IR, first, flags, tb_first, tb_of: _TbIndex) -> None:
+        """The calls on each end of every connection, in order: the sending calls ``sends``, the
+        receiving ones ``recvs``, and per connection where its calls start and end in them."""
         op_calls = flags[self.op_of]
-        send_calls = np.flatnonzero(op_calls & 1)
-        recv_calls = np.flatnonzero(op_calls & 2)
-        ends = first[np.append(np.asarray(tb_first, dtype=np.int64), nops)]
-        send_at = np.searchsorted(send_calls, ends)
-        recv_at = np.searchsorted(recv_calls, ends)
-        index = {}
-        for gpu in ir.gpus:
-            for tb in gpu.threadblocks:
-                index[(gpu.rank, tb.id)] = len(index)
-        empty = np.zeros(0, dtype=np.int64)
-        self.links = []
-        for (a, b, _ch), (stb, rtb) in connections(ir).items():
-            s = empty if stb is None else send_calls[send_at[index[(a, stb)]] : send_at[index[(a, stb)] + 1]]
-            r = empty if rtb is None else recv_calls[recv_at[index[(b, rtb)]] : recv_at[index[(b, rtb)] + 1]]
-            self.links.append((s, r))
+        self.sends = np.flatnonzero(op_calls & 1)
+        self.recvs = np.flatnonzero(op_calls & 2)
+        ends = first[tb_first]
+        send_at = np.searchsorted(self.sends, ends)
+        recv_at = np.searchsorted(self.recvs, ends)
+        keys = _ends(connections(ir).items())
+        self.send_lo, self.send_hi = _spans(send_at, tb_of, keys[:, 0], keys[:, 2])
+        self.recv_lo, self.recv_hi = _spans(recv_at, tb_of, keys[:, 1], keys[:, 3])
 
     def name(self, call: int) -> tuple[int, int, int]:
         """Call ``call``'s step: (rank, threadblock id, op index); the threadblock is the last one
@@ -104,20 +115,80 @@ class CallGraph:
         list-of-lists form did (its rank's first, then by connection, transfer and kind). Beyond the
         rank: the matching call on its connection and, with a ``depth``, the call received ``depth``
         calls earlier on the connection it sends on."""
+        sent, got = self.send_hi - self.send_lo, self.recv_hi - self.recv_lo
+        m = np.minimum(sent, got)
+        offset = int(self.base_seq.max(initial=0)) + 1 + np.cumsum(2 * m) - 2 * m
         src, dst, seq = [self.base_src], [self.base_dst], [self.base_seq]
-        offset = int(self.base_seq.max(initial=0)) + 1
-        for sent, got in self.links:
-            m = min(sent.size, got.size)
-            src.append(sent[:m])
-            dst.append(got[:m])
-            seq.append(offset + 2 * np.arange(m, dtype=np.int64))
-            if depth is not None and sent.size > depth:
-                k = min(m, sent.size - depth)
-                src.append(got[:k])
-                dst.append(sent[depth : depth + k])
-                seq.append(offset + 2 * np.arange(k, dtype=np.int64) + 1)
-            offset += 2 * m
+        src.append(self.sends[_ranges(self.send_lo, m)])
+        dst.append(self.recvs[_ranges(self.recv_lo, m)])
+        seq.append(np.repeat(offset, m) + 2 * _within(m))
+        if depth is not None:
+            k = np.where(sent > depth, np.minimum(m, sent - depth), 0)
+            src.append(self.recvs[_ranges(self.recv_lo, k)])
+            dst.append(self.sends[_ranges(self.send_lo + depth, k)])
+            seq.append(np.repeat(offset, k) + 2 * _within(k) + 1)
         return np.concatenate(src), np.concatenate(dst), np.concatenate(seq)
+
+
+def _steps(ops: list[Op]) -> tuple[np.ndarray, ...]:
+    """Per op: its flags (1 sends, 2 receives) and count; per dependency, in order: the op waiting,
+    the threadblock and op index it waits for. Read once per distinct op object."""
+    ids = np.fromiter(map(id, ops), np.int64, len(ops))
+    _, at, which = np.unique(ids, return_index=True, return_inverse=True)
+    distinct = [ops[i] for i in at.tolist()]
+    flag = np.fromiter((op.type.sends + 2 * op.type.receives for op in distinct), np.int64, len(distinct))
+    count = np.fromiter((op.count for op in distinct), np.int64, len(distinct))
+    ndeps = np.fromiter((len(op.deps) for op in distinct), np.int64, len(distinct))
+    deps = [dep for op in distinct for dep in op.deps]
+    dep_tb = np.fromiter((d.tb for d in deps), np.int64, len(deps))
+    dep_op = np.fromiter((d.op for d in deps), np.int64, len(deps))
+    per_op = ndeps[which]
+    dep_at = np.repeat(np.arange(len(ops), dtype=np.int64), per_op)
+    picked = _ranges((np.cumsum(ndeps) - ndeps)[which], per_op)
+    return flag[which].astype(np.int8), count[which], dep_at, dep_tb[picked], dep_op[picked]
+
+
+def _ends(links: Iterable[tuple[tuple[int, int, int], tuple[int | None, int | None]]]) -> np.ndarray:
+    """Per connection: sender, receiver, and their threadblocks (-1: none)."""
+    rows = [(a, b, -1 if s is None else s, -1 if r is None else r) for (a, b, _), (s, r) in links]
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+
+
+class _TbIndex:
+    """Each threadblock's place in the IR's order by (rank, id) (the last one, were one repeated)."""
+
+    def __init__(self, ranks: np.ndarray, ids: np.ndarray) -> None:
+        self._scale = int(ids.max(initial=0)) + 1
+        keys = ranks * self._scale + ids
+        self._order = np.argsort(keys, kind="stable")
+        self._keys = keys[self._order]
+
+    def find(self, ranks: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """The places of the threadblocks (``ranks``, ``ids``), which exist."""
+        at = np.searchsorted(self._keys, ranks * self._scale + ids, side="right") - 1
+        return self._order[at]
+
+
+def _spans(
+    at: np.ndarray, tb_of: _TbIndex, ranks: np.ndarray, ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where each threadblock (``ranks``, ``ids``; id -1: none) starts and ends in ``at``'s calls."""
+    has = ids >= 0
+    lo, hi = np.zeros(ids.size, np.int64), np.zeros(ids.size, np.int64)
+    t = tb_of.find(ranks[has], ids[has])
+    lo[has], hi[has] = at[t], at[t + 1]
+    return lo, hi
+
+
+def _within(n: np.ndarray) -> np.ndarray:
+    """0 .. n[j] - 1 for each j, concatenated."""
+    total = int(n.sum())
+    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+
+
+def _ranges(lo: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """lo[j] .. lo[j] + n[j] - 1 for each j, concatenated."""
+    return np.repeat(lo, n) + _within(n)
 
 
 def find_cycle(n: int, src: np.ndarray, dst: np.ndarray, seq: np.ndarray) -> list[int] | None:
@@ -151,6 +222,7 @@ def _kahn(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
     frontier = np.flatnonzero(indegree == 0)
+    owner = np.empty(n, dtype=np.int64)
     budget = n // _WIDE + 16  # narrow levels NumPy may take before Python is cheaper
     while frontier.size:
         if frontier.size < _WIDE:
@@ -164,8 +236,10 @@ def _kahn(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         shift = np.repeat(ptr[frontier] - np.cumsum(lens) + lens, lens)
         targets = succs[shift + np.arange(total)]
         np.subtract.at(indegree, targets, 1)
-        targets = np.unique(targets)
-        frontier = targets[indegree[targets] == 0]
+        freed = targets[indegree[targets] == 0]  # a call freed by several of the level: once each
+        order = np.arange(freed.size)
+        owner[freed] = order  # one entry per call holds, whichever it is
+        frontier = freed[owner[freed] == order]
     return indegree
 
 

@@ -33,6 +33,7 @@ from common.gc_pause import gc_paused
 from common.memo import Marks, SameObjects
 
 if TYPE_CHECKING:
+    from codegen.call_graph import Steps
     from codegen.formats.xml_reader import XmlFacts
 
 __all__ = ["Problem", "check_ir", "find_deadlock", "find_problems"]
@@ -89,6 +90,13 @@ _BY_RANKS = SameObjects()
 for a copy of the IR with another size window too."""
 
 
+def _steps(ir: IR) -> Steps:
+    """The steps of ``ir`` in bulk, read once for the connections' and the deadlock check."""
+    from codegen.call_graph import Steps  # NumPy: not loaded by building the CLI's parser
+
+    return _BY_RANKS.get(ir.gpus, "steps", lambda: Steps(ir))
+
+
 def _transfers(
     tbs: dict[tuple[int, int], Threadblock], rank: int, tb_id: int | None, sends: bool
 ) -> list[tuple[int, int]]:
@@ -100,17 +108,19 @@ def _transfers(
 
 def _check_connections(ir: IR) -> list[Problem]:
     """On every connection, each transfer sent is received, with the same count, in order."""
+    ends = sorted(connections(ir).items())
+    unmatched = _steps(ir).unmatched(ends)
+    if not unmatched.any():
+        return []
     out = []
     # threadblocks by (rank, id), found once (``Gpu.threadblock`` scans the rank's: hundreds at 512 ranks)
     tbs: dict[tuple[int, int], Threadblock] = {}
     for g in ir.gpus:
         for tb in g.threadblocks:
             tbs.setdefault((g.rank, tb.id), tb)
-    for (a, b, ch), (stb, rtb) in sorted(connections(ir).items()):
+    for (a, b, ch), (stb, rtb) in (end for end, bad in zip(ends, unmatched.tolist(), strict=True) if bad):
         sent = _transfers(tbs, a, stb, True)
         got = _transfers(tbs, b, rtb, False)
-        if not sent and not got:
-            continue
         if rtb is None or stb is None:
             out.append(_one_sided(a, b, ch, stb, rtb, sent or got))
             continue
@@ -163,33 +173,30 @@ def find_deadlock(ir: IR) -> Problem | None:
 
 def _check_deadlock(ir: IR) -> list[Problem]:
     """A cycle through program order, dependencies and connection order, with unbounded FIFOs; else
-    one that NCCL's bounded FIFOs add (see :class:`codegen.call_graph.CallGraph`)."""
-    transfers = sum(
-        op.count
-        for g in ir.gpus
-        for tb in g.threadblocks
-        for op in tb.ops
-        if op.type.sends or op.type.receives
-    )
-    TRANSFERS.check(transfers, f"{ir.name}: the deadlock check", IRCheckError)
+    one that NCCL's bounded FIFOs add (see :class:`codegen.call_graph.CallGraph`). The bounded graph
+    is searched first: it holds every edge of the unbounded one, so most schedules, which have no
+    cycle in it, need no second search."""
     from codegen.call_graph import CallGraph, find_cycle  # NumPy: not loaded by building the CLI's parser
 
-    calls = CallGraph(ir)
-    for depth in (None, fifo_calls(ir.protocol) if ir.protocol in PROTOCOLS else None):
-        cycle = find_cycle(calls.n, *calls.edges(depth))
-        if cycle is None:
-            continue
-        steps = [calls.name(i) for i in cycle]
-        steps = [s for k, s in enumerate(steps) if not k or s != steps[k - 1]]
-        shown = " -> ".join("r{}.tb{}.s{}".format(*s) for s in steps[:8]) + (
-            " -> ..." if len(steps) > 8 else ""
+    steps = _steps(ir)
+    transfers = sum(steps.counts[steps.flags > 0].tolist())  # chunks sent and received (Python ints: exact)
+    TRANSFERS.check(transfers, f"{ir.name}: the deadlock check", IRCheckError)
+    calls = CallGraph(ir, steps)
+    depth = fifo_calls(ir.protocol) if ir.protocol in PROTOCOLS else None
+    cycle = find_cycle(calls.n, *calls.edges(depth))  # its edges hold the unbounded graph's
+    if cycle is None:
+        return []
+    unbounded = find_cycle(calls.n, *calls.edges(None)) if depth is not None else cycle
+    if unbounded is not None:  # a cycle without FIFO limits is the one to name
+        cycle, depth = unbounded, None
+    steps = [calls.name(i) for i in cycle]
+    steps = [s for k, s in enumerate(steps) if not k or s != steps[k - 1]]
+    shown = " -> ".join("r{}.tb{}.s{}".format(*s) for s in steps[:8]) + (" -> ..." if len(steps) > 8 else "")
+    if depth is None:
+        what = f"a cycle of {len(steps)} steps through dependencies and connection order"
+    else:
+        what = (
+            f"a cycle of {len(steps)} steps once connections hold {depth} calls, as NCCL's FIFOs do "
+            f"with {ir.protocol} (a step moves one call per chunk at large sizes)"
         )
-        if depth is None:
-            what = f"a cycle of {len(steps)} steps through dependencies and connection order"
-        else:
-            what = (
-                f"a cycle of {len(steps)} steps once connections hold {depth} calls, as NCCL's FIFOs do "
-                f"with {ir.protocol} (a step moves one call per chunk at large sizes)"
-            )
-        return [Problem(f"deadlock: {what} ({shown})", *steps[0])]
-    return []
+    return [Problem(f"deadlock: {what} ({shown})", *steps[0])]

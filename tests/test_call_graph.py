@@ -1,4 +1,5 @@
-"""The deadlock check's array cycle search finds the same cycle as the list-based Kahn it replaced."""
+"""The deadlock check's array cycle search finds the same cycle as the list-based Kahn it replaced, and
+the steps it reads in bulk are those read step by step."""
 
 from __future__ import annotations
 
@@ -103,3 +104,61 @@ def test_each_call_is_named_by_its_step_past_empty_threadblocks():
     graph = CallGraph(IR("names", "custom", 2, 4, gpus))
     names = [graph.name(i) for i in range(graph.n)]
     assert names == [(0, 1, 0), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 0), (1, 0, 1)]
+
+
+def _steps_reference(ir):
+    """Per step (flags, count), per dependency (waiting step, awaited step), in the IR's order,
+    read step by step: what ``Steps`` reads once per distinct op object."""
+    start, at = {}, 0
+    for g in ir.gpus:
+        for tb in g.threadblocks:
+            start[(g.rank, tb.id)] = at
+            at += len(tb.ops)
+    steps, deps = [], []
+    for g in ir.gpus:
+        for tb in g.threadblocks:
+            for k, op in enumerate(tb.ops):
+                steps.append((op.type.sends + 2 * op.type.receives, op.count))
+                deps += [(start[(g.rank, tb.id)] + k, start[(g.rank, d.tb)] + d.op) for d in op.deps]
+    return steps, deps
+
+
+def _connections_reference(ir, links):
+    """Per connection: whether its sent counts differ from its received ones (in number or order)."""
+    tbs = {(g.rank, tb.id): tb for g in ir.gpus for tb in g.threadblocks}
+
+    def counts(rank, tb, sends):
+        ops = () if tb is None else tbs[(rank, tb)].ops
+        return [op.count for op in ops if (op.type.sends if sends else op.type.receives)]
+
+    return [counts(a, s, True) != counts(b, r, False) for (a, b, _), (s, r) in links]
+
+
+def test_steps_read_in_bulk_as_step_by_step():
+    """Ops shared by many steps (as the XML reader and the passes share them) are read once and
+    spread to every step; connections whose counts differ are the ones found."""
+    import dataclasses
+
+    from codegen.call_graph import Steps
+    from codegen.compiler import compile_program
+    from codegen.examples import allpairs_allreduce
+    from codegen.formats.xml_reader import read_xml
+    from codegen.formats.xml_writer import write_xml
+    from codegen.rules import connections
+
+    ir = read_xml(write_xml(compile_program(allpairs_allreduce.program(4)), "azure"))  # 60 steps, 39 ops
+    gpu = ir.gpus[1]
+    tb = gpu.threadblocks[0]
+    changed = dataclasses.replace(tb.ops[0], count=tb.ops[0].count + 1)  # one transfer's count differs
+    tbs = (dataclasses.replace(tb, ops=(changed, *tb.ops[1:])), *gpu.threadblocks[1:])
+    broken = dataclasses.replace(
+        ir, gpus=(ir.gpus[0], dataclasses.replace(gpu, threadblocks=tbs), *ir.gpus[2:])
+    )
+    for case in (ir, broken):
+        steps, deps = _steps_reference(case)
+        got = Steps(case)
+        assert list(zip(got.flags.tolist(), got.counts.tolist(), strict=True)) == steps
+        assert list(zip(got.dep_at.tolist(), got.dep_of.tolist(), strict=True)) == deps
+        links = sorted(connections(case).items())
+        assert got.unmatched(links).tolist() == _connections_reference(case, links)
+    assert any(_connections_reference(case, links)) and deps

@@ -159,6 +159,16 @@ def test_a_step_reads_the_same_in_every_form_the_runtimes_accept():
     assert read_xml(hexed) == ir and read_xml(moved) == ir and read_xml(spaced) == ir
 
 
+def test_a_step_in_the_writers_form_is_refused_at_its_line():
+    """Steps in the writer's form are read a threadblock at a time; a bad one still names its line."""
+    text = write_xml(compile_program(ring_allreduce.program(4)), "azure")
+    lines = text.splitlines(keepends=True)
+    at = next(k for k, line in enumerate(lines) if '<step s="2" ' in line)
+    lines[at] = lines[at].replace('depid="-1" deps="-1"', 'depid="1" deps="-1"')
+    with pytest.raises(XmlFormatError, match=rf"^bad.xml:{at + 1}: <step>: depid 1 needs deps >= 0$"):
+        read_xml("".join(lines), "bad.xml")
+
+
 def test_integers_read_as_strtol_base_0():
     assert [strtol(s) for s in ("12", "0x10", "010", "-1", "0")] == [12, 16, 8, -1, 0]
     with pytest.raises(ValueError):

@@ -43,16 +43,35 @@ _KEY = re.compile(r'[^="<> \n\r]*')
 _ATTR = re.compile(r'([^="<> \n\r]*)="([^"\n]*)"')
 _PAIR = re.compile(r' ([^="<> \n\r]+)="([^"\n]*)"')
 _ELEMENT = re.compile(r'<([^ />\n\r\t?!]+)((?: [^="<> \n\r]+="[^"\n]*")*)(/?)>')
-_INT = r"(-?(?:0|[1-9][0-9]{0,17}))"
-_FROM = r"(-1|0|[1-9][0-9]{0,17})"
-_STEP = re.compile(
-    rf'[ \n\r]*(<step s="{_INT}" type="(s|r|rcs|rrs|rrc|rrcs|cpy|re|nop)" srcbuf="([ios])" srcoff="{_FROM}" '
-    rf'dstbuf="([ios])" dstoff="{_FROM}" cnt="(0|[1-9][0-9]{{0,17}})" depid="{_FROM}" deps="{_FROM}" '
-    r'hasdep="([01])"/>)'
+_INT = r"-?(?:0|[1-9][0-9]{0,17})"
+_FROM = r"(?:-1|0|[1-9][0-9]{0,17})"
+_VALUES = (
+    rf'type="(s|r|rcs|rrs|rrc|rrcs|cpy|re|nop)" srcbuf="([ios])" srcoff="({_FROM})" dstbuf="([ios])" '
+    rf'dstoff="({_FROM})" cnt="(0|[1-9][0-9]{{0,17}})" depid="({_FROM})" deps="({_FROM})" hasdep="([01])"'
 )
-"""A ``<step>`` as xccl writes it (attributes in the writer's order, decimal integers in range,
-short values) after the spaces before it, read in one match; any other is read by
+_STEP_VALUES = re.compile(_VALUES)
+"""A step's attributes after ``s``, as xccl writes them (in the writer's order, decimal integers
+in range, short values), each value a group."""
+
+
+def _bare(pattern: str) -> str:
+    """``pattern`` with its groups made non-capturing (to match the same text as part of another)."""
+    return re.sub(r"\((?!\?)", "(?:", pattern)
+
+
+_STEP = re.compile(rf'[ \n\r]*<step s="({_INT})" ({_bare(_VALUES)})/>')
+"""A ``<step>`` as xccl writes it, after the spaces before it: its ``s``, then the rest of its
+attributes as one string (:data:`_STEP_VALUES` splits it)."""
+_STEPS = re.compile(rf"(?:{_bare(_STEP.pattern)})+")
+"""A run of :data:`_STEP` steps, read in one match (:class:`_Steps`); any other step is read by
 :meth:`_Lexer.element` as any element."""
+_NAT = r"(?:0|[1-9][0-9]{0,17})"
+_TB = re.compile(
+    rf'[ \n\r]*()<tb id="({_NAT})" send="({_FROM})" recv="({_FROM})" chan="({_NAT})">'
+    rf"((?:{_bare(_STEP.pattern)})*)[ \n\r]*</tb>"
+)
+"""A whole ``<tb>`` as xccl writes it, read in one match (:class:`_Tb`): where it starts (the empty
+group), its id, peers and channel, and its steps (a run of :data:`_STEP`)."""
 _OP_TYPES = {t.value: t for t in OpType}
 _BUFFERS = {b.value: b for b in Buffer}
 
@@ -66,21 +85,34 @@ class _Node:
     """The attributes the runtimes read: the first ``MAX_ATTRIBUTES``."""
     ignored: list[str] = field(default_factory=list)
     """Attributes past those, which the runtimes skip."""
-    children: list[_Node | _Step] = field(default_factory=list)
+    children: list[_Node | _Tb | _Steps] = field(default_factory=list)
 
 
-class _Step:
-    """A ``<step>`` read in one :data:`_STEP` match (half a million of them at 512 ranks, where
-    a :class:`_Node` with its attribute dictionary, each value checked and converted by name, was
-    most of the reading): its integers, type and buffers, in the writer's order."""
+class _Steps:
+    """Consecutive ``<step>`` elements read in one :data:`_STEPS` match, from ``pos`` to ``end`` of
+    the text (half a million steps at 512 ranks, where a :class:`_Node` per step, with its
+    attribute dictionary, each value checked and converted by name, was most of the reading); the
+    threadblock splits them with :data:`_STEP`."""
 
-    __slots__ = ("pos", "values")
+    __slots__ = ("end", "pos")
     name = "step"
     children: tuple[()] = ()
 
-    def __init__(self, pos: int, values: tuple[str, ...]) -> None:
+    def __init__(self, pos: int, end: int) -> None:
+        self.pos = pos
+        self.end = end
+
+
+class _Tb:
+    """A ``<tb>`` read in one :data:`_TB` match: its attributes, valid as they are, and its steps."""
+
+    __slots__ = ("children", "pos", "values")
+    name = "tb"
+
+    def __init__(self, pos: int, values: tuple[str, str, str, str], steps: _Steps) -> None:
         self.pos = pos
         self.values = values
+        self.children = (steps,)
 
 
 @dataclass(frozen=True)
@@ -150,6 +182,9 @@ class _Lexer:
         """The next element start (node, self-closing), or None at a closing tag (consumed by caller)."""
         self.skip_space()
         if not self.peek():
+            return None
+        if self.text.startswith("</", self.i):  # as element_by_char reads it: past its '<'
+            self.i += 1
             return None
         m = _ELEMENT.match(self.text, self.i)
         if m is not None:  # the common case in one match; anything unusual is read char by char
@@ -240,11 +275,16 @@ class _Lexer:
             raise self.fail("the first element must be <algo ...>", 0)
         root, single = got
         open_ = [] if single else [root]
-        text, step = self.text, _STEP.match
+        text, tbs, steps = self.text, _TB.match, _STEPS.match
         while open_:  # a stack, not recursion: any depth of nesting reads in constant stack
-            m = step(text, self.i)
-            if m is not None:  # most elements: read in one match
-                open_[-1].children.append(_Step(m.start(1), m.groups()[1:]))
+            m = tbs(text, self.i)
+            if m is not None:  # most threadblocks: in one match
+                open_[-1].children.append(_Tb(m.start(1), m.group(2, 3, 4, 5), _Steps(*m.span(6))))
+                self.i = m.end()
+                continue
+            m = steps(text, self.i)
+            if m is not None:  # most elements: a threadblock's steps in one match
+                open_[-1].children.append(_Steps(m.start(), m.end()))
                 self.i = m.end()
                 continue
             got = self.element()
@@ -388,9 +428,9 @@ class _Read:
     """The ``s`` of every step, per (rank, threadblock id) (:attr:`XmlFacts.step_numbers`)."""
     refs: dict[tuple[str, str], Ref] = field(default_factory=dict)
     """Each location read, by its ``buf`` and ``off`` as written (one ``Ref`` for all its uses)."""
-    ops: dict[tuple[int, ...], dict[tuple[str, ...], Op]] = field(default_factory=dict)
-    """Per buffer sizes (an ``rrc``'s operand is read against them), each op read, by the values
-    of its :data:`_STEP` match but the step number: a 512-rank schedule's half a million steps
+    ops: dict[tuple[int, ...], dict[str, Op]] = field(default_factory=dict)
+    """Per buffer sizes (an ``rrc``'s operand is read against them), each op read, by its
+    attributes after ``s`` as written (:data:`_STEP`): a 512-rank schedule's half a million steps
     are some 30,000 distinct ops."""
 
 
@@ -411,32 +451,36 @@ def _gpu(lex: _Lexer, node: _Node, ngpus: int, read: _Read) -> Gpu:
 
 
 def _threadblock(
-    lex: _Lexer, node: _Node, sizes: dict[Buffer, int], read: _Read
+    lex: _Lexer, node: _Node | _Tb, sizes: dict[Buffer, int], read: _Read
 ) -> tuple[Threadblock, tuple[int, ...]]:
     """The threadblock and the ``s`` of each of its steps."""
-    refs, known = read.refs, read.ops.setdefault(tuple(sizes.values()), {})
+    known = read.ops.setdefault(tuple(sizes.values()), {})
     t = _Attrs(lex, node)
-    send, recv = t.int("send", -1), t.int("recv", -1)
+    if type(node) is _Tb:
+        tb_id, send, recv, chan = map(int, node.values)
+    else:
+        send, recv = t.int("send", -1), t.int("recv", -1)
     ops = []
     numbers = []
     for step in node.children:
         if step.name != "step":
             continue
-        if type(step) is _Step:  # a step written as another was is the same (frozen) op
-            numbers.append(int(step.values[0]))
-            op = known.get(step.values[1:])
-            if op is None:
-                op = known[step.values[1:]] = _read_op(lex, step, sizes, refs)
-            ops.append(op)
+        if type(step) is _Steps:  # a step written as another was is the same (frozen) op
+            found = _STEP.findall(lex.text, step.pos, step.end)
+            numbers += [int(number) for number, _ in found]
+            ops += [
+                known[values] if values in known else _read_op(lex, step, values, sizes, read)
+                for _, values in found
+            ]
             continue
         s = _Attrs(lex, step)
         for key in _STEP_ATTRS:
             s.str(key)
         numbers.append(s.int("s"))
         ops.append(_op(s, sizes))
-    tb = Threadblock(
-        t.int("id", 0), None if send < 0 else send, None if recv < 0 else recv, t.int("chan", 0), tuple(ops)
-    )
+    if type(node) is not _Tb:  # read after the steps: a wrong step is reported first
+        tb_id, chan = t.int("id", 0), t.int("chan", 0)
+    tb = Threadblock(tb_id, None if send < 0 else send, None if recv < 0 else recv, chan, tuple(ops))
     return tb, tuple(numbers)
 
 
@@ -477,13 +521,14 @@ def _op(s: _Attrs, sizes: dict[Buffer, int]) -> Op:
     )
 
 
-def _read_op(lex: _Lexer, step: _Step, sizes: dict[Buffer, int], refs: dict[tuple[str, str], Ref]) -> Op:
-    """:func:`_op` of a step :data:`_STEP` matched, whose values need no more checks than its
-    dependency's (``refs``: the locations read so far)."""
-    _, kind, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, hasdep = step.values
-    op_type = _OP_TYPES[kind]
+def _read_op(lex: _Lexer, run: _Steps, values: str, sizes: dict[Buffer, int], read: _Read) -> Op:
+    """:func:`_op` of a step in ``run`` whose attributes after ``s`` are ``values``, which need no
+    more checks than its dependency's, kept in ``read`` for the steps written as it is."""
+    kind, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, hasdep = _STEP_VALUES.fullmatch(values).groups()
+    op_type, refs = _OP_TYPES[kind], read.refs
     if depid != "-1" and deps == "-1":
-        raise _Attrs(lex, step).fail(f"depid {depid} needs deps >= 0")
+        at = next(m.start(2) for m in _STEP.finditer(lex.text, run.pos, run.end) if m[2] == values)
+        raise lex.fail(f"<step>: depid {depid} needs deps >= 0", at)  # the line of its first such step
     src = refs.get((srcbuf, srcoff))
     if src is None:
         src = refs[(srcbuf, srcoff)] = Ref(_BUFFERS[srcbuf], int(srcoff))
@@ -496,7 +541,7 @@ def _read_op(lex: _Lexer, step: _Step, sizes: dict[Buffer, int], refs: dict[tupl
         and 0 <= dst.index < sizes[dst.buffer]
     ):
         src = dst  # as _op reads it
-    return Op(
+    op = Op(
         op_type,
         src if op_type.reads_src else None,
         dst if op_type.writes_dst else None,
@@ -504,6 +549,8 @@ def _read_op(lex: _Lexer, step: _Step, sizes: dict[Buffer, int], refs: dict[tupl
         (Dep(int(depid), int(deps)),) if depid != "-1" else (),
         hasdep == "1",
     )
+    read.ops[tuple(sizes.values())][values] = op
+    return op
 
 
 def _infer_root(ir: IR) -> IR:

@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import chain
+from operator import attrgetter
 
 from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock
 from codegen.rules.dialects import Dialect
@@ -39,12 +42,14 @@ def dialect_problems(ir: IR, d: Dialect) -> list[Problem]:
     """What the runtime ``d`` rejects, would corrupt or would never select in ``ir``."""
     out = _algo_problems(ir, d)
     out.extend(empty_grid_problems(ir))
+    marked = _marked_steps(ir, d)
     for gpu in ir.gpus:
         out.extend(_gpu_problems(ir, gpu, d))
-        awaited = {(dep.tb, dep.op) for tb in gpu.threadblocks for op in tb.ops for dep in op.deps}
+        awaited = _awaited(gpu, d)
         for tb in gpu.threadblocks:
             out.extend(_threadblock_problems(gpu.rank, tb, d, awaited))
-            out.extend(_step_problems(gpu.rank, tb, d))
+            if not marked.isdisjoint(map(id, tb.ops)):
+                out.extend(_step_problems(gpu.rank, tb, d))
     if d.xml is not None:
         out.extend(xml_problems(ir))
     return out
@@ -57,7 +62,7 @@ def layout_problems(ir: IR, d: Dialect, steps: bool = True) -> list[Problem]:
     out = []
     for gpu in ir.gpus:
         out.extend(_layout_problems(gpu, d))
-        awaited = {(dep.tb, dep.op) for tb in gpu.threadblocks for op in tb.ops for dep in op.deps}
+        awaited = _awaited(gpu, d)
         for tb in gpu.threadblocks:
             found = (_steps_problem(gpu.rank, tb, d) if steps else None, _awaited_id_problem(gpu.rank, tb, d, awaited))
             out.extend(p for p in found if p)
@@ -219,6 +224,14 @@ def _steps_problem(r: int, tb: Threadblock, d: Dialect) -> Problem | None:
     return None
 
 
+def _awaited(gpu: Gpu, d: Dialect) -> set[tuple[int, int]]:
+    """The (threadblock, step) others wait on in ``gpu``, as far as :func:`_awaited_id_problem`
+    asks: none where every id is one the runtime can name (half a million steps at 512 ranks)."""
+    if all(tb.id <= d.max_dep_threadblock for tb in gpu.threadblocks):
+        return set()
+    return {(dep.tb, dep.op) for tb in gpu.threadblocks for op in tb.ops for dep in op.deps}
+
+
 def _awaited_id_problem(r: int, tb: Threadblock, d: Dialect, awaited: set) -> Problem | None:
     if tb.id > d.max_dep_threadblock and any((tb.id, k) in awaited for k in range(len(tb.ops))):
         return _awaited_id(r, tb.id, d)
@@ -228,6 +241,22 @@ def _awaited_id_problem(r: int, tb: Threadblock, d: Dialect, awaited: set) -> Pr
 def _awaited_id(r: int, t: int, d: Dialect) -> Problem:
     """A threadblock others wait on whose id the runtime cannot name (``depid`` is an int8)."""
     return Problem(f"other threadblocks wait for it, but its id exceeds {d.max_dep_threadblock}", r, t)
+
+
+def _marked_steps(ir: IR, d: Dialect) -> set[int]:
+    """The ids of the ``Op`` objects in ``ir`` that :func:`_step_problems` may find fault with
+    (steps it rejects, and the nops it follows): a threadblock without one has none. Judged once
+    per object: the IR shares one among the steps written alike (some 30,000 for half a million
+    steps at 512 ranks)."""
+    ops = list(chain.from_iterable(tb.ops for gpu in ir.gpus for tb in gpu.threadblocks))
+    folds = d.deps_per_step is not None
+    return {
+        key
+        for key, op in dict(zip(map(id, ops), ops, strict=True)).items()
+        if op.type not in d.op_types
+        or (folds and (op.type is OpType.NOP or len(op.deps) > d.deps_per_step))
+        or (op.type is not OpType.NOP and op.count > d.max_count)
+    }
 
 
 def _step_problems(r: int, tb: Threadblock, d: Dialect) -> list[Problem]:
@@ -272,6 +301,8 @@ class Folded:
 
 def fold_steps(ops: Sequence[Op], d: Dialect) -> tuple[Folded, ...]:
     """How ``d``'s parser reads one threadblock's steps (see the module docstring)."""
+    if _FOLDING.isdisjoint(map(_TYPE, ops)):  # no nop, no re (most threadblocks): each step runs alone
+        return tuple(Folded((i,), op.deps) if op.deps else _alone(i) for i, op in enumerate(ops))
     out: list[Folded] = []
     pending: list[Dep] = []
     chain: tuple | None = None  # the (destination, source buffer) the last transmission may extend
@@ -288,3 +319,15 @@ def fold_steps(ops: Sequence[Op], d: Dialect) -> tuple[Folded, ...]:
         chained = key is not None and not op.has_dep and len(out[-1].ops) < d.reduce_fusion
         chain = key if chained else None
     return tuple(out)
+
+
+_FOLDING = frozenset((OpType.NOP, OpType.REDUCE))
+"""The steps :func:`fold_steps` may fold into others."""
+_TYPE = attrgetter("type")
+
+
+@lru_cache(maxsize=1 << 12)
+def _alone(i: int) -> Folded:
+    """Step ``i`` run alone, without dependencies: one (frozen) object for every threadblock, where
+    half a million steps at 512 ranks made one each."""
+    return Folded((i,), ())
