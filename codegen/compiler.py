@@ -20,7 +20,7 @@ from codegen.ir import IR
 from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.passes.aggregate_chunks import WINDOW
-from codegen.passes.assign_threadblocks import unpaired_bounds
+from codegen.passes.assign_threadblocks import step_bounds, unpaired_bounds
 from codegen.passes.insert_dependencies import awaited
 from codegen.pipeline import CompileOptions, PassRecord, PipelineResult, run_pipeline
 from codegen.rules import (
@@ -50,6 +50,9 @@ _LAYOUT = frozenset({"channels", "compact"})
 _HELD = 4
 """Results kept per FIFO bound for a later layout that assigns the same channels: the default
 layout's widths (up to three at 128 ranks), which layout 1 often repeats at its first width."""
+_BUILDING = ("insert_dependencies", "fold_deps_into_nops", "mark_has_dep", "size_buffers")
+"""The default passes after the placement: the IR's steps per threadblock are those
+``assign_threadblocks.step_bounds`` bounds."""
 
 
 @gc_paused()
@@ -161,7 +164,9 @@ class _Layouts:
     tried without building the IR, widening or asking whether the order deadlocks (the other order
     is not tried for that layout). Layouts 0 and 1 of a timed program are judged before their
     channels are assigned, by bounds every assignment's threadblocks meet
-    (``assign_threadblocks.unpaired_bounds``)."""
+    (``assign_threadblocks.unpaired_bounds``). A width whose steps per threadblock the placement
+    tells (``assign_threadblocks.step_bounds``) is widened from without building its IR: only the
+    width a layout stops at is built."""
 
     def __init__(self, job: _Job, tails: _Tails) -> None:
         self.job, self.tails = job, tails
@@ -219,16 +224,19 @@ class _Layouts:
             # a layout but the last is judged by its threadblocks as soon as they are placed
             # (_RuledOut): more channels only add threadblocks, and so does the other order
             judge = None if d is None or compact == self.last else d
-            result = tails.built(tails.placed(bounded, verify, dumps, width, compact, judge))
-            ir = result.result
-            if not isinstance(ir, IR):
-                return result
-            if not compact and d is not None and layout_problems(ir, d, steps=False):
-                return result  # more channels only add threadblocks: the compact layouts are next
-            steps = _most_steps(ir)
+            placed = tails.placed(bounded, verify, dumps, width, compact, judge)
             widens = job.channels is None and limit is not None and width * job.instances < widest
+            steps = tails.steps(placed) if widens else None  # known without the IR, where it tells
+            if steps is None:
+                result = tails.built(placed)
+                ir = result.result
+                if not isinstance(ir, IR):
+                    return result
+                if not compact and d is not None and layout_problems(ir, d, steps=False):
+                    return result  # more channels only add threadblocks: the compact layouts are next
+                steps = _most_steps(ir)
             if not widens or steps <= limit or (before is not None and _stops(compact, steps, before, level)):
-                return result
+                return tails.built(placed)
             level, before = steps == before, steps
             width = min(widest // job.instances, max(width + 1, width * -(-steps // limit)))
 
@@ -253,6 +261,8 @@ class _Tails:
         # the bounds of unpaired_bounds hold for these passes' layouts 0 and 1, judged where built
         unpaired = self.assign + self.placing == ("assign_channels", "assign_threadblocks")
         self.unpaired = bool(self.building) and unpaired
+        # and those of step_bounds for these passes after the placement
+        self.counted = self.placing == ("assign_threadblocks",) and self.building == _BUILDING
         self.ordered: dict[tuple, PipelineResult] = {}
         self.last: dict[tuple, dict[tuple, _Placement]] = {}  # after assignment
         self.checked: tuple[IR, bool] | None = None
@@ -305,6 +315,21 @@ class _Tails:
                 raise _RuledOut(entry.problems[0])
         return _Try(entry, options, verify, dumps, self.head.records + start.records + assigned.records)
 
+    def steps(self, attempt: _Try) -> int | None:
+        """The most steps a threadblock of the attempt's IR takes, where its placement tells it
+        (``step_bounds`` agree) and the IR is neither built yet nor to be checked after each pass;
+        else None."""
+        entry = attempt.entry
+        if not self.counted or attempt.verify or entry.built is not None:
+            return None
+        if not isinstance(entry.placed.result, ScheduledDAG):
+            return None
+        if entry.steps is None:
+            bounds = step_bounds(entry.placed.result)
+            entry.steps = (max((b[0] for b in bounds), default=0), max((b[1] for b in bounds), default=0))
+        least, most = entry.steps
+        return least if least == most else None
+
     def built(self, attempt: _Try) -> PipelineResult:
         """The IR of the attempt's placement, built once, with the records of every pass that made
         it (once each)."""
@@ -325,11 +350,13 @@ class _Tails:
 @dataclass
 class _Placement:
     """The threadblocks placed for one channel assignment (``placed``), and what was found of them
-    as later attempts needed it: the IR built from them, their problems for the runtime."""
+    as later attempts needed it: the IR built from them, their problems for the runtime, the bounds
+    on their steps per threadblock (least, most)."""
 
     placed: PipelineResult
     built: PipelineResult | None = None
     problems: list[Problem] | None = None
+    steps: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
