@@ -95,6 +95,8 @@ class _Taken:
     by_depth: dict[tuple, bool] = field(default_factory=dict)
     """(src, dst, inst, ch, depth of the send) -> whether one of its transfers is drained (has more
     calls than the FIFO holds and runs with its receive, see :func:`_serializes`)."""
+    passed_busy: bool = False
+    """Whether a flow passed over a channel for being busy while it runs (a timed program)."""
 
 
 _SAME_DAG = SameObjects()
@@ -113,13 +115,22 @@ def assign_channels(
     groups = _SAME_DAG.get([dag], "groups", lambda: _groups(dag))
     _check_hinted_threadblocks(dag, groups)
     # the compact layouts differ only after this pass: the compiler's layouts 1 and 2 at one width
-    # would assign the same channels twice
+    # would assign the same channels twice; and at one channel often the default layout's
+    one = _SAME_DAG.get([dag], ("at one channel", max_channels), dict)  # that one's, once assigned
+    if compact and channels == 1 and _as_plain(one):
+        return one["plain"][0]
     key = ("assigned", channels, max_channels, compact > 0)
-    return _SAME_DAG.get([dag], key, lambda: _assign(dag, groups, channels, max_channels, compact > 0))
+    made = _SAME_DAG.get([dag], key, lambda: _assign(dag, groups, channels, max_channels, compact > 0))
+    if not compact and channels == 1:
+        one["plain"] = made
+    return made[0]
 
 
-def _assign(dag: InstrDAG, groups: dict[int, tuple], channels: int, max_channels: int, compact: bool) -> ChannelDAG:
-    """:func:`assign_channels` once its hints are checked."""
+def _assign(
+    dag: InstrDAG, groups: dict[int, tuple], channels: int, max_channels: int, compact: bool
+) -> tuple[ChannelDAG, bool]:
+    """:func:`assign_channels` once its hints are checked, and whether a flow passed a busy channel
+    over (:func:`_as_plain`)."""
     taken = _Taken()
     local: list[int | None] = [None] * len(dag.instrs)  # each instruction's channel in its instance
     shares = _shares(dag, channels, max_channels) if compact else None
@@ -155,7 +166,23 @@ def _assign(dag: InstrDAG, groups: dict[int, tuple], channels: int, max_channels
         ch = _place(dag, flow, transfers, pinned, (candidates, lead), hint is not None, taken, max_channels)
         for i in flow:
             local[i] = ch
-    return ChannelDAG(dag, _global_channels(dag, local, max_channels))
+    return ChannelDAG(dag, _global_channels(dag, local, max_channels)), taken.passed_busy
+
+
+def _as_plain(one: dict[str, tuple[ChannelDAG, bool]]) -> bool:
+    """Whether a compact layout at one channel takes the default layout's channels there (``one``:
+    its assignment, and whether a flow passed a busy channel over, once made): where no flow passed
+    one over (at 512 ranks the hierarchical alltoall's layout 1 assigned them again: 3-4 s).
+
+    Why. At one channel every connection's share is one channel (:func:`_shares`) and its round
+    robin starts at channel 0, so a flow of either layout tries its hint alone, or channel 0, then
+    1, 2, ... in that order; but in a timed program the default layout tries first those on which
+    no connection is busy while the flow runs, where the compact one sorts only channel 0 so. Where
+    the default layout found no channel it tried busy, each flow of the compact one, given the same
+    channels taken before it, tries the same channels in the same order with the same outcome: it
+    takes the same channel (by induction over the flows)."""
+    plain = one.get("plain")
+    return plain is not None and not plain[1]
 
 
 class _Tries:
@@ -220,6 +247,7 @@ def _place_lone(
                 else _busy_while(dag, s, key, start, end, taken)
             ):
                 busy.append(ch)
+                taken.passed_busy = True
                 continue
         if _lone_fits(one, key, taken):
             return _commit_lone(dag, one, key, taken, timed)
@@ -413,6 +441,7 @@ def _idle_first(
     for ch in lead:
         if any(_busy(dag, s, inst, ch, taken) for s, _ in transfers):
             busy.append(ch)
+            taken.passed_busy = True
         else:
             yield ch
     yield from busy
