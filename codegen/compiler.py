@@ -226,7 +226,7 @@ class _Layouts:
             judge = None if d is None or compact == self.last else d
             placed = tails.placed(bounded, verify, dumps, width, compact, judge)
             widens = job.channels is None and limit is not None and width * job.instances < widest
-            steps = tails.steps(placed) if widens else None  # known without the IR, where it tells
+            steps = tails.steps(placed, limit) if widens else None  # known without the IR, where told
             if steps is None:
                 result = tails.built(placed)
                 ir = result.result
@@ -315,15 +315,16 @@ class _Tails:
                 raise _RuledOut(entry.problems[0])
         return _Try(entry, options, verify, dumps, self.head.records + start.records + assigned.records)
 
-    def steps(self, attempt: _Try) -> int | None:
+    def steps(self, attempt: _Try, limit: int) -> int | None:
         """The most steps a threadblock of the attempt's IR takes, where its placement tells it
-        (``step_bounds`` agree) and the IR is neither built yet nor to be checked after each pass;
-        else None."""
-        entry = attempt.entry
-        if not self.counted or attempt.verify or entry.built is not None:
+        (``step_bounds`` agree) and they are more than ``limit``, and the IR is neither built yet nor
+        to be checked after each pass; else None (an IR that may fit is built anyway)."""
+        entry, plans = attempt.entry, attempt.entry.placed.result
+        known = self.counted and isinstance(plans, ScheduledDAG) and entry.built is None
+        if not known or attempt.verify:
             return None
-        if not isinstance(entry.placed.result, ScheduledDAG):
-            return None
+        if max((len(plan.instrs) for tbs in plans.threadblocks for plan in tbs), default=0) <= limit:
+            return None  # a step per instruction at least: where that fits, so may the IR
         if entry.steps is None:
             bounds = step_bounds(entry.placed.result)
             entry.steps = (max((b[0] for b in bounds), default=0), max((b[1] for b in bounds), default=0))
