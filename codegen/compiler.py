@@ -226,7 +226,9 @@ class _Layouts:
             judge = None if d is None or compact == self.last else d
             placed = tails.placed(bounded, verify, dumps, width, compact, judge)
             widens = job.channels is None and limit is not None and width * job.instances < widest
-            steps = tails.steps(placed, limit) if widens else None  # known without the IR, where told
+            # known without the IR, where the placement tells them (a placement of the default
+            # layout was judged too: what layout_problems below finds without steps, it found)
+            steps = tails.steps(placed, limit) if widens else None
             if steps is None:
                 result = tails.built(placed)
                 ir = result.result

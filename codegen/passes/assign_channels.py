@@ -95,8 +95,7 @@ class _Taken:
     by_depth: dict[tuple, bool] = field(default_factory=dict)
     """(src, dst, inst, ch, depth of the send) -> whether one of its transfers is drained (has more
     calls than the FIFO holds and runs with its receive, see :func:`_serializes`)."""
-    passed_busy: bool = False
-    """Whether a flow passed over a channel for being busy while it runs (a timed program)."""
+    passed_busy: bool = False  # whether a flow passed a channel over for being busy while it runs
 
 
 _SAME_DAG = SameObjects()
@@ -109,15 +108,21 @@ def assign_channels(
     dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS, compact: int = 0
 ) -> ChannelDAG:
     """Channels for flows: the user's, else round robin over ``channels``, moving on conflicts
-    (``compact`` 1 or more: each connection over its share of them, see :func:`_shares`)."""
+    (``compact`` 1 or more: each connection over its share of them, see :func:`_shares`).
+
+    A compact layout at one channel takes the default layout's channels where no flow of that one
+    passed a busy channel over (the 512-rank alltoall's layout 1 assigned them again, 3-4 s): both
+    try a flow's hint, or channels 0, 1, 2, ... in order (each share is one, each round robin starts
+    at 0), the default one in a timed program first those not busy while the flow runs; where none
+    was, each compact flow, given the same channels taken before it, takes the same (by induction)."""
     if channels < 1:
         raise CodegenError(f"{dag.info.name}: channels: expected at least 1, got {channels}")
     groups = _SAME_DAG.get([dag], "groups", lambda: _groups(dag))
     _check_hinted_threadblocks(dag, groups)
     # the compact layouts differ only after this pass: the compiler's layouts 1 and 2 at one width
-    # would assign the same channels twice; and at one channel often the default layout's
-    one = _SAME_DAG.get([dag], ("at one channel", max_channels), dict)  # that one's, once assigned
-    if compact and channels == 1 and _as_plain(one):
+    # would assign the same channels twice; and at one channel they often take the default one's
+    one = _SAME_DAG.get([dag], ("at one channel", max_channels), dict)  # "plain": (its, passed busy)
+    if compact and channels == 1 and one.get("plain", (None, True))[1] is False:
         return one["plain"][0]
     key = ("assigned", channels, max_channels, compact > 0)
     made = _SAME_DAG.get([dag], key, lambda: _assign(dag, groups, channels, max_channels, compact > 0))
@@ -126,11 +131,8 @@ def assign_channels(
     return made[0]
 
 
-def _assign(
-    dag: InstrDAG, groups: dict[int, tuple], channels: int, max_channels: int, compact: bool
-) -> tuple[ChannelDAG, bool]:
-    """:func:`assign_channels` once its hints are checked, and whether a flow passed a busy channel
-    over (:func:`_as_plain`)."""
+def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compact: bool) -> tuple[ChannelDAG, bool]:
+    """:func:`assign_channels` once its hints are checked; whether a flow passed a busy channel over."""
     taken = _Taken()
     local: list[int | None] = [None] * len(dag.instrs)  # each instruction's channel in its instance
     shares = _shares(dag, channels, max_channels) if compact else None
@@ -167,22 +169,6 @@ def _assign(
         for i in flow:
             local[i] = ch
     return ChannelDAG(dag, _global_channels(dag, local, max_channels)), taken.passed_busy
-
-
-def _as_plain(one: dict[str, tuple[ChannelDAG, bool]]) -> bool:
-    """Whether a compact layout at one channel takes the default layout's channels there (``one``:
-    its assignment, and whether a flow passed a busy channel over, once made): where no flow passed
-    one over (at 512 ranks the hierarchical alltoall's layout 1 assigned them again: 3-4 s).
-
-    Why. At one channel every connection's share is one channel (:func:`_shares`) and its round
-    robin starts at channel 0, so a flow of either layout tries its hint alone, or channel 0, then
-    1, 2, ... in that order; but in a timed program the default layout tries first those on which
-    no connection is busy while the flow runs, where the compact one sorts only channel 0 so. Where
-    the default layout found no channel it tried busy, each flow of the compact one, given the same
-    channels taken before it, tries the same channels in the same order with the same outcome: it
-    takes the same channel (by induction over the flows)."""
-    plain = one.get("plain")
-    return plain is not None and not plain[1]
 
 
 class _Tries:
