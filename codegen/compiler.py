@@ -8,10 +8,11 @@ program first, so both go through the same passes.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import repeat
 
 from codegen.check import check_ir, find_deadlock
+from codegen.chunk_dag import ChunkDAG
 from codegen.dsl import PROTOCOLS, ChunkProgram
 from codegen.errors import CodegenError, DslError, NoLayoutError
 from codegen.instr_dag import InstrDAG
@@ -19,9 +20,9 @@ from codegen.ir import IR
 from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.passes.aggregate_chunks import WINDOW
-from codegen.passes.assign_threadblocks import unpaired_bounds
+from codegen.passes.assign_threadblocks import step_bounds, unpaired_bounds
 from codegen.passes.insert_dependencies import awaited
-from codegen.pipeline import CompileOptions, PipelineResult, run_pipeline
+from codegen.pipeline import CompileOptions, PassRecord, PipelineResult, run_pipeline
 from codegen.rules import (
     MAX_CHANNELS,
     MAX_COUNT,
@@ -49,6 +50,9 @@ _LAYOUT = frozenset({"channels", "compact"})
 _HELD = 4
 """Results kept per FIFO bound for a later layout that assigns the same channels: the default
 layout's widths (up to three at 128 ranks), which layout 1 often repeats at its first width."""
+_BUILDING = ("insert_dependencies", "fold_deps_into_nops", "mark_has_dep", "size_buffers")
+"""The default passes after the placement: the IR's steps per threadblock are those
+``assign_threadblocks.step_bounds`` bounds."""
 
 
 @gc_paused()
@@ -75,30 +79,20 @@ def run_compiler(
     ``channels=None`` (auto) starts with one channel per instance and spreads flows over more while a
     threadblock has more steps than the dialect allows; an integer fixes the count. The plain
     critical-path order is kept when it is deadlock-free with the runtime's bounded FIFOs, else
-    the order within the bound is used (``order_by_critical_path``). A layout but the last is
-    judged by its threadblocks (per rank, per channel, ids waited on) as soon as
-    ``assign_threadblocks`` places them: where they pass the runtime's, the next layout is tried
-    without building the IR, widening or asking whether the order deadlocks (the other order is
-    not tried for that layout). Layouts 0 and 1 of a timed program are judged before their
-    channels are assigned, by bounds every assignment's threadblocks meet
-    (``assign_threadblocks.unpaired_bounds``). ``port_order``: a timed
-    program's sends take each port in the schedule's order (``order_ports``; ``port_overlap``: but
-    not the sends the schedule overlaps there). ``window``: how close
-    in time (a fraction of a timed program's span) the pieces merged into one op start
+    the order within the bound is used (``order_by_critical_path``); where the default threadblock
+    layout does not fit the runtime, the compact ones are tried (:class:`_Layouts`). ``port_order``:
+    a timed program's sends take each port in the schedule's order (``order_ports``;
+    ``port_overlap``: but not the sends the schedule overlaps there). ``window``: how close in time
+    (a fraction of a timed program's span) the pieces merged into one op start
     (``aggregate_chunks``). Where the result holds more elements on a rank than the XML reader
     does, it is compiled once more with ``reader_refused`` (``fit_xml_reader`` widens the window).
     """
     program.verify()
-    dag = program.chunk_dag()
-    if protocol is not None:
-        if protocol not in PROTOCOLS:
-            raise DslError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-        dag = replace(dag, info=replace(dag.info, protocol=protocol))
+    dag = _in_protocol(program.chunk_dag(), protocol)
     instances = program.instances if instances is None else instances
     d = None if dialect is None else get_dialect(dialect)
     max_channels = MAX_CHANNELS if d is None else d.max_channels
     _check_width(program.name, instances, channels, max_channels)
-    limit = None if d is None else d.max_steps
     fixed = {
         "max_channels": max_channels,
         "max_count": MAX_COUNT if d is None else d.max_count,
@@ -108,96 +102,145 @@ def run_compiler(
         "max_nodes": MAX_NODES if d is not None and d.xml is not None else None,
         "reader_refused": reader_refused,
     }
+    job = _Job(dag, pipeline, d, channels, instances, fixed, verify_each, print_after)
+    result = _compiled(job)
+    ir = result.result
+    refused = reader_refused or result.window is not None  # (fit_xml_reader widened it already)
+    if isinstance(ir, IR) and not refused and _over_reader(ir, fixed["max_nodes"]):
+        # the threadblocks and nops made after fit_xml_reader took a rank over the XML reader, as its
+        # count could not tell: compiled again with its wider windows (this IR let go first)
+        records, ir, result = result.records, None, None
+        again = _compiled(replace(job, fixed={**fixed, "reader_refused": True}))
+        result = replace(again, records=records + again.records)
+    if isinstance(result.result, IR):
+        check_ir(result.result, d)
+    return result
 
-    # the passes before the first that takes the FIFO bound or the channel count run once; only the
-    # rest is rerun for another order or width (passes return new stages, never change their input)
-    prefix, rest = _split(pipeline)
-    head = run_pipeline(dag, prefix, CompileOptions(instances=instances, **fixed), verify_each, print_after)
-    tails = _Tails(head, rest, instances, fixed)
-    last = 3 if d is not None else 0  # the last layout tried
 
-    def attempt(bounded: bool, verify: bool, dumps: tuple[str, ...], compact: int) -> PipelineResult:
-        # a compact layout caps each connection's share at the runtime's channels, so its width may
-        # pass them: the lighter connections keep spreading while steps fall. The default layout
-        # stops where steps grow or stay level twice (its round robin over all flows may leave them
-        # level for a width, then fall: a ring alltoall's 65, 65, 41; but the hierarchical alltoall
-        # at 512 ranks went 72, 72, 72, 72 for 1, 2, 4, 8 channels: every tail a whole IR, ~10 s)
-        width, widest, before = channels or 1, max_channels * (max_channels if compact else 1), None
+def _in_protocol(dag: ChunkDAG, protocol: str | None) -> ChunkDAG:
+    """``dag`` in ``protocol`` (None: its own)."""
+    if protocol is None:
+        return dag
+    if protocol not in PROTOCOLS:
+        raise DslError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    return replace(dag, info=replace(dag.info, protocol=protocol))
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What one compile of a program's chunk DAG is given: ``run_compiler``'s options, checked
+    (``fixed``: those no layout, width or order tried changes). A compile again for the XML reader
+    differs in ``fixed["reader_refused"]`` alone."""
+
+    dag: ChunkDAG
+    pipeline: tuple[str, ...]
+    d: Dialect | None
+    channels: int | None
+    instances: int
+    fixed: dict
+    verify_each: bool
+    print_after: tuple[str, ...]
+
+
+def _compiled(job: _Job) -> PipelineResult:
+    """One compile of ``job``, ``window`` set where ``fit_xml_reader`` widened it. The passes before
+    the first that takes the FIFO bound or the channel count run once; only the rest is rerun for
+    another order, width or layout (passes return new stages, never change their input)."""
+    prefix, rest = _split(job.pipeline)
+    options = CompileOptions(instances=job.instances, **job.fixed)
+    head = run_pipeline(job.dag, prefix, options, job.verify_each, job.print_after)
+    result = _Layouts(job, _Tails(head, rest, job.instances, job.fixed)).search()
+    return replace(result, window=getattr(getattr(head.result, "info", None), "merge_window", None))
+
+
+class _Layouts:
+    """The threadblock layouts a compile tries: the default one; where it exceeds the runtime's
+    threadblocks (or finds no channel for a flow) the compact ones: each connection kept to its
+    share of the channels, then also a timed program's sends and receives sharing threadblocks,
+    busiest with busiest, then busiest with idlest (``assign_channels``, ``assign_threadblocks``).
+
+    A layout but the last is judged by its threadblocks (per rank, per channel, ids waited on) as
+    soon as ``assign_threadblocks`` places them: where they pass the runtime's, the next layout is
+    tried without building the IR, widening or asking whether the order deadlocks (the other order
+    is not tried for that layout). Layouts 0 and 1 of a timed program are judged before their
+    channels are assigned, by bounds every assignment's threadblocks meet
+    (``assign_threadblocks.unpaired_bounds``). A width whose steps per threadblock the placement
+    tells (``assign_threadblocks.step_bounds``) is widened from without building its IR: only the
+    width a layout stops at is built."""
+
+    def __init__(self, job: _Job, tails: _Tails) -> None:
+        self.job, self.tails = job, tails
+        self.last = 3 if job.d is not None else 0  # the last layout tried
+        self.limit = None if job.d is None else job.d.max_steps
+
+    def search(self) -> PipelineResult:
+        """The first layout whose IR fits the runtime; the last one's where none does, unless its
+        problems are the layout's (:class:`NoLayoutError`)."""
+        d = self.job.d
+        for compact in range(self.last + 1):
+            try:
+                result = self.layout(compact)
+            except CodegenError:  # and _RuledOut: the layout's threadblocks pass the runtime's
+                if compact == self.last:
+                    raise
+                continue
+            if not isinstance(result.result, IR) or d is None:
+                break
+            problems = layout_problems(result.result, d)
+            if not problems:
+                break
+            if compact == self.last:
+                binding = bool(layout_problems(result.result, d, steps=False))
+                raise NoLayoutError(_no_layout(result.result, d, problems), threadblocks=binding)
+        return result
+
+    def layout(self, compact: int) -> PipelineResult:
+        """The reference compiler's order, if it is deadlock-free with the runtime's FIFOs too (it
+        uses fewer channels); else the order within the FIFO bound (``order_by_critical_path``).
+        Its threadblocks are judged first (:class:`_RuledOut`): at 512 ranks the trees allgather's
+        default layout (140 threadblocks per rank, past azure's limits) was built whole and checked
+        for nothing."""
+        job = self.job
+        result = self.attempt(False, False, (), compact)
+        if isinstance(result.result, IR) and self.tails.deadlock_free(result.result):
+            if job.verify_each or job.print_after:
+                result = self.attempt(False, job.verify_each, job.print_after, compact)
+        else:
+            result = self.attempt(True, job.verify_each, job.print_after, compact)
+        return result
+
+    def attempt(self, bounded: bool, verify: bool, dumps: tuple[str, ...], compact: int) -> PipelineResult:
+        """One layout in one order, widened while its threadblocks take more steps than the runtime
+        allows. A compact layout caps each connection's share at the runtime's channels, so its
+        width may pass them: the lighter connections keep spreading while steps fall. The default
+        layout stops where steps grow or stay level twice (its round robin over all flows may leave
+        them level for a width, then fall: a ring alltoall's 65, 65, 41; but the hierarchical
+        alltoall at 512 ranks went 65, 65, 65 for 1, 2, 4 channels)."""
+        job, d, tails, limit = self.job, self.job.d, self.tails, self.limit
+        max_channels = job.fixed["max_channels"]
+        width, widest, before = job.channels or 1, max_channels * (max_channels if compact else 1), None
         level = False
         while True:
             # a layout but the last is judged by its threadblocks as soon as they are placed
             # (_RuledOut): more channels only add threadblocks, and so does the other order
-            judge = None if d is None or compact == last else d
-            result = tails.run(bounded, verify, dumps, width, compact, judge)
-            ir = result.result
-            if not isinstance(ir, IR):
-                return result
-            if not compact and d is not None and layout_problems(ir, d, steps=False):
-                return result  # more channels only add threadblocks: the compact layouts are next
-            steps = max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
-            if channels is not None or limit is None or steps <= limit or width * instances >= widest:
-                return result
-            if before is not None and _stops(compact, steps, before, level):
-                return result
+            judge = None if d is None or compact == self.last else d
+            placed = tails.placed(bounded, verify, dumps, width, compact, judge)
+            widens = job.channels is None and limit is not None and width * job.instances < widest
+            # known without the IR, where the placement tells them (a placement of the default
+            # layout was judged too: what layout_problems below finds without steps, it found)
+            steps = tails.steps(placed, limit) if widens else None
+            if steps is None:
+                result = tails.built(placed)
+                ir = result.result
+                if not isinstance(ir, IR):
+                    return result
+                if not compact and d is not None and layout_problems(ir, d, steps=False):
+                    return result  # more channels only add threadblocks: the compact layouts are next
+                steps = _most_steps(ir)
+            if not widens or steps <= limit or (before is not None and _stops(compact, steps, before, level)):
+                return tails.built(placed)
             level, before = steps == before, steps
-            width = min(widest // instances, max(width + 1, width * -(-steps // limit)))
-
-    def layout(compact: int) -> PipelineResult:
-        # the reference compiler's order, if it is deadlock-free with the runtime's FIFOs too (it
-        # uses fewer channels); else the order within the FIFO bound (order_by_critical_path). Its
-        # threadblocks are judged first (_RuledOut): at 512 ranks the trees allgather's default
-        # layout (140 threadblocks per rank, past azure's limits) was built whole and checked for nothing
-        result = attempt(False, False, (), compact)
-        if isinstance(result.result, IR) and tails.deadlock_free(result.result):
-            if verify_each or print_after:
-                result = attempt(False, verify_each, print_after, compact)
-        else:
-            result = attempt(True, verify_each, print_after, compact)
-        return result
-
-    # the default layout; where it exceeds the runtime's threadblocks (or finds no channel for a
-    # flow) the compact ones: each connection kept to its share of the channels, then also a timed
-    # program's sends and receives sharing threadblocks, busiest with busiest, then busiest with
-    # idlest (assign_channels, assign_threadblocks)
-    for compact in range(last + 1):
-        try:
-            result = layout(compact)
-        except CodegenError:  # and _RuledOut: the layout's threadblocks pass the runtime's
-            if compact == last:
-                raise
-            continue
-        if not isinstance(result.result, IR) or d is None:
-            break
-        problems = layout_problems(result.result, d)
-        if not problems:
-            break
-        if compact == last:
-            binding = bool(layout_problems(result.result, d, steps=False))
-            raise NoLayoutError(_no_layout(result.result, d, problems), threadblocks=binding)
-    widened = getattr(getattr(head.result, "info", None), "merge_window", None)
-    if isinstance(result.result, IR):
-        if widened is None and not reader_refused and _over_reader(result.result, fixed["max_nodes"]):
-            # the threadblocks and nops made after fit_xml_reader took a rank over the XML reader,
-            # which its count could not tell: compiled again with its wider windows (this compile's
-            # IRs let go first: at 128 ranks each is hundreds of MB)
-            records, head, tails, result = result.records, None, None, None
-            again = run_compiler(
-                program,
-                channels=channels,
-                instances=instances,
-                protocol=protocol,
-                dialect=d,
-                pipeline=pipeline,
-                verify_each=verify_each,
-                print_after=print_after,
-                port_order=port_order,
-                window=window,
-                port_overlap=port_overlap,
-                reader_refused=True,
-            )
-            return replace(again, records=records + again.records)
-        check_ir(result.result, d)
-    return replace(result, window=widened)
+            width = min(widest // job.instances, max(width + 1, width * -(-steps // limit)))
 
 
 class _Tails:
@@ -216,17 +259,20 @@ class _Tails:
         self.read = tuple(o for name in after for o in _options(name) if o != "compact")
         # the threadblocks are placed (and judged) after the passes up to the one giving the plans
         p = next((p for p, name in enumerate(after) if PASSES[name].gives is ScheduledDAG), -1)
-        self.place, self.build = after[: p + 1], after[p + 1 :]
+        self.placing, self.building = after[: p + 1], after[p + 1 :]
         # the bounds of unpaired_bounds hold for these passes' layouts 0 and 1, judged where built
-        self.unpaired = bool(self.build) and self.assign + self.place == ("assign_channels", "assign_threadblocks")
+        unpaired = self.assign + self.placing == ("assign_channels", "assign_threadblocks")
+        self.unpaired = bool(self.building) and unpaired
+        # and those of step_bounds for these passes after the placement
+        self.counted = self.placing == ("assign_threadblocks",) and self.building == _BUILDING
         self.ordered: dict[tuple, PipelineResult] = {}
-        self.last: dict[tuple, dict[tuple, list]] = {}  # after assignment: [placed, built, problems]
+        self.last: dict[tuple, dict[tuple, _Placement]] = {}  # after assignment
         self.checked: tuple[IR, bool] | None = None
 
-    def run(
+    def placed(
         self, bounded: bool, verify: bool, dumps: tuple[str, ...], width: int, compact: int, judge: Dialect | None
-    ) -> PipelineResult:
-        """The pipeline's result for one attempt (records: every pass that made it, once each).
+    ) -> _Try:
+        """The threadblocks placed for one attempt (those of an assignment placed before).
         Raises :class:`_RuledOut`, without building the IR, where ``judge``'s threadblocks per rank
         or per channel are passed once the threadblocks are placed."""
         # a compact layout pairs a connection's sends and receives in one threadblock: its bounded
@@ -256,29 +302,76 @@ class _Tails:
         if isinstance(stage, ChannelDAG):
             key = (id(stage.dag), stage.channel, compact >= 2, compact >= 3, *(getattr(options, o) for o in self.read))
         held = self.last.setdefault(run, {})
-        after = held.get(key) if key is not None else None
-        if after is None:
-            after = [run_pipeline(stage, self.place, options, verify, dumps), None, None]
+        entry = held.get(key) if key is not None else None
+        if entry is None:
+            entry = _Placement(run_pipeline(stage, self.placing, options, verify, dumps))
             if key is not None:
-                held[key] = after
+                held[key] = entry
                 if len(held) > _HELD:  # the oldest goes: each may be a whole IR
                     del held[next(iter(held))]
-        placed = after[0]
-        if judge is not None and self.build and isinstance(placed.result, ScheduledDAG):
-            if after[2] is None:  # layout 1 at its first width often places the default layout's
-                after[2] = placed_problems(placed.result.threadblocks, awaited(placed.result), judge)
-            if after[2]:
-                raise _RuledOut(after[2][0])
-        if after[1] is None:
-            after[1] = run_pipeline(placed.result, self.build, options, verify, dumps)
-        records = self.head.records + start.records + assigned.records + placed.records + after[1].records
-        return PipelineResult(after[1].result, records)
+        plans = entry.placed.result
+        if judge is not None and self.building and isinstance(plans, ScheduledDAG):
+            if entry.problems is None:  # layout 1 at its first width often places the default layout's
+                entry.problems = placed_problems(plans.threadblocks, awaited(plans), judge)
+            if entry.problems:
+                raise _RuledOut(entry.problems[0])
+        return _Try(entry, options, verify, dumps, self.head.records + start.records + assigned.records)
+
+    def steps(self, attempt: _Try, limit: int) -> int | None:
+        """The most steps a threadblock of the attempt's IR takes, where its placement tells it
+        (``step_bounds`` agree) and they are more than ``limit``, and the IR is neither built yet nor
+        to be checked after each pass; else None (an IR that may fit is built anyway)."""
+        entry, plans = attempt.entry, attempt.entry.placed.result
+        known = self.counted and isinstance(plans, ScheduledDAG) and entry.built is None
+        if not known or attempt.verify:
+            return None
+        if max((len(plan.instrs) for tbs in plans.threadblocks for plan in tbs), default=0) <= limit:
+            return None  # a step per instruction at least: where that fits, so may the IR
+        if entry.steps is None:
+            bounds = step_bounds(entry.placed.result)
+            entry.steps = (max((b[0] for b in bounds), default=0), max((b[1] for b in bounds), default=0))
+        least, most = entry.steps
+        return least if least == most else None
+
+    def built(self, attempt: _Try) -> PipelineResult:
+        """The IR of the attempt's placement, built once, with the records of every pass that made
+        it (once each)."""
+        entry = attempt.entry
+        if entry.built is None:
+            options, verify, dumps = attempt.options, attempt.verify, attempt.dumps
+            entry.built = run_pipeline(entry.placed.result, self.building, options, verify, dumps)
+        records = (*attempt.records, *entry.placed.records, *entry.built.records)
+        return PipelineResult(entry.built.result, records)
 
     def deadlock_free(self, ir: IR) -> bool:
         """``find_deadlock`` of ``ir`` finds none (once per IR: a repeated tail gives the same one)."""
         if self.checked is None or self.checked[0] is not ir:
             self.checked = (ir, find_deadlock(ir) is None)
         return self.checked[1]
+
+
+@dataclass
+class _Placement:
+    """The threadblocks placed for one channel assignment (``placed``), and what was found of them
+    as later attempts needed it: the IR built from them, their problems for the runtime, the bounds
+    on their steps per threadblock (least, most)."""
+
+    placed: PipelineResult
+    built: PipelineResult | None = None
+    problems: list[Problem] | None = None
+    steps: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class _Try:
+    """One attempt's placement, and what building its IR takes: the attempt's options, checks and
+    dumps, and the records of the passes before the placement."""
+
+    entry: _Placement
+    options: CompileOptions
+    verify: bool
+    dumps: tuple[str, ...]
+    records: tuple[PassRecord, ...]
 
 
 class _RuledOut(CodegenError):
@@ -293,6 +386,11 @@ class _RuledOut(CodegenError):
 def _over_reader(ir: IR, max_nodes: int | None) -> bool:
     """Whether a rank of ``ir`` loads ``max_nodes`` XML elements or more (None: no XML reader)."""
     return max_nodes is not None and max(map(load_elements, ir.gpus, repeat(ir.num_ranks)), default=0) >= max_nodes
+
+
+def _most_steps(ir: IR) -> int:
+    """The most steps one threadblock of ``ir`` takes."""
+    return max((len(tb.ops) for g in ir.gpus for tb in g.threadblocks), default=0)
 
 
 def _stops(compact: int, steps: int, before: int, level: bool) -> bool:

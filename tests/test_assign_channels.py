@@ -89,3 +89,31 @@ def test_an_exchange_longer_than_the_fifo_runs_both_ways_at_once():
         (receiver,) = [tb for tb in gpu.threadblocks if tb.recv == peer]
         assert [op.count for op in sender.ops if op.type.sends] == [8]
         assert sender.id != receiver.id
+
+
+@pytest.mark.parametrize("where", ["dgx1", "dgx-h100x2"])
+def test_a_compact_layout_at_one_channel_takes_the_default_ones_only_where_they_agree(where, monkeypatch):
+    # at one channel both try the channels in one order, but a timed default layout first those not
+    # busy while a flow runs: on DGX-1's doubled NVLinks it passes busy ones over, and the compact
+    # layout's channels differ; on DGX H100 it passes none over, and the compact one reuses them
+    import importlib
+
+    from codegen.lower import lower_algorithm
+    from codegen.passes import DEFAULT_PIPELINE
+    from codegen.pipeline import run_pipeline
+    from topologies import load
+    from xccl.api import synthesize
+
+    ac = importlib.import_module("codegen.passes.assign_channels")  # the module, not the pass
+    topo = load(where)
+    program = lower_algorithm(synthesize(topo, "allgather", "trees"), topo)
+    upto = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index("assign_channels")]
+    dag = run_pipeline(program.chunk_dag(), upto).result
+    assert dag.info.model_timed and dag.times is not None
+    monkeypatch.setattr(ac, "_SAME_DAG", ac.SameObjects())
+    plain = assign_channels(dag, channels=1)
+    compact = assign_channels(dag, channels=1, compact=1)
+    monkeypatch.setattr(ac, "_SAME_DAG", ac.SameObjects())
+    alone = assign_channels(dag, channels=1, compact=1)  # nothing remembered
+    assert compact.channel == alone.channel
+    assert (compact is plain) == (plain.channel == alone.channel) == (where == "dgx-h100x2")

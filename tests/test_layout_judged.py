@@ -68,8 +68,9 @@ def test_a_default_layout_over_the_runtimes_threadblocks_is_not_built(trees_allg
     ir = compile_algorithm(algo, topo, dialect=tight)
     # before: 4 IRs (the default layout's, layout 2's at one channel, 89 steps, and at two, 23
     # threadblocks, layout 3's, kept) and 3 deadlock checks; now layout 2 at two channels and the
-    # default layout are judged by their placed threadblocks
-    assert counts == {"IRs": 2, "deadlock checks": 1}
+    # default layout are judged by their placed threadblocks, and layout 2 at one channel is
+    # widened from by the steps its placement tells (step_bounds): layout 3's IR alone is built
+    assert counts == {"IRs": 1, "deadlock checks": 1}
     check_ir(ir, tight)
     assert run(ir, ir.nchunksperloop * 4 * 3, "int32").checked
 
@@ -168,3 +169,43 @@ def test_no_unpaired_bounds_where_sends_and_receives_may_share_threadblocks():
     k = next(k for k, ins in enumerate(dag.instrs) if ins.rank == 3 and ins.send_to is not None)
     hinted = replace(dag, instrs=(*dag.instrs[:k], replace(dag.instrs[k], tb_hint=0), *dag.instrs[k + 1 :]))
     assert [b is None for b in unpaired_bounds(hinted)] == [r == 3 for r in range(16)]
+
+
+@pytest.mark.parametrize("compact", [0, 1, 2, 3])
+@pytest.mark.parametrize("where", ["dgx-h100x2 allgather", "dgx1 reducescatter", "allpairs", "hierarchical"])
+def test_the_step_bounds_hold_for_every_layout_and_width(where, compact):
+    # what the driver widens a layout by without building its IR must bound what the build gives
+    from codegen.examples import allpairs_allreduce, hierarchical_allreduce
+    from codegen.lower import lower_algorithm
+    from codegen.passes import DEFAULT_PIPELINE
+    from codegen.passes.assign_threadblocks import step_bounds
+    from codegen.pipeline import CompileOptions, run_pipeline
+
+    if where == "allpairs":
+        program = allpairs_allreduce.program(4)
+    elif where == "hierarchical":
+        program = hierarchical_allreduce.program("dgx-a100x2")
+    else:
+        name, collective = where.split()
+        program = lower_algorithm(_trees(name, collective), load(name))
+    upto = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index("assign_channels")]
+    dag = run_pipeline(program.chunk_dag(), upto).result
+    for width in (1, 2, 5):
+        options = CompileOptions(channels=width, compact=compact)
+        sched = run_pipeline(dag, ("assign_channels", "assign_threadblocks"), options).result
+        ir = run_pipeline(sched, compiler._BUILDING, options).result
+        for (least, most), gpu in zip(step_bounds(sched), ir.gpus, strict=True):
+            assert least <= max(len(tb.ops) for tb in gpu.threadblocks) <= most
+
+
+def test_the_steps_a_placement_tells_widen_as_the_built_ir_does(trees_allgather, monkeypatch):
+    # 20 steps: the default layout takes 45 at one channel, widened to three without its IR built
+    algo, topo = trees_allgather
+    tight = replace(get_dialect("azure"), max_steps=20)
+    counts = _counted(monkeypatch)
+    ir = compile_algorithm(algo, topo, dialect=tight)
+    assert counts["IRs"] == 1 and ir.nchannels == 3
+    unknown = compiler.step_bounds
+    monkeypatch.setattr(compiler, "step_bounds", lambda sched: [(0, n + 1) for n, _ in unknown(sched)])
+    assert compile_algorithm(algo, topo, dialect=tight) == ir
+    assert counts["IRs"] == 3  # told nothing, the driver builds each width's IR

@@ -95,6 +95,7 @@ class _Taken:
     by_depth: dict[tuple, bool] = field(default_factory=dict)
     """(src, dst, inst, ch, depth of the send) -> whether one of its transfers is drained (has more
     calls than the FIFO holds and runs with its receive, see :func:`_serializes`)."""
+    passed_busy: bool = False  # whether a flow passed a channel over for being busy while it runs
 
 
 _SAME_DAG = SameObjects()
@@ -107,19 +108,31 @@ def assign_channels(
     dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS, compact: int = 0
 ) -> ChannelDAG:
     """Channels for flows: the user's, else round robin over ``channels``, moving on conflicts
-    (``compact`` 1 or more: each connection over its share of them, see :func:`_shares`)."""
+    (``compact`` 1 or more: each connection over its share of them, see :func:`_shares`).
+
+    A compact layout at one channel takes the default layout's channels where no flow of that one
+    passed a busy channel over (the 512-rank alltoall's layout 1 assigned them again, 3-4 s): both
+    try a flow's hint, or channels 0, 1, 2, ... in order (each share is one, each round robin starts
+    at 0), the default one in a timed program first those not busy while the flow runs; where none
+    was, each compact flow, given the same channels taken before it, takes the same (by induction)."""
     if channels < 1:
         raise CodegenError(f"{dag.info.name}: channels: expected at least 1, got {channels}")
     groups = _SAME_DAG.get([dag], "groups", lambda: _groups(dag))
     _check_hinted_threadblocks(dag, groups)
     # the compact layouts differ only after this pass: the compiler's layouts 1 and 2 at one width
-    # would assign the same channels twice
+    # would assign the same channels twice; and at one channel they often take the default one's
+    one = _SAME_DAG.get([dag], ("at one channel", max_channels), dict)  # "plain": (its, passed busy)
+    if compact and channels == 1 and one.get("plain", (None, True))[1] is False:
+        return one["plain"][0]
     key = ("assigned", channels, max_channels, compact > 0)
-    return _SAME_DAG.get([dag], key, lambda: _assign(dag, groups, channels, max_channels, compact > 0))
+    made = _SAME_DAG.get([dag], key, lambda: _assign(dag, groups, channels, max_channels, compact > 0))
+    if not compact and channels == 1:
+        one["plain"] = made
+    return made[0]
 
 
-def _assign(dag: InstrDAG, groups: dict[int, tuple], channels: int, max_channels: int, compact: bool) -> ChannelDAG:
-    """:func:`assign_channels` once its hints are checked."""
+def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compact: bool) -> tuple[ChannelDAG, bool]:
+    """:func:`assign_channels` once its hints are checked; whether a flow passed a busy channel over."""
     taken = _Taken()
     local: list[int | None] = [None] * len(dag.instrs)  # each instruction's channel in its instance
     shares = _shares(dag, channels, max_channels) if compact else None
@@ -155,7 +168,7 @@ def _assign(dag: InstrDAG, groups: dict[int, tuple], channels: int, max_channels
         ch = _place(dag, flow, transfers, pinned, (candidates, lead), hint is not None, taken, max_channels)
         for i in flow:
             local[i] = ch
-    return ChannelDAG(dag, _global_channels(dag, local, max_channels))
+    return ChannelDAG(dag, _global_channels(dag, local, max_channels)), taken.passed_busy
 
 
 class _Tries:
@@ -220,6 +233,7 @@ def _place_lone(
                 else _busy_while(dag, s, key, start, end, taken)
             ):
                 busy.append(ch)
+                taken.passed_busy = True
                 continue
         if _lone_fits(one, key, taken):
             return _commit_lone(dag, one, key, taken, timed)
@@ -413,6 +427,7 @@ def _idle_first(
     for ch in lead:
         if any(_busy(dag, s, inst, ch, taken) for s, _ in transfers):
             busy.append(ch)
+            taken.passed_busy = True
         else:
             yield ch
     yield from busy
