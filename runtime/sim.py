@@ -268,10 +268,13 @@ class _Sim:
         asked of the network once per distinct (threadblock, chunks, tile)."""
         jobs, plan, sizes = self.jobs, self.plan, self.sizes
         sjobs = np.flatnonzero(plan.sends[jobs.tx])
-        keys = np.stack((jobs.tb[sjobs], jobs.chunks[sjobs], jobs.tile[sjobs]))
-        distinct, which = np.unique(keys, axis=1, return_inverse=True)
+        ntiles, wide = len(sizes), int(jobs.chunks.max(initial=0)) + 1
+        keys = (jobs.tb[sjobs] * wide + jobs.chunks[sjobs]) * ntiles + jobs.tile[sjobs]
+        distinct, which = np.unique(keys, return_inverse=True)
         made: list[Transfer | None] = []
-        for j, count, tile in distinct.T.tolist():
+        for key in distinct.tolist():
+            rest, tile = divmod(key, ntiles)
+            j, count = divmod(rest, wide)
             p = plan.tbs[j]
             made.append(self.network.transfer(p.rank, p.send, count * sizes[tile], tile == 0, p.channel))
         index = np.full(len(jobs.tb), len(made))
