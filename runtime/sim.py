@@ -12,6 +12,10 @@ bandwidth. Calls have no priority of their own (a GPU arbitrates a port first co
 served), so the engine's tie rule decides: the call that has waited longest, then by rank and
 threadblock id.
 
+Each of those waits is for one other call, known before anything runs (:class:`_Jobs`), so a
+call is handed to the engine when the last of its predecessors starts, as the Algorithm model
+(:mod:`synth.cost`) hands it a send: nothing is looked at again while it waits.
+
 By default each step moves all its chunks in one call (``tile_bytes=None``), the granularity of the
 Algorithm-level simulator it must agree with. Give ``tile_bytes`` (e.g.
 ``runtime.protocol.tile_bytes(ir.protocol)``) to replay every step tile by tile, as the kernel does;
@@ -21,8 +25,11 @@ in the model's achievable rate).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from codegen.ir import IR
 from codegen.rules import MAX_COUNT
@@ -30,7 +37,7 @@ from common.gc_pause import gc_paused
 from common.memo import SameObjects
 from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
-from runtime.program import Program, TbProgram, build_program
+from runtime.program import Program, TbProgram, Transmission, build_program
 from synth.cost import SimResult, algbw_GBps
 from synth.timing import DEFAULT_MODEL, Engine, Network, Params, Transfer, model_params
 from topologies.model import Topology
@@ -38,30 +45,37 @@ from topologies.model import Topology
 __all__ = ["simulate"]
 
 
-_Call = tuple[bool, bool, int, bool, tuple[tuple[int, int, int, int], ...]]
-"""One transmission as the simulator runs it: ``(receives, sends, count, has_dep, deps)``, read by
-unpacking (a NamedTuple's unpacking costs 50 ns more, 0.2 s of a 512-rank simulation's 4 M).
-``count``: the chunks it moves (a call moves at most the protocol's count; the rest in more calls);
-``has_dep``: it publishes (the next entry of its threadblock's publications, per tile); ``deps``:
-what it waits for, each ``(publisher p, index, n, op)``: in tile ``t``, publication ``t * n +
-index`` of threadblock ``p`` (``p``'s first with a step ``>= op``; ``n`` of them per tile)."""
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Plan:
     """A program as the simulator walks it, built once per program and shared by every simulation
-    of it (each model, size and tile): threadblocks in (rank, id) order, each transmission a
-    :class:`_Call` of ints, connections and publishers numbered.
+    of it (each model, size and tile): threadblocks in (rank, id) order, their transmissions in one
+    sequence (threadblock ``j``'s are ``tx_start[j]:tx_start[j + 1]``) as arrays, connections
+    numbered.
 
-    A wait is an int: threadblock ``p``'s publications are ``p``; connection ``c``'s next message is
-    ``T + 2c`` and its room ``T + 2c + 1`` (``T`` threadblocks). A threadblock publishes in the
-    order of its steps, the same steps in every tile, so a dependency names the publication it
-    waits for by its place in that list, worked out here once (no search while running)."""
+    A threadblock publishes in the order of its steps, the same steps in every tile, so a dependency
+    names the publication it waits for by its place in that list, worked out here once: in tile
+    ``t``, dependency ``d`` waits for publication ``t * publications[p] + dep_index[d]`` of
+    threadblock ``p = dep_tb[d]`` (``p``'s first with a step ``>= dep_op[d]``; past the tile's last
+    one, the next tile's first)."""
 
     tbs: tuple[TbProgram, ...]
-    calls: tuple[tuple[_Call, ...], ...]
-    recv: tuple[int, ...]
-    send: tuple[int, ...]
+    txs: tuple[Transmission, ...]
+    tx_start: np.ndarray
+    count: np.ndarray
+    """Per transmission, the chunks it moves (in calls of at most the protocol's count)."""
+    receives: np.ndarray
+    sends: np.ndarray
+    has_dep: np.ndarray
+    dep_start: np.ndarray
+    """Per transmission, where its dependencies start in ``dep_*`` (one more entry: the end)."""
+    dep_tb: np.ndarray
+    dep_index: np.ndarray
+    dep_op: np.ndarray
+    publications: np.ndarray
+    """Per threadblock, how many of its transmissions publish (``has_dep``), per tile."""
+    recv: np.ndarray
+    send: np.ndarray
+    """Per threadblock, the connection it receives on and the one it sends on (-1: none)."""
     connections: tuple[tuple[int, int, int], ...]
 
 
@@ -69,245 +83,321 @@ def _plan(program: Program) -> _Plan:
     tbs = tuple(sorted(program.tbs, key=lambda p: (p.rank, p.id)))
     index = {(p.rank, p.id): j for j, p in enumerate(tbs)}
     conns = {key: c for c, key in enumerate(program.connections)}
-    steps = [[tx.step for tx in p.transmissions if tx.has_dep] for p in tbs]
-
-    def dep(p: int, op: int) -> tuple[int, int, int, int]:
-        return (p, bisect_left(steps[p], op), len(steps[p]), op)
-
-    calls = tuple(
-        tuple(
-            (
-                tx.type.receives,
-                tx.type.sends,
-                tx.count,
-                tx.has_dep,
-                tuple(dep(index[(p.rank, d.tb)], d.op) for d in tx.deps),
-            )
-            for tx in p.transmissions
-        )
-        for p in tbs
-    )
-    recv = tuple(-1 if p.recv is None else conns[(p.recv, p.rank, p.channel)] for p in tbs)
-    send = tuple(-1 if p.send is None else conns[(p.rank, p.send, p.channel)] for p in tbs)
-    return _Plan(tbs, calls, recv, send, tuple(conns))
-
-
-class _Tb:
-    """One threadblock as it runs: its next call (transmission ``tx`` of tile ``tile``, ``part``
-    chunks of it done) and, once ``_Sim.consider`` handed it to the engine, its size and transfer.
-    It holds its connections' lists (``in_*``: what it receives, ``out_*``: what it sends) and
-    their waits (:class:`_Plan`), looked up once."""
-
-    __slots__ = (
-        "blocked", "calls", "count", "dep_time", "free", "full_wait", "in_arrives", "in_consumed", "in_sent",
-        "msg_wait", "nbytes", "out_arrives", "out_consumed", "out_sent", "part", "prog", "room_wait",
-        "sent_wait", "tile", "transfer", "transfers", "tx", "waited",
+    txs = tuple(tx for p in tbs for tx in p.transmissions)
+    n = len(txs)
+    per_tb = np.fromiter((len(p.transmissions) for p in tbs), np.int64, len(tbs))
+    ndeps = np.fromiter((len(tx.deps) for tx in txs), np.int64, n)
+    deps = [(index[(p.rank, d.tb)], d.op) for p in tbs for tx in p.transmissions for d in tx.deps]
+    dep_tb, dep_op = np.array(deps, np.int64).reshape(-1, 2).T
+    has_dep = np.fromiter((tx.has_dep for tx in txs), bool, n)
+    tx_tb = np.repeat(np.arange(len(tbs)), per_tb)
+    step = np.fromiter((tx.ops[-1] for tx in txs), np.int64, n)
+    publications = np.bincount(tx_tb[has_dep], minlength=len(tbs))
+    # bisect_left of each op among its publisher's steps that publish (increasing), all at once
+    span = int(max(step.max(initial=0), dep_op.max(initial=0))) + 1
+    published = tx_tb[has_dep] * span + step[has_dep]
+    first = np.cumsum(publications) - publications
+    dep_index = np.searchsorted(published, dep_tb * span + np.maximum(dep_op, 0)) - first[dep_tb]
+    return _Plan(
+        tbs, txs, np.concatenate(([0], np.cumsum(per_tb))),
+        np.fromiter((tx.count for tx in txs), np.int64, n),
+        np.fromiter((tx.type.receives for tx in txs), bool, n),
+        np.fromiter((tx.type.sends for tx in txs), bool, n),
+        has_dep, np.concatenate(([0], np.cumsum(ndeps))), dep_tb, dep_index, dep_op, publications,
+        np.array([-1 if p.recv is None else conns[(p.recv, p.rank, p.channel)] for p in tbs], np.int64),
+        np.array([-1 if p.send is None else conns[(p.rank, p.send, p.channel)] for p in tbs], np.int64),
+        tuple(conns),
     )  # fmt: skip
 
-    def __init__(self, sim: _Sim, prog: TbProgram, calls: tuple[_Call, ...], recv: int, send: int) -> None:
-        self.prog, self.calls = prog, calls
-        self.free = self.dep_time = self.nbytes = 0.0
-        self.tile = self.tx = self.part = self.count = self.blocked = 0
-        self.waited = False
-        self.transfer: Transfer | None = None
-        self.transfers: dict[tuple[float, bool], Transfer] = {}
-        if recv >= 0:
-            self.in_arrives, self.in_consumed, self.in_sent, self.msg_wait, self.room_wait = sim.ends(recv)
-        if send >= 0:
-            self.out_arrives, self.out_consumed, self.out_sent, self.sent_wait, self.full_wait = sim.ends(
-                send
-            )
 
-    @property
-    def done(self) -> bool:
-        return self.tx >= len(self.calls)
+@dataclass(frozen=True, eq=False)
+class _Jobs:
+    """A plan's calls at one tiling, count limit and FIFO depth, each with its fixed predecessors.
+
+    Job ``k`` is one primitive call. A threadblock's calls are consecutive (tile by tile, step by
+    step, a step's calls of at most ``max_count`` chunks in order), so job ids order the jobs
+    waiting at once by threadblock, as the engine's tie rule wants. A call waits for its
+    threadblock's previous call (to end); on its step's first call, for the publications its
+    dependencies name (to end); if it receives, for the send of the same rank on its connection
+    (to arrive: the k-th receive takes the k-th message); if it sends, for the receive ``depth``
+    calls before it on its connection (to start: the slot it frees). One threadblock drives each
+    end of a connection, in order, so each wait is one call known before anything runs: a call is
+    handed to the engine when its count of predecessors not yet started (:attr:`waits`) reaches
+    zero. A predecessor that never exists (a dependency past the last publication, a message never
+    sent) is counted and never starts."""
+
+    tb: np.ndarray
+    tile: np.ndarray
+    tx: np.ndarray
+    chunks: np.ndarray
+    first: np.ndarray
+    """Per job, whether it is its step's first call (the one that waits for the dependencies)."""
+    pub_jobs: np.ndarray
+    pub_start: np.ndarray
+    """The jobs that publish, threadblock by threadblock (``j``'s from ``pub_start[j]``)."""
+    match: np.ndarray
+    """Per job, the send whose message it receives (-1: none, or never sent)."""
+    waits: list[int]
+    after: list[tuple[int, ...]]
+    """Per job, the jobs of other threadblocks that wait for it to end (its publication)."""
+    last: list[bool]
+    """Per job, whether it is its threadblock's last (else job ``k + 1`` waits for it to end)."""
+    arrival: list[int]
+    """Per job, the receive that waits for its message to arrive (-1: none)."""
+    room: list[int]
+    """Per job, the send that waits for it to start (-1: none)."""
+
+
+def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``start[i], ..., start[i] + count[i] - 1`` for each ``i``, one after another."""
+    return np.repeat(start - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+
+
+def _jobs(plan: _Plan, ntiles: int, max_count: int, depth: int) -> _Jobs:
+    steps = np.diff(plan.tx_start)
+    occ_tb = np.repeat(np.arange(len(plan.tbs)), steps * ntiles)  # each step once per tile
+    k = _ranges(np.zeros(len(plan.tbs), np.int64), steps * ntiles)
+    occ_tile, occ_tx = k // steps[occ_tb], plan.tx_start[occ_tb] + k % steps[occ_tb]
+    parts = np.maximum(1, -(-plan.count[occ_tx] // max_count))
+    occ = np.repeat(np.arange(len(occ_tx)), parts)
+    part = _ranges(np.zeros(len(occ_tx), np.int64), parts)
+    tb, tile, tx = occ_tb[occ], occ_tile[occ], occ_tx[occ]
+    final = part == parts[occ] - 1
+    chunks = np.where(final, plan.count[tx] - (parts[occ] - 1) * max_count, max_count)
+    own = np.zeros(len(tb), bool)
+    own[1:] = tb[1:] == tb[:-1]
+    pub_jobs = np.flatnonzero(plan.has_dep[tx] & final)
+    pub_start = np.searchsorted(tb[pub_jobs], np.arange(len(plan.tbs)))
+    waits = own.astype(np.int64)
+    after = _dependencies(plan, ntiles, tile, tx, np.flatnonzero(part == 0), pub_jobs, pub_start, waits)
+    match, arrival, room = _connections(plan, tb, tx, depth, waits)
+    last = np.ones(len(tb), bool)
+    last[:-1] = ~own[1:]
+    return _Jobs(
+        tb, tile, tx, chunks, part == 0, pub_jobs, pub_start, match, waits.tolist(), after,
+        last.tolist(), arrival.tolist(), room.tolist(),
+    )  # fmt: skip
+
+
+def _dependencies(
+    plan: _Plan,
+    ntiles: int,
+    tile: np.ndarray,
+    tx: np.ndarray,
+    firsts: np.ndarray,
+    pub_jobs: np.ndarray,
+    pub_start: np.ndarray,
+    waits: np.ndarray,
+) -> list[tuple[int, ...]]:
+    """Per job, the jobs that wait for its publication; adds to ``waits`` each step's first call's
+    dependencies (those never published too)."""
+    begin = plan.dep_start[tx[firsts]]
+    ndeps = plan.dep_start[tx[firsts] + 1] - begin
+    waiter, d = np.repeat(firsts, ndeps), _ranges(begin, ndeps)
+    waits += np.bincount(waiter, minlength=len(waits))
+    p = plan.dep_tb[d]
+    per_tile = plan.publications[p]
+    q = tile[waiter] * per_tile + plan.dep_index[d]
+    met = q < ntiles * per_tile
+    pred, succ = pub_jobs[pub_start[p[met]] + q[met]], waiter[met]
+    order = np.argsort(pred, kind="stable")
+    pred, succ = pred[order], succ[order].tolist()
+    after: list[tuple[int, ...]] = [()] * len(waits)
+    if succ:
+        heads = np.flatnonzero(np.diff(pred, prepend=-1))  # each publisher's first waiter
+        bounds = heads.tolist()
+        for h, a, b in zip(pred[heads].tolist(), bounds, [*bounds[1:], len(succ)], strict=True):
+            after[h] = tuple(succ[a:b])
+    return after
+
+
+def _ranked(jobs: np.ndarray, conn: np.ndarray, nconn: int) -> tuple[np.ndarray, ...]:
+    """``jobs`` grouped by connection in job order, where each connection's start, how many each
+    has, and each job's place among its connection's."""
+    order = np.argsort(conn, kind="stable")
+    count = np.bincount(conn, minlength=nconn)
+    start = np.cumsum(count) - count
+    place = np.empty(len(jobs), np.int64)
+    place[order] = np.arange(len(jobs)) - start[conn[order]]
+    return jobs[order], start, count, place
+
+
+def _connections(
+    plan: _Plan, tb: np.ndarray, tx: np.ndarray, depth: int, waits: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per job, the send it receives from, the receive its message feeds and the send its start
+    lets go (:class:`_Jobs`); adds those waits to ``waits``."""
+    nconn, n = len(plan.connections), len(tb)
+    rjobs, sjobs = np.flatnonzero(plan.receives[tx]), np.flatnonzero(plan.sends[tx])
+    rconn, sconn = plan.recv[tb[rjobs]], plan.send[tb[sjobs]]
+    sends, s_start, s_count, s_place = _ranked(sjobs, sconn, nconn)
+    recvs, r_start, r_count, r_place = _ranked(rjobs, rconn, nconn)
+    match, arrival, room = np.full(n, -1), np.full(n, -1), np.full(n, -1)
+    sent = r_place < s_count[rconn]  # the k-th receive on a connection takes its k-th message
+    match[rjobs[sent]] = sends[s_start[rconn[sent]] + r_place[sent]]
+    arrival[match[rjobs[sent]]] = rjobs[sent]
+    freed = s_place - depth  # the k-th send waits for the (k - depth)-th receive to start
+    ok = (freed >= 0) & (freed < r_count[sconn])
+    room[recvs[r_start[sconn[ok]] + freed[ok]]] = sjobs[ok]
+    waits[rjobs] += 1
+    waits[sjobs[freed >= 0]] += 1
+    return match, arrival, room
+
+
+def _tile_sizes(chunk_bytes: float, tile: int | None) -> list[float]:
+    """Bytes of one chunk in each tile."""
+    if tile is None or chunk_bytes <= tile:
+        size, ntiles = chunk_bytes, 1
+    else:
+        size, ntiles = tile, -(-int(chunk_bytes) // int(tile))
+    return [min(size, chunk_bytes - t * size) for t in range(ntiles)]
 
 
 class _Sim:
-    """The IR's state as its calls run: what each connection sent (arrival, bytes) and consumed,
-    what each threadblock published; the engine decides when each call starts."""
+    """One simulation of a plan's jobs: each handed to the engine once its predecessors
+    (:class:`_Jobs`) have started, ready at the latest time any of them lets it go."""
 
-    def __init__(
-        self,
-        program: Program,
-        plan: _Plan,
-        network: Network,
-        chunk_bytes: float,
-        tile: int | None,
-        depth: int,
-    ) -> None:
-        self.program, self.plan, self.network, self.depth = program, plan, network, depth
-        if tile is None or chunk_bytes <= tile:
-            size, ntiles = chunk_bytes, 1
-        else:
-            size, ntiles = tile, -(-int(chunk_bytes) // int(tile))
-        self.sizes = [min(size, chunk_bytes - t * size) for t in range(ntiles)]
-        """Bytes of one chunk in each tile."""
-        self.max_count = (
-            MAX_COUNT if tile is None else protocol.max_allowed_count(int(tile), int(chunk_bytes))
-        )
-        self.arrives: list[list[float]] = [[] for _ in plan.connections]
-        self.sent: list[list[float]] = [[] for _ in plan.connections]
-        self.consumed: list[list[float]] = [[] for _ in plan.connections]
-        self.published: list[list[float]] = [[] for _ in plan.tbs]
-        """Per threadblock, when each of its publications was made (:class:`_Call`)."""
-        self.finish = 0.0
-        self.tbs = [_Tb(self, *row) for row in zip(plan.tbs, plan.calls, plan.recv, plan.send, strict=True)]
-        self.waiting: dict[int, list[int]] = {}
-        self.engine = Engine(network)
-        self.submit = self.engine.submit
+    def __init__(self, name: str, plan: _Plan, jobs: _Jobs, network: Network, sizes: list[float]) -> None:
+        self.name, self.plan, self.jobs, self.network, self.sizes = name, plan, jobs, network, sizes
+        self.transfers, self.busy, self.delay = self._transfers()
+        self.starts = [math.nan] * len(jobs.tb)
+        """When each job started (NaN: never)."""
 
-    def ends(self, c: int) -> tuple[list[float], list[float], list[float], int, int]:
-        """Connection ``c``'s lists (arrivals, times consumed, bytes sent) and its two waits (its
-        next message, room in it)."""
-        base = len(self.plan.tbs)
-        return self.arrives[c], self.consumed[c], self.sent[c], base + 2 * c, base + 2 * c + 1
+    def _transfers(self) -> tuple[list[Transfer | None], np.ndarray, np.ndarray]:
+        """Each job's transfer (None: it sends nothing) and its busy and delay times (0 without),
+        asked of the network once per distinct (threadblock, chunks, tile)."""
+        jobs, plan, sizes = self.jobs, self.plan, self.sizes
+        sjobs = np.flatnonzero(plan.sends[jobs.tx])
+        ntiles, wide = len(sizes), int(jobs.chunks.max(initial=0)) + 1
+        keys = (jobs.tb[sjobs] * wide + jobs.chunks[sjobs]) * ntiles + jobs.tile[sjobs]
+        distinct, which = np.unique(keys, return_inverse=True)
+        made: list[Transfer | None] = []
+        for key in distinct.tolist():
+            rest, tile = divmod(key, ntiles)
+            j, count = divmod(rest, wide)
+            p = plan.tbs[j]
+            made.append(self.network.transfer(p.rank, p.send, count * sizes[tile], tile == 0, p.channel))
+        index = np.full(len(jobs.tb), len(made))
+        index[sjobs] = which.reshape(-1)
+        made.append(None)
+        busy = np.array([0.0 if t is None else t.busy_us for t in made])[index]
+        delay = np.array([0.0 if t is None else t.delay_us for t in made])[index]
+        return [made[i] for i in index.tolist()], busy, delay
 
-    # -- running the calls -------------------------------------------------------------------------
     def run(self) -> None:
-        for j in range(len(self.tbs)):
-            self.consider(j)
-        self.engine.run(self.start)
+        """Run every job that can run (:attr:`starts`)."""
+        jobs, transfers, starts = self.jobs, self.transfers, self.starts
+        left, ready = list(jobs.waits), [0.0] * len(starts)
+        after, last, arrival, room = jobs.after, jobs.last, jobs.arrival, jobs.room
+        engine = Engine(self.network)
+        submit = engine.submit
 
-    def consider(self, j: int) -> None:
-        """Hand threadblock ``j``'s next call to the engine once it is ready (its dependencies
-        published, its message landed, room in its FIFO; the links are the engine's), else let it
-        wait on what blocks it (:class:`_Plan`)."""
-        tb = self.tbs[j]
-        calls = tb.calls
-        if tb.tx >= len(calls):
-            return
-        receives, sends, count, _, deps = calls[tb.tx]
-        if not tb.waited:
-            dep_time = 0.0
-            if deps:
-                tile, published = tb.tile, self.published
-                for p, i, n, _ in deps:
-                    times = published[p]
-                    i += tile * n
-                    if i >= len(times):
-                        self.wait(p, j)
-                        return
-                    if times[i] > dep_time:
-                        dep_time = times[i]
-            tb.waited, tb.dep_time = True, dep_time
-        start = tb.dep_time if tb.dep_time > tb.free else tb.free
-        if receives:
-            k, arrives = len(tb.in_consumed), tb.in_arrives
-            if k >= len(arrives):
-                self.wait(tb.msg_wait, j)
-                return
-            if arrives[k] > start:
-                start = arrives[k]
-        if sends:
-            k = len(tb.out_arrives) - self.depth
-            if k >= 0:
-                consumed = tb.out_consumed
-                if k >= len(consumed):
-                    self.wait(tb.full_wait, j)
-                    return
-                if consumed[k] > start:
-                    start = consumed[k]
-        count -= tb.part
-        if count > self.max_count:
-            count = self.max_count
-        tb.count = count
-        tb.nbytes = nbytes = count * self.sizes[tb.tile]
-        if sends:
-            key = (nbytes, tb.tile == 0)
-            transfer = tb.transfers.get(key)
-            if transfer is None:
-                transfer = tb.transfers[key] = self.network.transfer(
-                    tb.prog.rank, tb.prog.send, nbytes, send=tb.tile == 0, channel=tb.prog.channel
-                )
-            tb.transfer = transfer
-        else:
-            tb.transfer = None
-        self.submit(j, start, tb.transfer)
+        def start(job: int, t: float) -> None:
+            """Job ``job`` started at ``t``: count it off its successors' waits (inline, for speed:
+            a million starts at 512 ranks), each ready no earlier than what this one gives it."""
+            starts[job] = t
+            transfer = transfers[job]
+            end = t
+            if transfer is not None:
+                end = t + transfer.busy_us
+                s = arrival[job]
+                if s >= 0:
+                    at = t + transfer.delay_us
+                    if at > ready[s]:
+                        ready[s] = at
+                    left[s] -= 1
+                    if not left[s]:
+                        submit(s, ready[s], transfers[s])
+            s = room[job]
+            if s >= 0:
+                if t > ready[s]:
+                    ready[s] = t
+                left[s] -= 1
+                if not left[s]:
+                    submit(s, ready[s], transfers[s])
+            if not last[job]:
+                s = job + 1
+                if end > ready[s]:
+                    ready[s] = end
+                left[s] -= 1
+                if not left[s]:
+                    submit(s, ready[s], transfers[s])
+            for s in after[job]:
+                if end > ready[s]:
+                    ready[s] = end
+                left[s] -= 1
+                if not left[s]:
+                    submit(s, ready[s], transfers[s])
 
-    def wait(self, on: int, j: int) -> None:
-        """Threadblock ``j`` waits until ``on`` (:class:`_Plan`) happens."""
-        self.tbs[j].blocked = on
-        waiting = self.waiting.get(on)
-        if waiting is None:
-            self.waiting[on] = [j]
-        else:
-            waiting.append(j)
+        for job, count in enumerate(left):
+            if not count:
+                submit(job, 0.0, transfers[job])
+        engine.run(self._checked(start))
 
-    def start(self, j: int, start: float) -> None:
-        """The engine started threadblock ``j``'s next call at ``start``: run it, wake who it frees
-        (the receiver's room, then the message, then the publication, then ``j`` itself)."""
-        tb = self.tbs[j]
-        receives, _, count, has_dep, _ = tb.calls[tb.tx]
-        nbytes, transfer = tb.nbytes, tb.transfer
-        if receives:
-            consumed = tb.in_consumed
-            sent_bytes = tb.in_sent[len(consumed)]
-            if abs(sent_bytes - nbytes) > 1e-6 * max(1.0, nbytes):
-                raise self.mismatch(tb, nbytes, sent_bytes)
-            consumed.append(start)
-        end = start
-        if transfer is not None:
-            end = start + transfer.busy_us
-            arrive = start + transfer.delay_us
-            tb.out_arrives.append(arrive)
-            tb.out_sent.append(nbytes)
-            if arrive > self.finish:
-                self.finish = arrive
-        tb.free = end
-        if end > self.finish:
-            self.finish = end
-        tb.part += tb.count
-        published = False
-        if tb.part >= count:
-            if has_dep:
-                self.published[j].append(end)
-                published = True
-            tb.part, tb.waited = 0, False
-            tb.tx += 1
-            if tb.tx == len(tb.calls) and tb.tile + 1 < len(self.sizes):
-                tb.tx, tb.tile = 0, tb.tile + 1
-        waiting, consider = self.waiting, self.consider
-        if receives and tb.room_wait in waiting:
-            for other in waiting.pop(tb.room_wait):
-                consider(other)
-        if transfer is not None and tb.sent_wait in waiting:
-            for other in waiting.pop(tb.sent_wait):
-                consider(other)
-        if published and j in waiting:
-            for other in waiting.pop(j):
-                consider(other)
-        consider(j)
+    def _checked(self, start: Callable[[int, float], None]) -> Callable[[int, float], None]:
+        """``start``, raising first where a receive takes a count of bytes its message does not
+        carry (a broken IR; a sound one pays nothing for the check)."""
+        jobs = self.jobs
+        nbytes = jobs.chunks * np.array(self.sizes)[jobs.tile]
+        recv = np.flatnonzero(jobs.match >= 0)
+        got, sent = nbytes[recv], nbytes[jobs.match[recv]]
+        bad = set(recv[np.abs(sent - got) > 1e-6 * np.maximum(1.0, got)].tolist())
+        if not bad:
+            return start
 
-    def mismatch(self, tb: _Tb, nbytes: float, sent_bytes: float) -> ExecutionError:
-        """The error of ``tb`` receiving ``nbytes`` where its sender sent ``sent_bytes``."""
-        prog = tb.prog
-        tx = prog.transmissions[tb.tx]
+        def checked(job: int, t: float) -> None:
+            if job in bad:
+                raise self.mismatch(job)
+            start(job, t)
+
+        return checked
+
+    def nbytes(self, job: int) -> float:
+        return int(self.jobs.chunks[job]) * self.sizes[int(self.jobs.tile[job])]
+
+    def mismatch(self, job: int) -> ExecutionError:
+        """The error of receive ``job`` taking a count of bytes its sender did not send."""
+        prog, tx = self.plan.tbs[self.jobs.tb[job]], self.plan.txs[self.jobs.tx[job]]
+        nbytes, sent_bytes = self.nbytes(job), self.nbytes(int(self.jobs.match[job]))
         return ExecutionError(
-            f"{self.program.ir.name}: rank {prog.rank} tb {prog.id} op {tx.op} ({tx.label()}) "
+            f"{self.name}: rank {prog.rank} tb {prog.id} op {tx.op} ({tx.label()}) "
             f"receives {nbytes:g} B but its sender sent {sent_bytes:g} B: send and receive "
             "counts differ on this connection"
         )
 
-    def why(self, tb: _Tb) -> tuple:
-        """What ``tb``'s next call is blocked on, for a report: ``("flag", rank, tb, op)``,
-        ``("msg", connection)`` or ``("room", connection)``."""
-        wait = tb.blocked
-        prog = tb.prog
-        if wait < len(self.tbs):
-            *_, deps = tb.calls[tb.tx]
-            for p, i, n, op in deps:
-                if tb.tile * n + i >= len(self.published[p]):
-                    return ("flag", prog.rank, self.plan.tbs[p].id, op)
-        c, room = divmod(wait - len(self.tbs), 2)
-        return ("room" if room else "msg", self.plan.connections[c])
+    def finish(self) -> float:
+        """When the last call ends or its data lands (0.0: nothing ran)."""
+        starts = np.array(self.starts)
+        return float(max(0.0, (starts + self.busy).max(initial=0.0), (starts + self.delay).max(initial=0.0)))
+
+    def stuck(self) -> list[int]:
+        """Each threadblock's first job that never started, in threadblock order."""
+        never = np.flatnonzero(np.isnan(np.array(self.starts)))
+        return never[np.unique(self.jobs.tb[never], return_index=True)[1]].tolist()
+
+    def started(self, job: int) -> bool:
+        return job >= 0 and not math.isnan(self.starts[job])
+
+    def why(self, job: int) -> tuple:
+        """What stuck ``job`` waits for, for a report: ``("flag", rank, tb, op)`` (its first
+        dependency not published), ``("msg", connection)`` or ``("room", connection)``."""
+        plan, jobs = self.plan, self.jobs
+        j, x, tile = int(jobs.tb[job]), int(jobs.tx[job]), int(jobs.tile[job])
+        for d in range(plan.dep_start[x], plan.dep_start[x + 1]) if jobs.first[job] else ():
+            p, per_tile = int(plan.dep_tb[d]), int(plan.publications[plan.dep_tb[d]])
+            q = tile * per_tile + int(plan.dep_index[d])
+            if q >= len(self.sizes) * per_tile or not self.started(int(jobs.pub_jobs[jobs.pub_start[p] + q])):
+                return ("flag", plan.tbs[j].rank, plan.tbs[p].id, int(plan.dep_op[d]))
+        if plan.receives[x] and not self.started(int(jobs.match[job])):
+            return ("msg", plan.connections[plan.recv[j]])
+        return ("room", plan.connections[plan.send[j]])
 
 
-def _blocked(sim: _Sim, tb: _Tb, why: tuple) -> BlockedStep:
-    prog = tb.prog
-    tx = prog.transmissions[tb.tx]
+def _blocked(sim: _Sim, job: int, program: Program) -> BlockedStep:
+    prog, tx = sim.plan.tbs[sim.jobs.tb[job]], sim.plan.txs[sim.jobs.tx[job]]
+    why = sim.why(job)
     if why[0] == "flag":
-        target = sim.program.tb(why[1], why[2])
+        target = program.tb(why[1], why[2])
         never = (
             ""
             if target.publishes_from(why[3])
@@ -318,12 +408,13 @@ def _blocked(sim: _Sim, tb: _Tb, why: tuple) -> BlockedStep:
         reason = f"waits for data from rank {why[1][0]} on channel {why[1][2]}"
     else:
         reason = f"waits for room to send to rank {why[1][1]} on channel {why[1][2]}"
-    return BlockedStep(prog.rank, prog.id, tx.op, tb.tile, f"({tx.label()}) {reason}")
+    return BlockedStep(prog.rank, prog.id, tx.op, int(sim.jobs.tile[job]), f"({tx.label()}) {reason}")
 
 
 _PROGRAMS = SameObjects()
-"""The last IR's program (frozen, read only here): ``xccl compile`` times the IR it keeps in two
-models, and each build judges the IR as a runtime would (4-5 s at 512 ranks)."""
+"""The last IR's program (frozen, read only here), its plan and its jobs: ``xccl compile`` times
+the IR it keeps in two models, and each build judges the IR as a runtime would (4-5 s at 512
+ranks)."""
 
 
 @gc_paused()
@@ -365,17 +456,23 @@ def simulate(
                 f"{ir.name}: rank {src} tb {conn.sender} sends to rank {dst} on channel {ch}, but "
                 f"topology {topology.name} has no link {src}->{dst}"
             )
-    depth = protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth
+    depth = max(1, protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth)
     if params is None:
         params = model_params(DEFAULT_MODEL, ir.protocol)
-    sim = _Sim(
-        program, plan, Network(topology, params), size_bytes / ir.nchunksperloop, tile_bytes, max(1, depth)
+    chunk_bytes = size_bytes / ir.nchunksperloop
+    sizes = _tile_sizes(chunk_bytes, tile_bytes)
+    max_count = (
+        MAX_COUNT if tile_bytes is None else protocol.max_allowed_count(int(tile_bytes), int(chunk_bytes))
     )
+    key = ("jobs", len(sizes), max_count, depth)
+    jobs = _PROGRAMS.get((ir,), key, lambda: _jobs(plan, len(sizes), max_count, depth))
+    sim = _Sim(ir.name, plan, jobs, Network(topology, params), sizes)
     sim.run()
-    stuck = [tb for tb in sim.tbs if not tb.done]
+    stuck = sim.stuck()
     if stuck:
-        raise DeadlockError(ir.name, tuple(_blocked(sim, tb, sim.why(tb)) for tb in stuck))
+        raise DeadlockError(ir.name, tuple(_blocked(sim, job, program) for job in stuck))
     coll = program.collective
-    finish = sim.finish + params.launch_us if sim.finish > 0 else 0.0
+    finish = sim.finish()
+    finish = finish + params.launch_us if finish > 0 else 0.0
     algbw = algbw_GBps(size_bytes, finish)
     return SimResult(size_bytes, finish, algbw, algbw * (coll.busbw_factor if coll else 1.0), params.label)

@@ -95,13 +95,14 @@ class Network:
     """Engine resource id -> its number of servers."""
     _ids: dict[object, int] = field(init=False, repr=False)
     _cache: dict[tuple[int, int, float, bool, int | None], Transfer] = field(init=False, repr=False)
+    _physicals: dict[tuple[int, int, float, bool], tuple] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         resources = self.topology.logical().resources
         self.edges = list(resources)
         self.servers = [resources[e].count for e in self.edges]
         self._ids = {e: i for i, e in enumerate(self.edges)}
-        self._cache = {}
+        self._cache, self._physicals = {}, {}
 
     def connection_servers(self, src: int, dst: int) -> int:
         """How many sends the connection ``src -> dst`` carries at once: its path's fewest parallel links."""
@@ -128,17 +129,34 @@ class Network:
         key = (src, dst, nbytes, send, channel)
         out = self._cache.get(key)
         if out is None:
+            p = self.params
+            edges, occupy, delay = self._physical(src, dst, nbytes, send)
+            path = edges
+            if p.send_us > 0:
+                conn = (CONNECTION, src, dst) if channel is None else (CONNECTION, src, dst, channel)
+                path = (*edges, (self.resource(conn), occupy))
+            out = self._cache[key] = Transfer(path, occupy, delay)
+        return out
+
+    def _physical(
+        self, src: int, dst: int, nbytes: float, send: bool
+    ) -> tuple[tuple[tuple[int, float], ...], float, float]:
+        """A transfer's physical edges with their holds, its occupancy and its delay: the same on
+        every channel (the IR simulator asks once per connection, three channels to a peer)."""
+        key = (src, dst, nbytes, send)
+        out = self._physicals.get(key)
+        if out is None:
             logical = self.topology.logical()
             link = logical.links[(src, dst)]
             p = self.params
-            path = [
+            edges = tuple(
                 (self._ids[e], p.hold_us(logical.resources[e].bandwidth_GBps, nbytes)) for e in link.edges
-            ]
-            if p.send_us > 0:
-                conn = (CONNECTION, src, dst) if channel is None else (CONNECTION, src, dst, channel)
-                path.append((self.resource(conn), p.occupy_us(link, nbytes, send)))
-            out = Transfer(tuple(path), p.occupy_us(link, nbytes, send), p.delay_us(link, nbytes, send))
-            self._cache[key] = out
+            )
+            out = self._physicals[key] = (
+                edges,
+                p.occupy_us(link, nbytes, send),
+                p.delay_us(link, nbytes, send),
+            )
         return out
 
 
