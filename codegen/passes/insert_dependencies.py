@@ -17,7 +17,7 @@ import itertools
 from codegen.chunk_dag import DepKind
 from codegen.errors import CodegenError
 from codegen.instr_dag import InstrDAG
-from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock, evolve
+from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock
 from codegen.schedule import ScheduledDAG
 from common.memo import SameObjects
 
@@ -28,10 +28,7 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
     """Build the IR; each op depends on the last needed step of every other threadblock."""
     dag = sched.dag
     info = dag.info
-    ops = list(_SAME_DAG.get([dag], "ops", lambda: _bare_ops(dag)))
-    for i, deps in _waits(sched).items():
-        ops[i] = evolve(ops[i], deps=deps)
-    at = ops.__getitem__
+    at = _ops(sched, _waits(sched)).__getitem__
     gpus = []
     for rank, plans in enumerate(sched.threadblocks):
         tbs = tuple(
@@ -54,14 +51,34 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
 
 _SAME_DAG = SameObjects()
 """Per DAG what every IR built from it reads (the compiler builds one for each width and layout it
-tries): each instruction's op without dependencies (ops are frozen, so the IRs share those that
-wait for none), the predecessors each may wait for, and which have any, in order."""
+tries): the predecessors each instruction may wait for, and which have any, in order."""
 
 
-def _bare_ops(dag: InstrDAG) -> list[Op]:
-    """Per instruction its op with no dependencies."""
-    plain = Op(OpType.NOP)  # each a copy of it with its fields (a frozen __init__ per op was slower)
-    return [evolve(plain, type=ins.type, src=ins.src, dst=ins.dst, count=ins.count) for ins in dag.instrs]
+def _ops(sched: ScheduledDAG, waits: dict[int, tuple[Dep, ...]]) -> list[Op]:
+    """Per instruction its op, with its dependencies, made in the order the IR holds them (rank by
+    rank, threadblock by threadblock): the passes after this one and the writers each read every
+    op of the IR in that order, a million at 512 ranks, and ops made one after the other lie near
+    each other in memory (made in the DAG's order, where a send and its receive alternate between
+    ranks, each read of a field of every op took about 0.4 s; an op per instruction is made for
+    each IR, not shared between them: those waiting were copied for each anyway)."""
+    dag = sched.dag
+    fields = _SAME_DAG.get([dag], "fields", lambda: _fields(dag))
+    ops: list[Op] = [None] * len(dag.instrs)  # type: ignore[list-item]
+    get, none = waits.get, ()
+    for i in _laid_out(sched)[0].tolist():
+        ops[i] = op = _new(Op)
+        op.__dict__.update(fields[i], deps=get(i, none))
+    return ops
+
+
+def _fields(dag: InstrDAG) -> list[dict]:
+    """Per instruction the fields of its op but its dependencies, read once per DAG (the
+    instructions lie in the DAG's order, scattered for the IR's)."""
+    plain = {"type": OpType.NOP, "src": None, "dst": None, "count": 1, "deps": (), "has_dep": False}
+    return [{**plain, "type": i.type, "src": i.src, "dst": i.dst, "count": i.count} for i in dag.instrs]
+
+
+_new = object.__new__
 
 
 def _waits(sched: ScheduledDAG) -> dict[int, tuple[Dep, ...]]:
