@@ -119,6 +119,7 @@ def test_nchunksperloop_that_disagrees_with_the_buffers_fails_check(tmp_path, xc
 # -- limits --------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # times itself: run alone (see Makefile)
 @pytest.mark.parametrize(
     ("old", "new", "fragment"),
     [
@@ -221,6 +222,7 @@ def _unreadable(tmp_path) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.serial  # times itself: run alone (see Makefile)
 def test_unreadable_files_give_one_line(tmp_path, xccl):
     for name, fragment in _unreadable(tmp_path):
         path = tmp_path / name
@@ -247,6 +249,7 @@ def test_the_writer_never_writes_what_its_runtime_rejects(tmp_path, xccl):
     assert xccl("check", str(out)).returncode == 0
 
 
+@pytest.mark.serial  # times itself: run alone (see Makefile)
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [

@@ -13,6 +13,7 @@ from xccl.cli.demo import FRONT_PNG, MANIFEST, DemoError, DemoFolder
 XML = "allgather-dgx1-s2-r3-c2.xml"
 
 
+@pytest.mark.serial  # times itself: run alone (see Makefile)
 def test_a_users_file_with_a_demo_name_is_refused_before_any_work(tmp_path, xccl):
     out = tmp_path / "out"
     out.mkdir()

@@ -89,6 +89,7 @@ def test_a_lazy_collective_lists_its_chunks_only_when_read():
     assert make_collective("alltoall", 4, lazy=True).chunks == make_collective("alltoall", 4).chunks
 
 
+@pytest.mark.serial  # times itself: run alone (see Makefile)
 def test_bound_on_a_ring_too_big_to_list_its_chunks(xccl):
     start = time.perf_counter()
     proc = xccl("bound", "-t", "ring:5000", "-C", "reducescatter", "--json")  # 25 M chunks

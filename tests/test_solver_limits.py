@@ -20,6 +20,8 @@ from synth.milp.solvers import BACKENDS
 from synth.milp.solvers.highs import HighsBackend
 from topologies import load
 
+pytestmark = pytest.mark.serial  # time limits, signals and processes: run alone (see Makefile)
+
 SHARED = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 """How many runnable processes share each core now: the work after a limit (verifying, writing)
 takes that much longer in wall time on a loaded machine (load 7 on 2 cores: 4.9 s for 4 s)."""

@@ -43,6 +43,8 @@ from synth.milp import synthesize
 from synth.smt import solve_instance
 from topologies import load
 
+pytestmark = pytest.mark.serial  # time limits, signals and processes: run alone (see Makefile)
+
 FRONTS = Path(__file__).parent / "data" / "dgx1-fronts"
 COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
 FAULT_TIMEOUT_S = 2.0

@@ -229,6 +229,7 @@ def test_cli_refuses_bad_input_in_one_line(xccl):
     assert_one_line_error(xccl("synth", "trees", "-t", "dgx1", "-C", "allgather", "-s", "0"), "size")
 
 
+@pytest.mark.serial  # times itself: run alone (see Makefile)
 def test_a_schedule_too_large_to_hold_is_refused_before_any_work(xccl, monkeypatch):
     """4096 GPUs by composition (16.8 M sends) ran out of 7 GB after minutes, with a traceback."""
     started = time.perf_counter()
