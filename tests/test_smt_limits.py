@@ -7,11 +7,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 from synth.collectives import make_collective
 from synth.smt import least_steps, pareto_front, solve_instance
 from topologies import load
+
+pytestmark = pytest.mark.serial  # time limits, signals and processes: run alone (see Makefile)
 
 HARD = ("dgx1", "alltoall", "8", "8", "3")  # SCCL's hardest DGX-1 instance: seconds, not 0.3 s
 
@@ -64,6 +67,13 @@ def test_least_steps_stopped_by_its_time_limit_between_instances_proves_nothing(
     assert "no algorithm found within the time limit" in proc.stdout
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A shell starts a background job with SIGINT ignored, and the child inherits that: the suite
+    run as one (``make test &``) would send a Ctrl-C that Python never sees, while z3, which takes
+    SIGINT during its checks only, sees it only when it lands inside one. Reset it, as a terminal has it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_on_the_command_line_writes_the_front_so_far(tmp_path):
     """The 4x4-torus allgather walk finds C=1 in about a second, then works long on the
     bandwidth-optimal C=4 (C=2 and C=3 would only match R/C = 4)."""
@@ -80,7 +90,15 @@ def test_ctrl_c_on_the_command_line_writes_the_front_so_far(tmp_path):
         "-d",
         str(tmp_path),
     ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
+    )
     seen = ""
     while "sat (" not in seen:
         char = proc.stderr.read(1)
