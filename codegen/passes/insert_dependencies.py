@@ -31,8 +31,8 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
     info = dag.info
     laid = _laid_out(sched)  # the instructions of all threadblocks end to end, their sizes
     ops = _ops(sched, laid[0], _waits(sched, laid))
-    ends = list(itertools.accumulate(laid[1].tolist()))
-    each = iter(list(map(tuple, map(ops.__getitem__, map(slice, [0, *ends[:-1]], ends)))))
+    bounds = [0, *itertools.accumulate(laid[1].tolist())]
+    each = (tuple(ops[a:b]) for a, b in itertools.pairwise(bounds))  # threadblock by threadblock
     gpus = []
     for rank, plans in enumerate(sched.threadblocks):
         tbs = tuple(Threadblock(t, plan.send, plan.recv, plan.channel, next(each)) for t, plan in enumerate(plans))
@@ -90,6 +90,8 @@ def _bare_ops(dag: InstrDAG) -> list[Op]:
 
 
 _RANK = attrgetter("rank")
+
+
 def _waits(sched: ScheduledDAG, laid: tuple) -> dict[int, tuple[Dep, ...]]:
     """The instructions that wait for some other threadblock, and their dependencies: the last step
     each needs of another threadblock, less those implied by its threadblock's earlier waits or
