@@ -19,9 +19,10 @@ of the runtime that runs its collective (``azure``, or ``msccl`` for ``custom``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from codegen.ir import IR
 from codegen.rules import DIALECTS, Dialect, get_dialect
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
     from codegen.dsl import ChunkProgram
     from synth.collectives import Collective
 
-__all__ = ["RunTarget", "check_window", "run_target", "runtime_dialect", "window_bytes"]
+__all__ = ["RunTarget", "check_window", "compiled_within", "run_target", "runtime_dialect", "window_bytes"]
+
+T = TypeVar("T")
 
 
 def runtime_dialect(collective: str) -> str:
@@ -73,6 +76,32 @@ def run_target(source: IR | ChunkProgram | str | Path, dialect: Dialect | None =
     ir = read_ir(text, str(source))
     json_ir = text.lstrip(" \n\r").startswith("{")
     return RunTarget(ir, None, runtime_dialect(ir.collective) if json_ir else xml_dialect(text, str(source)))
+
+
+def compiled_within(
+    compile: Callable[[Dialect], T],
+    dialect: str,
+    limit: int | None,
+    note: Callable[[str], None] | None = None,
+) -> T:
+    """``compile(entry)`` for ``dialect``'s entry with at most ``limit`` threadblocks per rank (a
+    backend's :meth:`~runtime.backends.Backend.rank_threadblocks`: the compiler then picks a layout
+    and width that fit); where none fits, for the entry as it is, so that the executor's own refusal
+    names what the IR needs and the device holds (``note`` is told so)."""
+    from codegen.errors import NoLayoutError
+
+    entry = get_dialect(dialect)
+    if limit is None or limit >= entry.max_threadblocks:
+        return compile(entry)
+    try:
+        return compile(replace(entry, max_threadblocks=limit))
+    except NoLayoutError:
+        if note is not None:
+            note(
+                f"no threadblock layout fits {limit} threadblocks per rank: compiled within the "
+                f"{dialect} runtime's own limits"
+            )
+        return compile(entry)
 
 
 def window_bytes(ir: IR, size_bytes: int, dialect: str | Dialect) -> int:

@@ -147,3 +147,58 @@ def test_a_program_is_compiled_within_the_bound_for_its_runtime(bounded, xccl):
     assert proc.returncode == 0, proc.stderr
     assert bounded.asked == [(8, "float32", "sum")]
     assert "with at most 49 threadblocks per rank" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def trees_program(trees_allgather):
+    """The trees allgather of :func:`trees_allgather` lowered into a DSL program, as a user of the
+    API holds it: 32 threadblocks on a rank compiled for the azure runtime, 16 where it must."""
+    from codegen.lower import lower_algorithm
+    from synth.algorithm import Algorithm
+
+    return lower_algorithm(Algorithm.load(trees_allgather), "dgx1")
+
+
+@pytest.fixture
+def executed(monkeypatch):
+    """Each IR the numpy backend executes once (``run``), kept."""
+    ran = []
+    real = NumpyBackend.run_once
+    monkeypatch.setattr(
+        NumpyBackend, "run_once", lambda self, ir, case: ran.append(ir) or real(self, ir, case)
+    )
+    return ran
+
+
+def test_the_api_compiles_a_program_within_the_backend_s_threadblocks(trees_program, executed, monkeypatch):
+    from xccl import api
+
+    asked = []
+
+    def bound(self, num_ranks: int, dtype: str, op: str) -> ThreadblockBound:
+        asked.append((num_ranks, dtype, op))
+        return ThreadblockBound(16, "a stub")
+
+    monkeypatch.setattr(NumpyBackend, "rank_threadblocks", bound)
+    assert api.run(trees_program, "1MiB", backend="numpy", dtype="i32", op="max").checked
+    assert asked == [(8, "int32", "max")]
+    assert max(len(g.threadblocks) for g in executed[0].gpus) == 16
+    benched = []
+    real = runtime.bench.bench
+    monkeypatch.setattr(runtime.bench, "bench", lambda ir, *a, **k: benched.append(ir) or real(ir, *a, **k))
+    report = api.bench(trees_program, "64KiB", backend="numpy", repeats=1)
+    assert [row.check for row in report.rows] == ["ok"]
+    assert asked[1:] == [(8, "float32", "sum")]
+    assert max(len(g.threadblocks) for g in benched[0].gpus) == 16
+
+
+def test_the_api_runs_an_ir_as_it_is_and_a_program_unbounded_where_the_backend_states_none(
+    trees_program, executed
+):
+    from codegen.compiler import compile_program
+    from xccl import api
+
+    assert api.run(trees_program, "1MiB", backend="numpy").checked
+    assert max(len(g.threadblocks) for g in executed[0].gpus) == 32  # the azure runtime's own limits
+    ir = compile_program(trees_program)
+    assert api.run(ir, "1MiB", backend="numpy").checked and executed[1] is ir

@@ -355,16 +355,27 @@ def best_backend() -> str:
     return "cupy" if _gpu_ready() else "numpy"
 
 
-def _target(source: IR | ChunkProgram | str | Path):
+def _target(source: IR | ChunkProgram | str | Path, backend: str, dtype: str, op: str):
     """What ``run`` and ``bench`` execute (``runtime.selection.run_target``): the IR, the result a
-    DSL program declares for a custom collective, the dialect whose size window applies."""
-    from runtime.selection import run_target
+    DSL program declares for a custom collective, the dialect whose size window applies. A program
+    is compiled within the threadblocks per rank ``backend`` runs at once with ``dtype`` and ``op``
+    (the cupy backend: the resident blocks of the GPU over the ranks placed on it), as ``xccl run``
+    compiles it; an IR or IR file runs as it is."""
+    from runtime.backends import backends
+    from runtime.reference import parse_dtype, parse_op
+    from runtime.selection import compiled_within, run_target, runtime_dialect
 
     if not isinstance(source, IR | ChunkProgram | str | Path):
         raise ExecutionError(
             f"{source!r} ({type(source).__name__}): expected an IR, a DSL Program or an IR file (.xml, .json)"
         )
-    return run_target(source)
+    table = backends()
+    if not isinstance(source, ChunkProgram) or backend not in table or not table[backend].available():
+        return run_target(source)  # (an unknown backend is refused by the caller, naming the choices)
+    ranks = source.collective.num_ranks
+    bound = table[backend]().rank_threadblocks(ranks, parse_dtype(dtype).name, parse_op(op))
+    limit = None if bound is None else bound.per_rank
+    return compiled_within(lambda d: run_target(source, d), runtime_dialect(source.collective.name), limit)
 
 
 def _placement(ir: IR, inplace: bool | None) -> bool:
@@ -407,12 +418,12 @@ def run(
     from runtime.selection import check_window
 
     nbytes = parse_size(size)
-    target = _target(ir)
-    ir = target.ir
     executors = {name: cls for name, cls in backends().items() if cls.checks}
     if backend != "auto" and backend not in executors:
         raise ExecutionError(f"backend {backend!r}: run takes {', '.join(executors)} or auto")
     chosen = best_backend() if backend == "auto" else backend
+    target = _target(ir, chosen, dtype, op)
+    ir = target.ir
     place = _placement(ir, inplace)
     nbytes = aligned_size(ir, nbytes, dtype)
     check_window(ir, nbytes, target.dialect)
@@ -452,8 +463,8 @@ def bench(
         raise SizeError(
             f"sizes {sizes!r} ({type(sizes).__name__}): expected a string like 1KiB:1MiB or a list"
         )
-    target = _target(ir)
     chosen = best_backend() if backend == "auto" else backend
+    target = _target(ir, chosen, dtype, op)
     topo = _load(topology) if topology is not None else None
     return run_bench(
         target.ir,

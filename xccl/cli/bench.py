@@ -128,25 +128,10 @@ def _algorithm(
 
 
 def _within(compile: Callable[[Dialect], T], dialect: str, limit: int | None) -> T:
-    """``compile(entry)`` for ``dialect``'s entry with at most ``limit`` threadblocks per rank
-    (the compiler then picks a layout and width that fit); where none fits, for the entry as it
-    is, so that the executor's own refusal names what the IR needs and the device holds."""
-    from dataclasses import replace
+    """``runtime.selection.compiled_within``, its fallback said on stderr."""
+    from runtime.selection import compiled_within
 
-    from codegen.errors import NoLayoutError
-    from codegen.rules import get_dialect
-
-    entry = get_dialect(dialect)
-    if limit is None or limit >= entry.max_threadblocks:
-        return compile(entry)
-    try:
-        return compile(replace(entry, max_threadblocks=limit))
-    except NoLayoutError:
-        progress(
-            f"no threadblock layout fits {limit} threadblocks per rank: compiled within the {dialect} "
-            "runtime's own limits"
-        )
-        return compile(entry)
+    return compiled_within(compile, dialect, limit, progress)
 
 
 LOADERS: dict[str, Callable[[str, dict[str, object], bool, Topology | None, PerRank], Runnable]] = {
