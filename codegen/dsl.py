@@ -36,6 +36,8 @@ __all__ = ["PROTOCOLS", "ChunkProgram", "ChunkRef", "WrongSlot", "chunk", "curre
 
 _CURRENT: ContextVar[ChunkProgram | None] = ContextVar("xccl_current_program", default=None)
 
+_new = object.__new__
+
 _NAMES = {name: b.long_name for b in Buffer for name in (b.value, b.long_name)}
 """The buffers' names in the DSL, long (``input``) or as the IR spells them (``i``)."""
 
@@ -93,6 +95,11 @@ def _is_time(time: object) -> bool:
     start, arrival = time
     numbers = isinstance(start, int | float) and isinstance(arrival, int | float)
     return numbers and not isinstance(start, bool) and not isinstance(arrival, bool) and 0 <= start <= arrival
+
+
+def _floats_in_order(start: object, arrival: object) -> bool:
+    """``0 <= start <= arrival``, both floats: a time :func:`_is_time` accepts, asked cheaply."""
+    return type(start) is float and type(arrival) is float and 0 <= start <= arrival
 
 
 class _Op(NamedTuple):
@@ -323,6 +330,39 @@ class ChunkProgram:
             self._record(_Op("copy", src, dst, 1, None, None, None, None, time))
         return dst
 
+    def copy_slots(
+        self, copies: list[tuple[tuple[int, str, int], int, str, int, tuple[float, float] | None]]
+    ) -> list[tuple[int, str, int]]:
+        """:meth:`copy_slot` of each ``(src, rank, buffer, index, time)`` in order, and the slots
+        written: one call per step of a lowered Algorithm. A copy of an out-of-place program whose
+        checks plainly pass (a float time, a link, data at the source, no input written) is recorded
+        here; any other goes through :meth:`copy_slot`, so errors and their messages are its."""
+        if self.inplace:
+            return [self.copy_slot(*c) for c in copies]
+        values, ops, links, slices = self._values, self._ops, self._links, self._slices
+        out = []
+        for src, rank, buffer, index, time in copies:
+            dst = _Slot(rank, buffer, index)
+            value = values.get(src)
+            fast = (
+                value is not None
+                and src != dst
+                and buffer != "input"
+                and (time is None or (type(time) is tuple and len(time) == 2 and _floats_in_order(*time)))
+                and (links is None or src[0] == rank or (src[0], rank) in links)
+            )
+            if not fast:
+                out.append(self.copy_slot(src, rank, buffer, index, time))
+                continue
+            src = src if type(src) is _Slot else _Slot(*src)
+            values[dst] = value
+            if buffer != "output":
+                held = slices[rank]
+                held[buffer] = max(held.get(buffer, 0), index + 1)
+            ops.append(_Op("copy", src, dst, 1, None, None, None, None, time))
+            out.append(dst)
+        return out
+
     def reduce_slot(
         self,
         src: tuple[int, str, int],
@@ -431,21 +471,25 @@ class ChunkProgram:
                 locs[slot] = found
             return found
 
-        ops = tuple(
-            ChunkOp(
-                op.kind,
-                loc(op.src),
-                loc(op.dst),
-                op.count,
-                loc(op.operand) if op.operand is not None else None,
-                op.sendtb,
-                op.recvtb,
-                op.channel,
-                time=op.time,
+        ops = []
+        for op in self._ops:  # ChunkOp's fields set at once: its frozen __init__ sets them one by one
+            made = _new(ChunkOp)
+            made.__dict__.update(
+                {
+                    "kind": op.kind,
+                    "src": loc(op.src),
+                    "dst": loc(op.dst),
+                    "count": op.count,
+                    "operand": loc(op.operand) if op.operand is not None else None,
+                    "sendtb": op.sendtb,
+                    "recvtb": op.recvtb,
+                    "channel": op.channel,
+                    "instance": 0,
+                    "time": op.time,
+                }
             )
-            for op in self._ops
-        )
-        return build_chunk_dag(self.info(), ops)
+            ops.append(made)
+        return build_chunk_dag(self.info(), tuple(ops))
 
 
 @dataclass(frozen=True)

@@ -197,16 +197,17 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
                 where[(r, cid)] = (r, "input", j)
                 if (r, cid) in out_slot:
                     copy((r, "input", j), r, "output", out_slot[(r, cid)], None if times is None else (0.0, 0.0))
-    for step in algo.steps:
-        arrived = []
+    for step in algo.steps:  # the step's copies recorded in one call (ChunkProgram.copy_slots)
+        got, copies = [], []
         for s in step.sends:
-            got = (s.dst, s.chunk)  # made once per send: 261,632 of them at 512 ranks
-            if got in where:
+            key = (s.dst, s.chunk)  # made once per send: 261,632 of them at 512 ranks
+            if key in where:
                 continue  # the receiver holds it already: nothing to move
-            j = out_slot.get(got)
-            target = ("output", j) if j is not None else scratch.take(s.dst)
-            arrived.append((got, copy(where[(s.src, s.chunk)], s.dst, *target, None if times is None else times(s))))
-        where.update(arrived)
+            j = out_slot.get(key)
+            buffer, index = ("output", j) if j is not None else scratch.take(s.dst)
+            got.append(key)
+            copies.append((where[(s.src, s.chunk)], s.dst, buffer, index, None if times is None else times(s)))
+        where.update(zip(got, prog.copy_slots(copies), strict=True))
 
 
 class _Combining:

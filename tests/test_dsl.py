@@ -107,6 +107,30 @@ def test_copy_slot_records_what_a_reference_copy_records():
     assert in_place.copy_slot((1, "input", 0), 1, "output", 1) == (1, "output", 1) and in_place.num_ops == 0
 
 
+def test_copy_slots_records_what_copy_slot_records_and_raises_its_errors():
+    """The lowering's copies of one step, recorded in one call, trace and fail as one by one."""
+    one, bulk = ChunkProgram("ag", "ring:4", "allgather"), ChunkProgram("ag", "ring:4", "allgather")
+    moves = [((r, "input", 0), r, "output", r, (0.0, 0.0)) for r in range(4)]
+    moves += [((r, "output", r), (r + 1) % 4, "scratch", 0, (1.0, 2.0)) for r in range(4)]
+    moves += [(((r + 1) % 4, "scratch", 0), (r + 2) % 4, "output", r, (2, 3)) for r in range(4)]
+    moves += [((1, "output", 1), 1, "output", 1, None)]  # onto itself: nothing recorded
+    assert bulk.copy_slots(moves) == [one.copy_slot(*m) for m in moves]
+    assert bulk.num_ops == one.num_ops == 12 and bulk.chunk_dag() == one.chunk_dag()
+    wrong = [
+        (((0, "input", 0), 2, "output", 0, None), "has no link 0 -> 2"),
+        (((1, "scratch", 3), 2, "output", 1, None), re.escape("copy source rank 1 scratch[3] holds no data")),
+        (((0, "input", 0), 1, "input", 0, None), "the input of an out-of-place call is read-only"),
+        (((0, "input", 0), 1, "output", 0, (2.0, 1.0)), re.escape("0 <= start <= arrival, got (2.0, 1.0)")),
+    ]
+    for move, message in wrong:
+        with pytest.raises(DslError, match=message):
+            bulk.copy_slots([((0, "input", 0), 1, "scratch", 5, None), move])
+        with pytest.raises(DslError, match=message):
+            one.copy_slot(*move)
+    in_place = ChunkProgram("ag", "ring:4", "allgather", inplace=True)
+    assert in_place.copy_slots([((1, "input", 0), 1, "output", 1, None)]) == [(1, "output", 1)]
+
+
 def test_reduce_slot_records_what_a_reference_reduce_records():
     by_ref, by_slot = (ChunkProgram("ar", "fully-connected:4", "allreduce") for _ in range(2))
     mine = by_ref.chunk(0, "input", 0)

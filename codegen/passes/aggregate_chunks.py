@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from codegen.columns import ints, optional, refs
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge
-from codegen.ir import OpType, Ref, evolve
+from codegen.ir import OpType, Ref
 from codegen.rules import MAX_COUNT
 
 if TYPE_CHECKING:
@@ -201,39 +201,55 @@ def _fits(dag: InstrDAG, run: list[tuple[int, ...]], m: tuple[int, ...], max_cou
 
 def _rebuild(dag: InstrDAG, merged_into: dict[int, int], counts: dict[int, int]) -> InstrDAG:
     """The DAG with every run as its first member (the run's count and latest time), edges and
-    positions mapped onto the members kept."""
+    positions mapped onto the members kept (indices mapped as arrays; each kept instruction
+    copied once, its changed fields set in its copy: ``evolve`` with keywords per instruction,
+    and an ``InstrEdge.__init__`` per edge, were most of this pass at 128 ranks)."""
+    import numpy as np  # here, not at the top: building the CLI's parser loads every pass
+
     instrs, times = dag.instrs, dag.times
-    new_index: dict[int, int] = {}
-    kept: list[int] = []
-    for i in range(len(instrs)):
-        if merged_into.get(i, i) == i:
-            new_index[i] = len(kept)
-            kept.append(i)
-    for i, head in merged_into.items():
-        new_index[i] = new_index[head]
-
-    def remap(x: int | None) -> int | None:
-        return None if x is None else new_index[x]
-
+    head = np.arange(len(instrs))
+    head[np.fromiter(merged_into, np.int64, len(merged_into))] = np.fromiter(
+        merged_into.values(), np.int64, len(merged_into)
+    )
+    keep = head == np.arange(len(instrs))
+    kept = np.flatnonzero(keep).tolist()
+    index = (np.cumsum(keep) - 1)[head]  # each instruction's new index: its run's first member's
     latest: dict[int, float] = {}
     if times is not None:
-        for i, head in merged_into.items():
-            latest[head] = max(latest.get(head, times[head]), times[i])
-    new_instrs = [
-        evolve(
-            instrs[i],
-            count=counts.get(i, instrs[i].count),
-            time=latest.get(i, instrs[i].time),
-            send_match=remap(instrs[i].send_match),
-            recv_match=remap(instrs[i].recv_match),
-        )
-        for i in kept
-    ]
-    edges = [InstrEdge(new_index[e.pred], new_index[e.succ], e.kind) for e in dag.edges]
-    first = [len(instrs)] * len(kept)
-    for i, p in enumerate(dag.position):
-        first[new_index[i]] = min(first[new_index[i]], p)
+        for i, first in merged_into.items():
+            latest[first] = max(latest.get(first, times[first]), times[i])
+    new_index = index.tolist()
+    new_instrs = [_remapped(instrs[i], counts.get(i), latest.get(i), new_index) for i in kept]
+    edges = [_edge(new_index[e.pred], new_index[e.succ], e.kind) for e in dag.edges]
+    first = np.full(len(kept), len(instrs), np.int64)
+    np.minimum.at(first, index, np.asarray(dag.position, np.int64))
     return InstrDAG.build(dag.info, new_instrs, edges, first)
+
+
+_new = object.__new__
+
+
+def _remapped(ins: Instr, count: int | None, time: float | None, new_index: list[int]) -> Instr:
+    """``evolve(ins, ...)`` with its count and time where given and its matches renumbered."""
+    fields = dict(ins.__dict__)
+    if count is not None:
+        fields["count"] = count
+    if time is not None:
+        fields["time"] = time
+    if fields["send_match"] is not None:
+        fields["send_match"] = new_index[fields["send_match"]]
+    if fields["recv_match"] is not None:
+        fields["recv_match"] = new_index[fields["recv_match"]]
+    made = _new(Instr)
+    made.__dict__.update(fields)
+    return made
+
+
+def _edge(pred: int, succ: int, kind: object) -> InstrEdge:
+    """``InstrEdge(pred, succ, kind)`` with its fields set at once."""
+    made = _new(InstrEdge)
+    made.__dict__.update({"pred": pred, "succ": succ, "kind": kind})
+    return made
 
 
 def _close(run: list[tuple[int, ...]], instrs: tuple[Instr, ...], merged_into: dict, counts: dict) -> None:

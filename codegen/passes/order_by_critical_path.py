@@ -134,6 +134,8 @@ class _Scheduler:
     def _chain(self, i: int) -> list[int] | None:
         """``i`` alone if it fits; else ``i`` with its receive (and so on), if each only waits for
         the one before it; None if neither."""
+        if self._fits(i):  # most instructions: no set of ranks made
+            return [i]
         chain = [i]
         ranks = {self.dag.instrs[i].rank}
         while not self._fits(chain[-1]):
@@ -146,22 +148,25 @@ class _Scheduler:
         return chain
 
     def _take(self, chain: list[int], ready: list) -> None:
-        instrs = self.dag.instrs
+        instrs, succs = self.dag.instrs, self.dag.succs
+        waiting, key, counted = self.waiting, self.key, self.counted
         for k, i in enumerate(chain):
             ins = instrs[i]
-            if ins.recv_match in self.counted:
-                self.counted.discard(ins.recv_match)
+            if ins.recv_match in counted:
+                counted.discard(ins.recv_match)
                 self.in_flight[self._pair(ins.recv_match)] -= ins.count
             if ins.send_to is not None and k == len(chain) - 1:
-                self.counted.add(i)
+                counted.add(i)
                 self.in_flight[self._pair(i)] += ins.count
                 self.sent[self._pair(i)].append(i)
             self.taken[i] = True
             self.order.append(i)
-            for e in self.dag.succs[i]:
-                self.waiting[e.succ] -= 1
-                if self.waiting[e.succ] == 0 and (k + 1 == len(chain) or e.succ != chain[k + 1]):
-                    heapq.heappush(ready, (self.key[e.succ], e.succ))
+            after = chain[k + 1] if k + 1 < len(chain) else None  # taken next, not made ready
+            for e in succs[i]:
+                j = e.succ
+                waiting[j] -= 1
+                if waiting[j] == 0 and j != after:
+                    heapq.heappush(ready, (key[j], j))
 
     def run(self) -> tuple[int, ...]:
         ready = [(self.key[i], i) for i in range(len(self.dag.instrs)) if self.waiting[i] == 0]
