@@ -29,6 +29,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from codegen.chunk_dag import DepKind
 from codegen.errors import CodegenError, DslError
@@ -75,26 +76,52 @@ def _groups(dag: InstrDAG) -> dict[int, tuple]:
     return out
 
 
+class _Conn:
+    """What the flows placed so far hold on one connection and local channel: its transfers'
+    (send position, receive position), sorted; in a program timed by the Algorithm model the sends
+    on it, and the sorted starts and the sorted ends of what they hold (``InstrDAG.holds``, to count
+    overlaps by search instead of a scan); whether one of those holds ends before it starts (then
+    scanned). One record, so a channel tried costs one lookup."""
+
+    __slots__ = ("ends", "fifo", "held", "inverted", "starts")
+
+    def __init__(self) -> None:
+        self.fifo: list[tuple[int, int]] = []
+        self.held: list[int] = []
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.inverted = False
+
+    def add(self, pair: tuple[int, int]) -> None:
+        """A transfer (send, receive position): flows come in the global order, so most go last."""
+        if not self.fifo or self.fifo[-1][0] < pair[0]:
+            self.fifo.append(pair)
+        else:
+            bisect.insort(self.fifo, pair)
+
+    def hold(self, send: int, start: float, end: float) -> None:
+        """Record that ``send`` holds the connection from ``start`` to ``end``."""
+        self.held.append(send)
+        bisect.insort(self.starts, start)
+        bisect.insort(self.ends, end)
+        if end < start:
+            self.inverted = True
+
+
 @dataclass
 class _Taken:
     """What the flows placed so far hold, per instance and local channel ``ch``."""
 
-    fifo: dict[tuple, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
-    """(src, dst, inst, ch) -> (send position, receive position) of its transfers, sorted."""
+    conns: dict[tuple, _Conn] = field(default_factory=dict)
+    """(src, dst, inst, ch) -> what its transfers hold; there once one is placed on it."""
     owner: dict[tuple, tuple] = field(default_factory=dict)
     """(rank, inst, ch, "send"|"recv", peer) -> the threadblock group that holds it."""
     peers: dict[tuple, set] = field(default_factory=lambda: defaultdict(set))
     """(rank, inst, ch, "send"|"recv") -> its peers."""
-    held: dict[tuple, list[int]] = field(default_factory=lambda: defaultdict(list))
-    """(src, dst, inst, ch) -> the sends on it, in a program timed by the Algorithm model."""
-    spans: dict[tuple, tuple[list[float], list[float]]] = field(default_factory=dict)
-    """(src, dst, inst, ch) -> the sorted starts and the sorted ends of what its sends hold
-    (``InstrDAG.holds``), to count overlaps by search instead of a scan."""
-    inverted: set[tuple] = field(default_factory=set)
-    """The connections of ``spans`` holding a send whose hold ends before it starts (then scanned)."""
     by_depth: dict[tuple, bool] = field(default_factory=dict)
     """(src, dst, inst, ch, depth of the send) -> whether one of its transfers is drained (has more
-    calls than the FIFO holds and runs with its receive, see :func:`_serializes`)."""
+    calls than the FIFO holds and runs with its receive, see :func:`_serializes`); a flow of one
+    transfer with no transfer the other way at its depth (read by none) is not kept."""
     passed_busy: bool = False  # whether a flow passed a channel over for being busy while it runs
 
 
@@ -194,10 +221,16 @@ def _lone(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinte
     """Per flow, where it is one transfer and nothing pinned in a program without channel hints:
     ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
     :class:`_Moves`), the send's hold in a timed program (``InstrDAG.holds``, else 0, 0), its
-    instance and the rank it sends to (the receiver's); else None."""
+    instance, and whether a transfer the other way is of its depth (``_Taken.by_depth``); else
+    None."""
     instrs, pos, depth = dag.instrs, dag.position, dag.depth
     room = fifo_calls(dag.info.protocol)
     holds = dag.holds if dag.times is not None else lambda _: (0.0, 0.0)
+    depths = {  # each transfer's (sender, receiver, instance, depth of its send)
+        (ins.rank, instrs[ins.send_match].rank, ins.instance, depth[i])
+        for i, ins in enumerate(instrs)
+        if ins.send_match is not None
+    }
     out: list[tuple | None] = []
     for flow in flows:
         one = None
@@ -205,9 +238,9 @@ def _lone(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinte
             s, r = flow
             if instrs[s].send_match == r and instrs[r].send_match is None:
                 drained = instrs[s].count > room and pos[r] == pos[s] + 1
-                send = instrs[s]
-                where = (send.instance, send.send_to)
-                one = (s, send.rank, instrs[r].rank, pos[s], pos[r], depth[s], drained, *holds(s), *where)
+                a, b, inst = instrs[s].rank, instrs[r].rank, instrs[s].instance
+                facing = (b, a, inst, depth[s]) in depths
+                one = (s, a, b, pos[s], pos[r], depth[s], drained, *holds(s), inst, facing)
         out.append(one)
     return out
 
@@ -218,71 +251,79 @@ def _place_lone(
 ) -> int:
     """:func:`_place` for a flow of one transfer, nothing pinned, no hint: the same tries, without
     building :class:`_Moves` or a list of candidates per flow (487,424 flows per run at 512 ranks);
-    :func:`_busy_while` inlined for the common case of a hold that ends after it starts; the
-    connection's key is made once per channel tried (the send goes to its receiver's rank)."""
-    s, a, _, _, _, _, _, start, end, inst, _ = one
-    spans, inverted = taken.spans, taken.inverted
+    :func:`_busy_while` inlined for the common case of a hold that ends after it starts; one
+    lookup of the connection per channel tried (the send goes to its receiver's rank)."""
+    s, a, b, _, _, _, _, start, end, inst, _ = one
+    conns = taken.conns
     busy: list[int] = []
     for ch in lead:
-        key = (a, one[2], inst, ch)
-        if timed:
-            there = spans.get(key)
-            if there is not None and (
-                bisect.bisect_left(there[0], end) - bisect.bisect_right(there[1], start) > 0
-                if start < end and key not in inverted
-                else _busy_while(dag, s, key, start, end, taken)
-            ):
-                busy.append(ch)
-                taken.passed_busy = True
-                continue
-        if _lone_fits(one, key, taken):
-            return _commit_lone(dag, one, key, taken, timed)
+        key = (a, b, inst, ch)
+        there = conns.get(key)
+        if timed and there is not None and (
+            bisect.bisect_left(there.starts, end) - bisect.bisect_right(there.ends, start) > 0
+            if start < end and not there.inverted
+            else any(dag.overlap(s, other) for other in there.held)
+        ):
+            busy.append(ch)
+            taken.passed_busy = True
+            continue
+        if _lone_fits(one, ch, there, taken):
+            return _commit_lone(one, key, there, taken, timed)
     for ch in (*busy, *rest):
-        key = (a, one[2], inst, ch)
-        if _lone_fits(one, key, taken):
-            return _commit_lone(dag, one, key, taken, timed)
+        key = (a, b, inst, ch)
+        there = conns.get(key)
+        if _lone_fits(one, ch, there, taken):
+            return _commit_lone(one, key, there, taken, timed)
     raise CodegenError(
         f"{dag.info.name}: rank {a}: no channel below {max_channels} can carry the flow of "
         f"instruction {dag.instrs[s]} in order"
     )
 
 
-def _lone_fits(one: tuple, key: tuple, taken: _Taken) -> bool:
-    """:func:`_fits` and not :func:`_serializes`, for one transfer and nothing pinned, on the
-    connection ``key`` (sender, receiver, instance, channel)."""
-    _, a, b, ps, pr, d, drained, _, _, inst, _ = one
-    ch = key[3]
-    peers, full = taken.peers, MAX_PEERS_PER_CHANNEL  # a peer more than that many is refused
-    have = peers.get((a, inst, ch, "send"))
-    if have is not None and len(have) >= full and (b not in have or len(have) > full):
-        return False
-    have = peers.get((b, inst, ch, "recv"))
-    if have is not None and len(have) >= full and (a not in have or len(have) > full):
-        return False
-    placed = taken.fifo.get(key)
-    if placed:
-        k = bisect.bisect(placed, (ps, pr))
-        if (k > 0 and placed[k - 1][1] > pr) or (k < len(placed) and pr > placed[k][1]):
+def _lone_fits(one: tuple, ch: int, there: _Conn | None, taken: _Taken) -> bool:
+    """:func:`_fits` and not :func:`_serializes`, for one transfer and nothing pinned, on channel
+    ``ch`` of its connection (``there``: what that holds). A connection that holds a transfer has
+    its peers on the channel already (neither side ever passes ``MAX_PEERS_PER_CHANNEL``)."""
+    _, a, b, ps, pr, d, drained, _, _, inst, facing = one
+    if there is None or not there.fifo:
+        peers, full = taken.peers, MAX_PEERS_PER_CHANNEL  # a peer more than that many is refused
+        have = peers.get((a, inst, ch, "send"))
+        if have is not None and len(have) >= full and (b not in have or len(have) > full):
             return False
-    if taken.by_depth:
-        there = taken.by_depth.get((b, a, inst, ch, d))
-        if there is not None and (there or drained):
+        have = peers.get((b, inst, ch, "recv"))
+        if have is not None and len(have) >= full and (a not in have or len(have) > full):
+            return False
+    else:
+        placed = there.fifo
+        if placed[-1][0] < ps:  # after every transfer there: the last is its only neighbour
+            if placed[-1][1] > pr:
+                return False
+        else:
+            k = bisect.bisect(placed, (ps, pr))
+            if (k > 0 and placed[k - 1][1] > pr) or (k < len(placed) and pr > placed[k][1]):
+                return False
+    if facing:
+        found = taken.by_depth.get((b, a, inst, ch, d))
+        if found is not None and (found or drained):
             return False
     return True
 
 
-def _commit_lone(dag: InstrDAG, one: tuple, key: tuple, taken: _Taken, timed: bool) -> int:
+def _commit_lone(one: tuple, key: tuple, there: _Conn | None, taken: _Taken, timed: bool) -> int:
     """:func:`_commit` (and :func:`_hold`) for one transfer, nothing pinned, on the connection
-    ``key``; its channel."""
-    s, a, b, ps, pr, d, drained, start, end, inst, _ = one
+    ``key`` (``there``: what it holds); its channel."""
+    s, a, b, ps, pr, d, drained, start, end, inst, facing = one
     ch = key[3]
-    bisect.insort(taken.fifo[key], (ps, pr))
-    slot = (a, b, inst, ch, d)
-    taken.by_depth[slot] = taken.by_depth.get(slot, False) or drained
-    taken.peers[(a, inst, ch, "send")].add(b)
-    taken.peers[(b, inst, ch, "recv")].add(a)
+    if there is None:
+        there = taken.conns[key] = _Conn()
+        taken.peers[(a, inst, ch, "send")].add(b)
+        taken.peers[(b, inst, ch, "recv")].add(a)
+    there.add((ps, pr))
+    if facing:
+        slot = (a, b, inst, ch, d)
+        taken.by_depth[slot] = taken.by_depth.get(slot, False) or drained
     if timed:
-        _hold(dag, s, key, taken, (start, end))
+        there.hold(s, start, end)
     return ch
 
 
@@ -340,11 +381,14 @@ def steps_of(dag: InstrDAG) -> tuple[int, ...]:
     ``assign_threadblocks``)."""
 
     def count() -> tuple[int, ...]:
-        instrs, preds = dag.instrs, dag.preds
-        return tuple(
-            max(1, sum(1 for e in preds[i] if e.kind is not DepKind.MATCH and instrs[e.pred].rank == ins.rank))
-            for i, ins in enumerate(instrs)
-        )
+        import numpy as np  # not loaded by building the CLI's parser
+
+        pred, succ = dag.ends
+        rank = np.fromiter(map(attrgetter("rank"), dag.instrs), np.int64, len(dag.instrs))
+        kinds = map(attrgetter("kind"), dag.edges)
+        waits = np.fromiter(map(DepKind.MATCH.__ne__, kinds), bool, len(dag.edges))
+        waits &= rank[pred] == rank[succ]  # a counted edge: not a match, within one rank
+        return tuple(np.maximum(np.bincount(succ[waits], minlength=len(dag.instrs)), 1).tolist())
 
     return _SAME_DAG.get([dag], "steps", count)
 
@@ -353,6 +397,9 @@ def _flows(dag: InstrDAG) -> list[list[int]]:
     """The instructions that must share a channel (a send and its receive, one hinted
     threadblock), each flow in the global order, flows by their first instruction."""
     instrs, pos = dag.instrs, dag.position
+    chained = _chains(dag)
+    if chained is not None:
+        return chained
     flows = _Flows(len(instrs))
     by_hint: dict[tuple, int] = {}
     for i, ins in enumerate(instrs):
@@ -365,6 +412,39 @@ def _flows(dag: InstrDAG) -> list[list[int]]:
     for i in sorted(range(len(instrs)), key=lambda i: pos[i]):
         members[flows.find(i)].append(i)
     return sorted(members.values(), key=lambda m: pos[m[0]])
+
+
+def _chains(dag: InstrDAG) -> list[list[int]] | None:
+    """:func:`_flows` where no instruction has a threadblock hint and none is the match of two
+    sends: each flow is then a chain of matches, found in NumPy by pointer jumping to its head
+    (where the union-find took 1.9 s of a 512-rank compile under the profiler); None otherwise."""
+    import numpy as np  # not loaded by building the CLI's parser
+
+    instrs, n = dag.instrs, len(dag.instrs)
+    if any(ins.tb_hint is not None for ins in instrs):
+        return None
+    match = np.fromiter((-1 if m is None else m for m in map(attrgetter("send_match"), instrs)), np.int64, n)
+    sends = np.flatnonzero(match >= 0)
+    if np.bincount(match[sends], minlength=n).max(initial=0) > 1:
+        return None
+    head = np.arange(n, dtype=np.int64)
+    head[match[sends]] = sends  # each matched instruction points at its send
+    for _ in range(n.bit_length() + 1):  # halves what is left of every chain
+        jumped = head[head]
+        if np.array_equal(jumped, head):
+            break
+        head = jumped
+    else:
+        return None  # a cycle of matches: the union-find's answer
+    order = np.asarray(dag.order, dtype=np.int64)  # the instructions by position
+    by_flow = order[np.argsort(head[order], kind="stable")]  # flows together, each in the order
+    heads = head[by_flow]
+    starts = np.flatnonzero(np.concatenate(([True], heads[1:] != heads[:-1])))
+    ends = np.append(starts[1:], n)
+    first = np.asarray(dag.position, dtype=np.int64)[by_flow[starts]]
+    ranked = np.argsort(first, kind="stable")
+    flat = by_flow.tolist()
+    return [flat[a:b] for a, b in zip(starts[ranked].tolist(), ends[ranked].tolist(), strict=True)]
 
 
 def _hint(dag: InstrDAG, flow: list[int]) -> int | None:
@@ -509,8 +589,8 @@ def _fits(moves: _Moves, pinned: list[tuple], inst: int, ch: int, taken: _Taken)
             have = peers.get((rank, inst, ch, side), ())
             if len(new) + len(have) > MAX_PEERS_PER_CHANNEL and len(new | have) > MAX_PEERS_PER_CHANNEL:
                 return False
-    fifo = taken.fifo
-    if not all(_in_order(fifo.get((a, b, inst, ch), ()), pairs) for (a, b), pairs in moves.pairs.items()):
+    conns = taken.conns
+    if not all(_in_order(_fifo(conns, (a, b, inst, ch)), pairs) for (a, b), pairs in moves.pairs.items()):
         return False
     owner = taken.owner
     claims: dict[tuple, tuple] = {}
@@ -524,6 +604,11 @@ def _fits(moves: _Moves, pinned: list[tuple], inst: int, ch: int, taken: _Taken)
                 return False
             claims[slot] = key
     return True
+
+
+def _fifo(conns: dict[tuple, _Conn], key: tuple) -> list[tuple[int, int]]:
+    there = conns.get(key)
+    return [] if there is None else there.fifo
 
 
 def _in_order(placed: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> bool:
@@ -554,25 +639,21 @@ def _busy_while(dag: InstrDAG, send: int, key: tuple, start: float, end: float, 
     before it ends, less those that end before it starts (a subset of them when holds do not end
     before they start): a search in the sorted starts and ends, where a scan made a timed 512-rank
     schedule quadratic."""
-    spans = taken.spans.get(key)
-    if spans is None:
+    there = taken.conns.get(key)
+    if there is None:
         return False
-    starts, ends = spans
-    if start < end and key not in taken.inverted:
-        return bisect.bisect_left(starts, end) - bisect.bisect_right(ends, start) > 0
-    return any(dag.overlap(send, other) for other in taken.held[key])
+    if start < end and not there.inverted:
+        return bisect.bisect_left(there.starts, end) - bisect.bisect_right(there.ends, start) > 0
+    return any(dag.overlap(send, other) for other in there.held)
 
 
 def _hold(dag: InstrDAG, send: int, key: tuple, taken: _Taken, span: tuple[float, float] | None = None) -> None:
     """Record that ``send`` holds connection ``key`` (see :func:`_busy`); ``span``: its hold, if
     known (``InstrDAG.holds``)."""
-    start, end = dag.holds(send) if span is None else span
-    taken.held[key].append(send)
-    starts, ends = taken.spans.setdefault(key, ([], []))
-    bisect.insort(starts, start)
-    bisect.insort(ends, end)
-    if end < start:
-        taken.inverted.add(key)
+    there = taken.conns.get(key)
+    if there is None:
+        there = taken.conns[key] = _Conn()
+    there.hold(send, *(dag.holds(send) if span is None else span))
 
 
 def _serializes(dag: InstrDAG, moves: _Moves, inst: int, ch: int, by_depth: dict) -> bool:
@@ -592,10 +673,13 @@ def _serializes(dag: InstrDAG, moves: _Moves, inst: int, ch: int, by_depth: dict
 
 
 def _commit(moves: _Moves, pinned: list[tuple], inst: int, ch: int, taken: _Taken) -> None:
+    conns = taken.conns
     for (a, b), pairs in moves.pairs.items():
-        placed = taken.fifo[(a, b, inst, ch)]
+        there = conns.get((a, b, inst, ch))
+        if there is None:
+            there = conns[(a, b, inst, ch)] = _Conn()
         for pair in pairs:
-            bisect.insort(placed, pair)
+            there.add(pair)
     by_depth = taken.by_depth
     for a, b, _, _, d, drained in moves.each:
         slot = (a, b, inst, ch, d)
