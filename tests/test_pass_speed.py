@@ -62,3 +62,22 @@ def test_compact_layouts_at_one_width_assign_once(trees, monkeypatch):
     assert ac.assign_channels(trees, channels=2, compact=2) is first
     assert ac.assign_channels(trees, channels=2, compact=3) is first
     assert ac.assign_channels(trees, channels=2, compact=0).channel != () and len(calls) == 2
+
+
+@pytest.fixture(scope="module")
+def ring():
+    """Fused ops: a ring allgather's receive-and-send chains (a flow of three and more)."""
+    topo = load("ring:6")
+    return _ordered(lower_algorithm(make_baseline("ring", topo, make_collective("allgather", 6)), topo))
+
+
+@pytest.mark.parametrize("program", ["trees", "direct", "ring"])
+def test_flows_as_chains_of_matches_are_the_union_finds(request, monkeypatch, program):
+    """Flows found in NumPy along the chains of matches (no threadblock hint) are the union-find's."""
+    dag = request.getfixturevalue(program)
+    cf = importlib.import_module("codegen.passes.channel_flows")
+    chained = cf.flows_of(dag)
+    assert cf._chains(dag) is not None
+    assert (program == "ring") == any(len(flow) > 2 for flow in chained)
+    monkeypatch.setattr(cf, "_chains", lambda dag: None)
+    assert chained == cf.flows_of(dag)

@@ -17,7 +17,8 @@ on whose connections nothing else runs while it does (``InstrDAG.overlap``): tra
 runs side by side between two ranks (a connection of several links) then get a threadblock each
 instead of queueing on one. In a compact layout (``CompileOptions.compact``, where the default one
 exceeds the runtime's threadblocks) each connection keeps to its share of the channels
-(:func:`_shares`), round robin per connection, and a busy channel of its own comes before any other.
+(``channel_flows.channel_shares``), round robin per connection, and a busy channel of its own comes
+before any other.
 Instance ``i`` of a replicated program uses channels
 ``i * K .. i * K + K - 1`` where ``K`` is the channels one instance needs.
 """
@@ -29,35 +30,17 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from operator import attrgetter
 
-from codegen.chunk_dag import DepKind
 from codegen.errors import CodegenError, DslError
 from codegen.instr_dag import InstrDAG
+from codegen.passes.channel_flows import channel_shares, steps_of
+from codegen.passes.channel_flows import flows_of as _flows
 from codegen.protocols import fifo_calls
 from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
 from common.memo import SameObjects
 
 __all__ = ["assign_channels", "steps_of"]
-
-
-class _Flows:
-    """Union-find over instruction indices."""
-
-    def __init__(self, n: int) -> None:
-        self.parent = list(range(n))
-
-    def find(self, x: int) -> int:
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
 
 
 def _groups(dag: InstrDAG) -> dict[int, tuple]:
@@ -135,7 +118,7 @@ def assign_channels(
     dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS, compact: int = 0
 ) -> ChannelDAG:
     """Channels for flows: the user's, else round robin over ``channels``, moving on conflicts
-    (``compact`` 1 or more: each connection over its share of them, see :func:`_shares`).
+    (``compact`` 1 or more: each connection over its share of them, ``channel_flows.channel_shares``).
 
     A compact layout at one channel takes the default layout's channels where no flow of that one
     passed a busy channel over (the 512-rank alltoall's layout 1 assigned them again, 3-4 s): both
@@ -162,7 +145,7 @@ def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compa
     """:func:`assign_channels` once its hints are checked; whether a flow passed a busy channel over."""
     taken = _Taken()
     local: list[int | None] = [None] * len(dag.instrs)  # each instruction's channel in its instance
-    shares = _shares(dag, channels, max_channels) if compact else None
+    shares = channel_shares(dag, channels, max_channels) if compact else None
     auto: dict[tuple, int] = defaultdict(int)
     hinted = _SAME_DAG.get([dag], "hinted", lambda: any(ins.channel_hint is not None for ins in dag.instrs))
     flows = _SAME_DAG.get([dag], "flows", lambda: _flows(dag))
@@ -333,118 +316,6 @@ def _connection(dag: InstrDAG, i: int) -> tuple[int, int] | None:
     if ins.send_to is not None:
         return (ins.rank, ins.send_to)
     return None if ins.recv_from is None else (ins.recv_from, ins.rank)
-
-
-def _shares(dag: InstrDAG, channels: int, max_channels: int) -> dict[tuple[int, int], int]:
-    """The channels each connection spreads over in a compact layout: ``channels`` for the busiest,
-    proportionally fewer, at least one, for the others, none more than ``max_channels`` (the
-    compiler widens ``channels`` past it while the lighter ones still take too many steps). A
-    connection's load is the steps its busier side takes: one per transfer, and a ``nop`` per
-    dependency beyond the first (an upper bound: ``fold_deps_into_nops``). Spreading every
-    connection over every channel gives a rank a threadblock per peer and channel: at 128 ranks of
-    DGX H100 trees 262, where a rank's 22 peers need 72 (the runtimes let 128 be waited on)."""
-    by_load = _SAME_DAG.get([dag], "by load", lambda: _by_load(dag))
-    busiest = max(by_load, default=1)
-    shares: dict[tuple[int, int], int] = {}
-    for n, connections in by_load.items():  # one share per distinct load (a handful), not per connection
-        shares.update(dict.fromkeys(connections, min(max(1, -(-channels * n // busiest)), max_channels)))
-    return shares
-
-
-def _by_load(dag: InstrDAG) -> dict[int, list[tuple[int, int]]]:
-    """The connections by their load: the steps their busier side takes (:func:`_load`)."""
-    busier: dict[tuple[int, int], int] = {}
-    for (a, b, _), n in _load(dag).items():
-        busier[(a, b)] = max(n, busier.get((a, b), 0))
-    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for key, n in busier.items():
-        out[n].append(key)
-    return dict(out)
-
-
-def _load(dag: InstrDAG) -> dict[tuple, int]:
-    """Per connection and side, ``(sender, receiver, "send"|"recv")``, the steps it takes."""
-    steps = steps_of(dag)
-    load: dict[tuple, int] = defaultdict(int)
-    for i, ins in enumerate(dag.instrs):
-        if ins.send_match is None:
-            continue
-        key = (ins.rank, ins.send_to)
-        load[(*key, "send")] += steps[i]
-        load[(*key, "recv")] += steps[ins.send_match]
-    return load
-
-
-def steps_of(dag: InstrDAG) -> tuple[int, ...]:
-    """Per instruction the steps it may take: itself and a nop per same-rank dependency past one;
-    computed once per DAG (read by every channel count and layout tried, here and in
-    ``assign_threadblocks``)."""
-
-    def count() -> tuple[int, ...]:
-        import numpy as np  # not loaded by building the CLI's parser
-
-        pred, succ = dag.ends
-        rank = np.fromiter(map(attrgetter("rank"), dag.instrs), np.int64, len(dag.instrs))
-        kinds = map(attrgetter("kind"), dag.edges)
-        waits = np.fromiter(map(DepKind.MATCH.__ne__, kinds), bool, len(dag.edges))
-        waits &= rank[pred] == rank[succ]  # a counted edge: not a match, within one rank
-        return tuple(np.maximum(np.bincount(succ[waits], minlength=len(dag.instrs)), 1).tolist())
-
-    return _SAME_DAG.get([dag], "steps", count)
-
-
-def _flows(dag: InstrDAG) -> list[list[int]]:
-    """The instructions that must share a channel (a send and its receive, one hinted
-    threadblock), each flow in the global order, flows by their first instruction."""
-    instrs, pos = dag.instrs, dag.position
-    chained = _chains(dag)
-    if chained is not None:
-        return chained
-    flows = _Flows(len(instrs))
-    by_hint: dict[tuple, int] = {}
-    for i, ins in enumerate(instrs):
-        if ins.send_match is not None:
-            flows.union(i, ins.send_match)
-        if ins.tb_hint is not None:
-            key = (ins.rank, ins.tb_hint, ins.instance)
-            flows.union(i, by_hint.setdefault(key, i))
-    members: dict[int, list[int]] = defaultdict(list)
-    for i in sorted(range(len(instrs)), key=lambda i: pos[i]):
-        members[flows.find(i)].append(i)
-    return sorted(members.values(), key=lambda m: pos[m[0]])
-
-
-def _chains(dag: InstrDAG) -> list[list[int]] | None:
-    """:func:`_flows` where no instruction has a threadblock hint and none is the match of two
-    sends: each flow is then a chain of matches, found in NumPy by pointer jumping to its head
-    (where the union-find took 1.9 s of a 512-rank compile under the profiler); None otherwise."""
-    import numpy as np  # not loaded by building the CLI's parser
-
-    instrs, n = dag.instrs, len(dag.instrs)
-    if any(ins.tb_hint is not None for ins in instrs):
-        return None
-    match = np.fromiter((-1 if m is None else m for m in map(attrgetter("send_match"), instrs)), np.int64, n)
-    sends = np.flatnonzero(match >= 0)
-    if np.bincount(match[sends], minlength=n).max(initial=0) > 1:
-        return None
-    head = np.arange(n, dtype=np.int64)
-    head[match[sends]] = sends  # each matched instruction points at its send
-    for _ in range(n.bit_length() + 1):  # halves what is left of every chain
-        jumped = head[head]
-        if np.array_equal(jumped, head):
-            break
-        head = jumped
-    else:
-        return None  # a cycle of matches: the union-find's answer
-    order = np.asarray(dag.order, dtype=np.int64)  # the instructions by position
-    by_flow = order[np.argsort(head[order], kind="stable")]  # flows together, each in the order
-    heads = head[by_flow]
-    starts = np.flatnonzero(np.concatenate(([True], heads[1:] != heads[:-1])))
-    ends = np.append(starts[1:], n)
-    first = np.asarray(dag.position, dtype=np.int64)[by_flow[starts]]
-    ranked = np.argsort(first, kind="stable")
-    flat = by_flow.tolist()
-    return [flat[a:b] for a, b in zip(starts[ranked].tolist(), ends[ranked].tolist(), strict=True)]
 
 
 def _hint(dag: InstrDAG, flow: list[int]) -> int | None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from codegen.chunk_dag import DepKind
 from codegen.instr_dag import Instr, InstrDAG
-from codegen.passes.assign_channels import steps_of
+from codegen.passes.channel_flows import steps_of
 from codegen.schedule import ChannelDAG, ScheduledDAG, TbPlan
 from common.memo import SameObjects
 
