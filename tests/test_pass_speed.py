@@ -81,3 +81,22 @@ def test_flows_as_chains_of_matches_are_the_union_finds(request, monkeypatch, pr
     assert (program == "ring") == any(len(flow) > 2 for flow in chained)
     monkeypatch.setattr(cf, "_chains", lambda dag: None)
     assert chained == cf.flows_of(dag)
+
+
+@pytest.mark.parametrize("program", ["trees", "direct", "ring"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_pairing_loads_in_numpy_are_the_sums_per_instruction(request, program, channels):
+    """The steps per (rank, channel, side) and peer that layout 2 pairs threadblocks by, summed in
+    NumPy, are those a dict entry per instruction sums (peers a fused op owns left out)."""
+    at = importlib.import_module("codegen.passes.assign_threadblocks")
+    dag = request.getfixturevalue(program)
+    cdag = ac.assign_channels(dag, channels=channels, compact=2)
+    ranks = [at._Rank() for _ in range(dag.info.num_ranks)]
+    ranks[0].claim(ranks[0].new(0), 1, None)  # rank 0's sends to 1 on channel 0 owned already
+    steps, (_, plain) = ac.steps_of(dag), at._kinds(dag)
+    summed: dict[tuple, dict[int, int]] = {}
+    for i, ch in enumerate(cdag.channel):
+        if ch is not None and plain[i] is not None and (ch, *plain[i]) not in ranks[dag.instrs[i].rank].owner:
+            peers = summed.setdefault((dag.instrs[i].rank, ch, plain[i][0]), {})
+            peers[plain[i][1]] = peers.get(plain[i][1], 0) + steps[i]
+    assert summed and at._loads(cdag, ranks) == summed

@@ -152,12 +152,17 @@ def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compa
     lone = _SAME_DAG.get([dag], "lone", lambda: _lone(dag, flows, groups, hinted))
     timed = dag.info.model_timed and dag.times is not None
     tries = _Tries(max_channels)
+    plain = [tries.get(channels, k, True) for k in range(channels)]  # the default layout's, by turn
     for flow, one in zip(flows, lone, strict=True):
         if one is not None:  # one transfer, nothing pinned, no hint: the common case, inlined
             key = (one[1], one[2]) if shares is not None else None
-            own = channels if key is None else shares.get(key, 1)
-            lead, rest = tries.get(own, auto[key] % own, shares is None)
-            auto[key] += 1
+            k = auto[key]
+            auto[key] = k + 1
+            if key is None:
+                lead, rest = plain[k % channels]
+            else:
+                own = shares.get(key, 1)
+                lead, rest = tries.get(own, k % own, False)
             local[flow[0]] = local[flow[1]] = _place_lone(dag, one, lead, rest, timed, taken, max_channels)
             continue
         hint = _hint(dag, flow) if hinted else None
@@ -301,12 +306,20 @@ def _commit_lone(one: tuple, key: tuple, there: _Conn | None, taken: _Taken, tim
         there = taken.conns[key] = _Conn()
         taken.peers[(a, inst, ch, "send")].add(b)
         taken.peers[(b, inst, ch, "recv")].add(a)
-    there.add((ps, pr))
+    fifo = there.fifo  # _Conn.add and _Conn.hold inlined: once per flow
+    if not fifo or fifo[-1][0] < ps:
+        fifo.append((ps, pr))
+    else:
+        bisect.insort(fifo, (ps, pr))
     if facing:
         slot = (a, b, inst, ch, d)
         taken.by_depth[slot] = taken.by_depth.get(slot, False) or drained
     if timed:
-        there.hold(s, start, end)
+        there.held.append(s)
+        bisect.insort(there.starts, start)
+        bisect.insort(there.ends, end)
+        if end < start:
+            there.inverted = True
     return ch
 
 
