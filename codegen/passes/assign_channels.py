@@ -35,6 +35,7 @@ from codegen.errors import CodegenError, DslError
 from codegen.instr_dag import InstrDAG
 from codegen.passes.channel_flows import channel_shares, steps_of
 from codegen.passes.channel_flows import flows_of as _flows
+from codegen.passes.channel_flows import lone_flows as _lone
 from codegen.protocols import fifo_calls
 from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
@@ -203,34 +204,6 @@ class _Tries:
             cut = len(candidates) if all_lead else own
             self.made[key] = (candidates[:cut], candidates[cut:])
         return self.made[key]
-
-
-def _lone(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinted: bool) -> list[tuple | None]:
-    """Per flow, where it is one transfer and nothing pinned in a program without channel hints:
-    ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
-    :class:`_Moves`), the send's hold in a timed program (``InstrDAG.holds``, else 0, 0), its
-    instance, and whether a transfer the other way is of its depth (``_Taken.by_depth``); else
-    None."""
-    instrs, pos, depth = dag.instrs, dag.position, dag.depth
-    room = fifo_calls(dag.info.protocol)
-    holds = dag.holds if dag.times is not None else lambda _: (0.0, 0.0)
-    depths = {  # each transfer's (sender, receiver, instance, depth of its send)
-        (ins.rank, instrs[ins.send_match].rank, ins.instance, depth[i])
-        for i, ins in enumerate(instrs)
-        if ins.send_match is not None
-    }
-    out: list[tuple | None] = []
-    for flow in flows:
-        one = None
-        if not hinted and len(flow) == 2 and flow[0] not in groups and flow[1] not in groups:
-            s, r = flow
-            if instrs[s].send_match == r and instrs[r].send_match is None:
-                drained = instrs[s].count > room and pos[r] == pos[s] + 1
-                a, b, inst = instrs[s].rank, instrs[r].rank, instrs[s].instance
-                facing = (b, a, inst, depth[s]) in depths
-                one = (s, a, b, pos[s], pos[r], depth[s], drained, *holds(s), inst, facing)
-        out.append(one)
-    return out
 
 
 def _place_lone(
