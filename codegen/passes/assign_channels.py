@@ -153,7 +153,7 @@ def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compa
     lone = _SAME_DAG.get([dag], "lone", lambda: _lone(dag, flows, groups, hinted))
     timed = dag.info.model_timed and dag.times is not None
     tries = _Tries(max_channels)
-    plain = [tries.get(channels, k, True) for k in range(channels)]  # the default layout's, by turn
+    plain = [tries.get(channels, k, True) for k in range(channels)] if shares is None else []  # by turn
     for flow, one in zip(flows, lone, strict=True):
         if one is not None:  # one transfer, nothing pinned, no hint: the common case, inlined
             key = (one[1], one[2]) if shares is not None else None
