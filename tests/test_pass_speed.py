@@ -62,3 +62,41 @@ def test_compact_layouts_at_one_width_assign_once(trees, monkeypatch):
     assert ac.assign_channels(trees, channels=2, compact=2) is first
     assert ac.assign_channels(trees, channels=2, compact=3) is first
     assert ac.assign_channels(trees, channels=2, compact=0).channel != () and len(calls) == 2
+
+
+@pytest.fixture(scope="module")
+def ring():
+    """Fused ops: a ring allgather's receive-and-send chains (a flow of three and more)."""
+    topo = load("ring:6")
+    return _ordered(lower_algorithm(make_baseline("ring", topo, make_collective("allgather", 6)), topo))
+
+
+@pytest.mark.parametrize("program", ["trees", "direct", "ring"])
+def test_flows_as_chains_of_matches_are_the_union_finds(request, monkeypatch, program):
+    """Flows found in NumPy along the chains of matches (no threadblock hint) are the union-find's."""
+    dag = request.getfixturevalue(program)
+    cf = importlib.import_module("codegen.passes.channel_flows")
+    chained = cf.flows_of(dag)
+    assert cf._chains(dag) is not None
+    assert (program == "ring") == any(len(flow) > 2 for flow in chained)
+    monkeypatch.setattr(cf, "_chains", lambda dag: None)
+    assert chained == cf.flows_of(dag)
+
+
+@pytest.mark.parametrize("program", ["trees", "direct", "ring"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_pairing_loads_in_numpy_are_the_sums_per_instruction(request, program, channels):
+    """The steps per (rank, channel, side) and peer that layout 2 pairs threadblocks by, summed in
+    NumPy, are those a dict entry per instruction sums (peers a fused op owns left out)."""
+    at = importlib.import_module("codegen.passes.assign_threadblocks")
+    dag = request.getfixturevalue(program)
+    cdag = ac.assign_channels(dag, channels=channels, compact=2)
+    ranks = [at._Rank() for _ in range(dag.info.num_ranks)]
+    ranks[0].claim(ranks[0].new(0), 1, None)  # rank 0's sends to 1 on channel 0 owned already
+    steps, (_, plain) = ac.steps_of(dag), at._kinds(dag)
+    summed: dict[tuple, dict[int, int]] = {}
+    for i, ch in enumerate(cdag.channel):
+        if ch is not None and plain[i] is not None and (ch, *plain[i]) not in ranks[dag.instrs[i].rank].owner:
+            peers = summed.setdefault((dag.instrs[i].rank, ch, plain[i][0]), {})
+            peers[plain[i][1]] = peers.get(plain[i][1], 0) + steps[i]
+    assert summed and at._loads(cdag, ranks) == summed

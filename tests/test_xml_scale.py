@@ -67,7 +67,9 @@ def test_busy_by_search_is_the_scan(seed):
     taken = _Taken()
     key = (0, 1, 0, 0)
     for send in range(len(spans)):
-        scanned = any(dag.overlap(send, other) for other in taken.held.get(key, ()))
+        scanned = any(
+            dag.overlap(send, other) for other in (taken.conns[key].held if key in taken.conns else ())
+        )
         assert _busy(dag, send, 0, 0, taken) == scanned, (send, spans[: send + 1])
         if rnd.random() < 0.7:
             _hold(dag, send, key, taken)

@@ -17,7 +17,8 @@ on whose connections nothing else runs while it does (``InstrDAG.overlap``): tra
 runs side by side between two ranks (a connection of several links) then get a threadblock each
 instead of queueing on one. In a compact layout (``CompileOptions.compact``, where the default one
 exceeds the runtime's threadblocks) each connection keeps to its share of the channels
-(:func:`_shares`), round robin per connection, and a busy channel of its own comes before any other.
+(``channel_flows.channel_shares``), round robin per connection, and a busy channel of its own comes
+before any other.
 Instance ``i`` of a replicated program uses channels
 ``i * K .. i * K + K - 1`` where ``K`` is the channels one instance needs.
 """
@@ -30,33 +31,17 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from codegen.chunk_dag import DepKind
 from codegen.errors import CodegenError, DslError
 from codegen.instr_dag import InstrDAG
+from codegen.passes.channel_flows import channel_shares, steps_of
+from codegen.passes.channel_flows import flows_of as _flows
+from codegen.passes.channel_flows import lone_flows as _lone
 from codegen.protocols import fifo_calls
 from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
 from common.memo import SameObjects
 
 __all__ = ["assign_channels", "steps_of"]
-
-
-class _Flows:
-    """Union-find over instruction indices."""
-
-    def __init__(self, n: int) -> None:
-        self.parent = list(range(n))
-
-    def find(self, x: int) -> int:
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
 
 
 def _groups(dag: InstrDAG) -> dict[int, tuple]:
@@ -75,26 +60,52 @@ def _groups(dag: InstrDAG) -> dict[int, tuple]:
     return out
 
 
+class _Conn:
+    """What the flows placed so far hold on one connection and local channel: its transfers'
+    (send position, receive position), sorted; in a program timed by the Algorithm model the sends
+    on it, and the sorted starts and the sorted ends of what they hold (``InstrDAG.holds``, to count
+    overlaps by search instead of a scan); whether one of those holds ends before it starts (then
+    scanned). One record, so a channel tried costs one lookup."""
+
+    __slots__ = ("ends", "fifo", "held", "inverted", "starts")
+
+    def __init__(self) -> None:
+        self.fifo: list[tuple[int, int]] = []
+        self.held: list[int] = []
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.inverted = False
+
+    def add(self, pair: tuple[int, int]) -> None:
+        """A transfer (send, receive position): flows come in the global order, so most go last."""
+        if not self.fifo or self.fifo[-1][0] < pair[0]:
+            self.fifo.append(pair)
+        else:
+            bisect.insort(self.fifo, pair)
+
+    def hold(self, send: int, start: float, end: float) -> None:
+        """Record that ``send`` holds the connection from ``start`` to ``end``."""
+        self.held.append(send)
+        bisect.insort(self.starts, start)
+        bisect.insort(self.ends, end)
+        if end < start:
+            self.inverted = True
+
+
 @dataclass
 class _Taken:
     """What the flows placed so far hold, per instance and local channel ``ch``."""
 
-    fifo: dict[tuple, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
-    """(src, dst, inst, ch) -> (send position, receive position) of its transfers, sorted."""
+    conns: dict[tuple, _Conn] = field(default_factory=dict)
+    """(src, dst, inst, ch) -> what its transfers hold; there once one is placed on it."""
     owner: dict[tuple, tuple] = field(default_factory=dict)
     """(rank, inst, ch, "send"|"recv", peer) -> the threadblock group that holds it."""
     peers: dict[tuple, set] = field(default_factory=lambda: defaultdict(set))
     """(rank, inst, ch, "send"|"recv") -> its peers."""
-    held: dict[tuple, list[int]] = field(default_factory=lambda: defaultdict(list))
-    """(src, dst, inst, ch) -> the sends on it, in a program timed by the Algorithm model."""
-    spans: dict[tuple, tuple[list[float], list[float]]] = field(default_factory=dict)
-    """(src, dst, inst, ch) -> the sorted starts and the sorted ends of what its sends hold
-    (``InstrDAG.holds``), to count overlaps by search instead of a scan."""
-    inverted: set[tuple] = field(default_factory=set)
-    """The connections of ``spans`` holding a send whose hold ends before it starts (then scanned)."""
     by_depth: dict[tuple, bool] = field(default_factory=dict)
     """(src, dst, inst, ch, depth of the send) -> whether one of its transfers is drained (has more
-    calls than the FIFO holds and runs with its receive, see :func:`_serializes`)."""
+    calls than the FIFO holds and runs with its receive, see :func:`_serializes`); a flow of one
+    transfer with no transfer the other way at its depth (read by none) is not kept."""
     passed_busy: bool = False  # whether a flow passed a channel over for being busy while it runs
 
 
@@ -108,7 +119,7 @@ def assign_channels(
     dag: InstrDAG, channels: int = 1, max_channels: int = MAX_CHANNELS, compact: int = 0
 ) -> ChannelDAG:
     """Channels for flows: the user's, else round robin over ``channels``, moving on conflicts
-    (``compact`` 1 or more: each connection over its share of them, see :func:`_shares`).
+    (``compact`` 1 or more: each connection over its share of them, ``channel_flows.channel_shares``).
 
     A compact layout at one channel takes the default layout's channels where no flow of that one
     passed a busy channel over (the 512-rank alltoall's layout 1 assigned them again, 3-4 s): both
@@ -135,19 +146,24 @@ def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compa
     """:func:`assign_channels` once its hints are checked; whether a flow passed a busy channel over."""
     taken = _Taken()
     local: list[int | None] = [None] * len(dag.instrs)  # each instruction's channel in its instance
-    shares = _shares(dag, channels, max_channels) if compact else None
+    shares = channel_shares(dag, channels, max_channels) if compact else None
     auto: dict[tuple, int] = defaultdict(int)
     hinted = _SAME_DAG.get([dag], "hinted", lambda: any(ins.channel_hint is not None for ins in dag.instrs))
     flows = _SAME_DAG.get([dag], "flows", lambda: _flows(dag))
     lone = _SAME_DAG.get([dag], "lone", lambda: _lone(dag, flows, groups, hinted))
     timed = dag.info.model_timed and dag.times is not None
     tries = _Tries(max_channels)
+    plain = [tries.get(channels, k, True) for k in range(channels)] if shares is None else []  # by turn
     for flow, one in zip(flows, lone, strict=True):
         if one is not None:  # one transfer, nothing pinned, no hint: the common case, inlined
             key = (one[1], one[2]) if shares is not None else None
-            own = channels if key is None else shares.get(key, 1)
-            lead, rest = tries.get(own, auto[key] % own, shares is None)
-            auto[key] += 1
+            k = auto[key]
+            auto[key] = k + 1
+            if key is None:
+                lead, rest = plain[k % channels]
+            else:
+                own = shares.get(key, 1)
+                lead, rest = tries.get(own, k % own, False)
             local[flow[0]] = local[flow[1]] = _place_lone(dag, one, lead, rest, timed, taken, max_channels)
             continue
         hint = _hint(dag, flow) if hinted else None
@@ -190,99 +206,93 @@ class _Tries:
         return self.made[key]
 
 
-def _lone(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinted: bool) -> list[tuple | None]:
-    """Per flow, where it is one transfer and nothing pinned in a program without channel hints:
-    ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
-    :class:`_Moves`), the send's hold in a timed program (``InstrDAG.holds``, else 0, 0), its
-    instance and the rank it sends to (the receiver's); else None."""
-    instrs, pos, depth = dag.instrs, dag.position, dag.depth
-    room = fifo_calls(dag.info.protocol)
-    holds = dag.holds if dag.times is not None else lambda _: (0.0, 0.0)
-    out: list[tuple | None] = []
-    for flow in flows:
-        one = None
-        if not hinted and len(flow) == 2 and flow[0] not in groups and flow[1] not in groups:
-            s, r = flow
-            if instrs[s].send_match == r and instrs[r].send_match is None:
-                drained = instrs[s].count > room and pos[r] == pos[s] + 1
-                send = instrs[s]
-                where = (send.instance, send.send_to)
-                one = (s, send.rank, instrs[r].rank, pos[s], pos[r], depth[s], drained, *holds(s), *where)
-        out.append(one)
-    return out
-
-
 def _place_lone(
     dag: InstrDAG, one: tuple, lead: tuple[int, ...], rest: tuple[int, ...], timed: bool, taken: _Taken,
     max_channels: int,
 ) -> int:
     """:func:`_place` for a flow of one transfer, nothing pinned, no hint: the same tries, without
     building :class:`_Moves` or a list of candidates per flow (487,424 flows per run at 512 ranks);
-    :func:`_busy_while` inlined for the common case of a hold that ends after it starts; the
-    connection's key is made once per channel tried (the send goes to its receiver's rank)."""
-    s, a, _, _, _, _, _, start, end, inst, _ = one
-    spans, inverted = taken.spans, taken.inverted
+    :func:`_busy_while` inlined for the common case of a hold that ends after it starts; one
+    lookup of the connection per channel tried (the send goes to its receiver's rank)."""
+    s, a, b, _, _, _, _, start, end, inst, _ = one
+    conns = taken.conns
     busy: list[int] = []
     for ch in lead:
-        key = (a, one[2], inst, ch)
-        if timed:
-            there = spans.get(key)
-            if there is not None and (
-                bisect.bisect_left(there[0], end) - bisect.bisect_right(there[1], start) > 0
-                if start < end and key not in inverted
-                else _busy_while(dag, s, key, start, end, taken)
-            ):
-                busy.append(ch)
-                taken.passed_busy = True
-                continue
-        if _lone_fits(one, key, taken):
-            return _commit_lone(dag, one, key, taken, timed)
+        key = (a, b, inst, ch)
+        there = conns.get(key)
+        if timed and there is not None and (
+            bisect.bisect_left(there.starts, end) - bisect.bisect_right(there.ends, start) > 0
+            if start < end and not there.inverted
+            else any(dag.overlap(s, other) for other in there.held)
+        ):
+            busy.append(ch)
+            taken.passed_busy = True
+            continue
+        if _lone_fits(one, ch, there, taken):
+            return _commit_lone(one, key, there, taken, timed)
     for ch in (*busy, *rest):
-        key = (a, one[2], inst, ch)
-        if _lone_fits(one, key, taken):
-            return _commit_lone(dag, one, key, taken, timed)
+        key = (a, b, inst, ch)
+        there = conns.get(key)
+        if _lone_fits(one, ch, there, taken):
+            return _commit_lone(one, key, there, taken, timed)
     raise CodegenError(
         f"{dag.info.name}: rank {a}: no channel below {max_channels} can carry the flow of "
         f"instruction {dag.instrs[s]} in order"
     )
 
 
-def _lone_fits(one: tuple, key: tuple, taken: _Taken) -> bool:
-    """:func:`_fits` and not :func:`_serializes`, for one transfer and nothing pinned, on the
-    connection ``key`` (sender, receiver, instance, channel)."""
-    _, a, b, ps, pr, d, drained, _, _, inst, _ = one
-    ch = key[3]
-    peers, full = taken.peers, MAX_PEERS_PER_CHANNEL  # a peer more than that many is refused
-    have = peers.get((a, inst, ch, "send"))
-    if have is not None and len(have) >= full and (b not in have or len(have) > full):
-        return False
-    have = peers.get((b, inst, ch, "recv"))
-    if have is not None and len(have) >= full and (a not in have or len(have) > full):
-        return False
-    placed = taken.fifo.get(key)
-    if placed:
-        k = bisect.bisect(placed, (ps, pr))
-        if (k > 0 and placed[k - 1][1] > pr) or (k < len(placed) and pr > placed[k][1]):
+def _lone_fits(one: tuple, ch: int, there: _Conn | None, taken: _Taken) -> bool:
+    """:func:`_fits` and not :func:`_serializes`, for one transfer and nothing pinned, on channel
+    ``ch`` of its connection (``there``: what that holds). A connection that holds a transfer has
+    its peers on the channel already (neither side ever passes ``MAX_PEERS_PER_CHANNEL``)."""
+    _, a, b, ps, pr, d, drained, _, _, inst, facing = one
+    if there is None or not there.fifo:
+        peers, full = taken.peers, MAX_PEERS_PER_CHANNEL  # a peer more than that many is refused
+        have = peers.get((a, inst, ch, "send"))
+        if have is not None and len(have) >= full and (b not in have or len(have) > full):
             return False
-    if taken.by_depth:
-        there = taken.by_depth.get((b, a, inst, ch, d))
-        if there is not None and (there or drained):
+        have = peers.get((b, inst, ch, "recv"))
+        if have is not None and len(have) >= full and (a not in have or len(have) > full):
+            return False
+    else:
+        placed = there.fifo
+        if placed[-1][0] < ps:  # after every transfer there: the last is its only neighbour
+            if placed[-1][1] > pr:
+                return False
+        else:
+            k = bisect.bisect(placed, (ps, pr))
+            if (k > 0 and placed[k - 1][1] > pr) or (k < len(placed) and pr > placed[k][1]):
+                return False
+    if facing:
+        found = taken.by_depth.get((b, a, inst, ch, d))
+        if found is not None and (found or drained):
             return False
     return True
 
 
-def _commit_lone(dag: InstrDAG, one: tuple, key: tuple, taken: _Taken, timed: bool) -> int:
+def _commit_lone(one: tuple, key: tuple, there: _Conn | None, taken: _Taken, timed: bool) -> int:
     """:func:`_commit` (and :func:`_hold`) for one transfer, nothing pinned, on the connection
-    ``key``; its channel."""
-    s, a, b, ps, pr, d, drained, start, end, inst, _ = one
+    ``key`` (``there``: what it holds); its channel."""
+    s, a, b, ps, pr, d, drained, start, end, inst, facing = one
     ch = key[3]
-    bisect.insort(taken.fifo[key], (ps, pr))
-    slot = (a, b, inst, ch, d)
-    taken.by_depth[slot] = taken.by_depth.get(slot, False) or drained
-    taken.peers[(a, inst, ch, "send")].add(b)
-    taken.peers[(b, inst, ch, "recv")].add(a)
+    if there is None:
+        there = taken.conns[key] = _Conn()
+        taken.peers[(a, inst, ch, "send")].add(b)
+        taken.peers[(b, inst, ch, "recv")].add(a)
+    fifo = there.fifo  # _Conn.add and _Conn.hold inlined: once per flow
+    if not fifo or fifo[-1][0] < ps:
+        fifo.append((ps, pr))
+    else:
+        bisect.insort(fifo, (ps, pr))
+    if facing:
+        slot = (a, b, inst, ch, d)
+        taken.by_depth[slot] = taken.by_depth.get(slot, False) or drained
     if timed:
-        _hold(dag, s, key, taken, (start, end))
+        there.held.append(s)
+        bisect.insort(there.starts, start)
+        bisect.insort(there.ends, end)
+        if end < start:
+            there.inverted = True
     return ch
 
 
@@ -292,79 +302,6 @@ def _connection(dag: InstrDAG, i: int) -> tuple[int, int] | None:
     if ins.send_to is not None:
         return (ins.rank, ins.send_to)
     return None if ins.recv_from is None else (ins.recv_from, ins.rank)
-
-
-def _shares(dag: InstrDAG, channels: int, max_channels: int) -> dict[tuple[int, int], int]:
-    """The channels each connection spreads over in a compact layout: ``channels`` for the busiest,
-    proportionally fewer, at least one, for the others, none more than ``max_channels`` (the
-    compiler widens ``channels`` past it while the lighter ones still take too many steps). A
-    connection's load is the steps its busier side takes: one per transfer, and a ``nop`` per
-    dependency beyond the first (an upper bound: ``fold_deps_into_nops``). Spreading every
-    connection over every channel gives a rank a threadblock per peer and channel: at 128 ranks of
-    DGX H100 trees 262, where a rank's 22 peers need 72 (the runtimes let 128 be waited on)."""
-    by_load = _SAME_DAG.get([dag], "by load", lambda: _by_load(dag))
-    busiest = max(by_load, default=1)
-    shares: dict[tuple[int, int], int] = {}
-    for n, connections in by_load.items():  # one share per distinct load (a handful), not per connection
-        shares.update(dict.fromkeys(connections, min(max(1, -(-channels * n // busiest)), max_channels)))
-    return shares
-
-
-def _by_load(dag: InstrDAG) -> dict[int, list[tuple[int, int]]]:
-    """The connections by their load: the steps their busier side takes (:func:`_load`)."""
-    busier: dict[tuple[int, int], int] = {}
-    for (a, b, _), n in _load(dag).items():
-        busier[(a, b)] = max(n, busier.get((a, b), 0))
-    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for key, n in busier.items():
-        out[n].append(key)
-    return dict(out)
-
-
-def _load(dag: InstrDAG) -> dict[tuple, int]:
-    """Per connection and side, ``(sender, receiver, "send"|"recv")``, the steps it takes."""
-    steps = steps_of(dag)
-    load: dict[tuple, int] = defaultdict(int)
-    for i, ins in enumerate(dag.instrs):
-        if ins.send_match is None:
-            continue
-        key = (ins.rank, ins.send_to)
-        load[(*key, "send")] += steps[i]
-        load[(*key, "recv")] += steps[ins.send_match]
-    return load
-
-
-def steps_of(dag: InstrDAG) -> tuple[int, ...]:
-    """Per instruction the steps it may take: itself and a nop per same-rank dependency past one;
-    computed once per DAG (read by every channel count and layout tried, here and in
-    ``assign_threadblocks``)."""
-
-    def count() -> tuple[int, ...]:
-        instrs, preds = dag.instrs, dag.preds
-        return tuple(
-            max(1, sum(1 for e in preds[i] if e.kind is not DepKind.MATCH and instrs[e.pred].rank == ins.rank))
-            for i, ins in enumerate(instrs)
-        )
-
-    return _SAME_DAG.get([dag], "steps", count)
-
-
-def _flows(dag: InstrDAG) -> list[list[int]]:
-    """The instructions that must share a channel (a send and its receive, one hinted
-    threadblock), each flow in the global order, flows by their first instruction."""
-    instrs, pos = dag.instrs, dag.position
-    flows = _Flows(len(instrs))
-    by_hint: dict[tuple, int] = {}
-    for i, ins in enumerate(instrs):
-        if ins.send_match is not None:
-            flows.union(i, ins.send_match)
-        if ins.tb_hint is not None:
-            key = (ins.rank, ins.tb_hint, ins.instance)
-            flows.union(i, by_hint.setdefault(key, i))
-    members: dict[int, list[int]] = defaultdict(list)
-    for i in sorted(range(len(instrs)), key=lambda i: pos[i]):
-        members[flows.find(i)].append(i)
-    return sorted(members.values(), key=lambda m: pos[m[0]])
 
 
 def _hint(dag: InstrDAG, flow: list[int]) -> int | None:
@@ -509,8 +446,8 @@ def _fits(moves: _Moves, pinned: list[tuple], inst: int, ch: int, taken: _Taken)
             have = peers.get((rank, inst, ch, side), ())
             if len(new) + len(have) > MAX_PEERS_PER_CHANNEL and len(new | have) > MAX_PEERS_PER_CHANNEL:
                 return False
-    fifo = taken.fifo
-    if not all(_in_order(fifo.get((a, b, inst, ch), ()), pairs) for (a, b), pairs in moves.pairs.items()):
+    conns = taken.conns
+    if not all(_in_order(_fifo(conns, (a, b, inst, ch)), pairs) for (a, b), pairs in moves.pairs.items()):
         return False
     owner = taken.owner
     claims: dict[tuple, tuple] = {}
@@ -524,6 +461,11 @@ def _fits(moves: _Moves, pinned: list[tuple], inst: int, ch: int, taken: _Taken)
                 return False
             claims[slot] = key
     return True
+
+
+def _fifo(conns: dict[tuple, _Conn], key: tuple) -> list[tuple[int, int]]:
+    there = conns.get(key)
+    return [] if there is None else there.fifo
 
 
 def _in_order(placed: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> bool:
@@ -554,25 +496,21 @@ def _busy_while(dag: InstrDAG, send: int, key: tuple, start: float, end: float, 
     before it ends, less those that end before it starts (a subset of them when holds do not end
     before they start): a search in the sorted starts and ends, where a scan made a timed 512-rank
     schedule quadratic."""
-    spans = taken.spans.get(key)
-    if spans is None:
+    there = taken.conns.get(key)
+    if there is None:
         return False
-    starts, ends = spans
-    if start < end and key not in taken.inverted:
-        return bisect.bisect_left(starts, end) - bisect.bisect_right(ends, start) > 0
-    return any(dag.overlap(send, other) for other in taken.held[key])
+    if start < end and not there.inverted:
+        return bisect.bisect_left(there.starts, end) - bisect.bisect_right(there.ends, start) > 0
+    return any(dag.overlap(send, other) for other in there.held)
 
 
 def _hold(dag: InstrDAG, send: int, key: tuple, taken: _Taken, span: tuple[float, float] | None = None) -> None:
     """Record that ``send`` holds connection ``key`` (see :func:`_busy`); ``span``: its hold, if
     known (``InstrDAG.holds``)."""
-    start, end = dag.holds(send) if span is None else span
-    taken.held[key].append(send)
-    starts, ends = taken.spans.setdefault(key, ([], []))
-    bisect.insort(starts, start)
-    bisect.insort(ends, end)
-    if end < start:
-        taken.inverted.add(key)
+    there = taken.conns.get(key)
+    if there is None:
+        there = taken.conns[key] = _Conn()
+    there.hold(send, *(dag.holds(send) if span is None else span))
 
 
 def _serializes(dag: InstrDAG, moves: _Moves, inst: int, ch: int, by_depth: dict) -> bool:
@@ -592,10 +530,13 @@ def _serializes(dag: InstrDAG, moves: _Moves, inst: int, ch: int, by_depth: dict
 
 
 def _commit(moves: _Moves, pinned: list[tuple], inst: int, ch: int, taken: _Taken) -> None:
+    conns = taken.conns
     for (a, b), pairs in moves.pairs.items():
-        placed = taken.fifo[(a, b, inst, ch)]
+        there = conns.get((a, b, inst, ch))
+        if there is None:
+            there = conns[(a, b, inst, ch)] = _Conn()
         for pair in pairs:
-            bisect.insort(placed, pair)
+            there.add(pair)
     by_depth = taken.by_depth
     for a, b, _, _, d, drained in moves.each:
         slot = (a, b, inst, ch, d)

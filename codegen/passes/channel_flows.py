@@ -1,0 +1,216 @@
+"""What the channel assignment works on: the flows, instructions that must share a channel (a send
+and its receive, the transfers of a fused op, one hinted threadblock), and each connection's load,
+the steps it takes, which sets its share of the channels in a compact layout
+(``CompileOptions.compact``). Computed once per DAG: the compiler assigns channels to one DAG for
+each width and layout it tries. Most flows are one send and its receive with nothing pinned: what
+placing one reads is gathered once (:func:`lone_flows`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from operator import attrgetter
+
+from codegen.chunk_dag import DepKind
+from codegen.instr_dag import InstrDAG
+from codegen.protocols import fifo_calls
+from common.memo import SameObjects
+
+__all__ = ["channel_shares", "flows_of", "lone_flows", "steps_of"]
+
+_SAME_DAG = SameObjects()
+"""What the last DAG gives every run of the channel assignment: its steps and loads."""
+
+
+class _Flows:
+    """Union-find over instruction indices."""
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, x: int) -> int:
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def flows_of(dag: InstrDAG) -> list[list[int]]:
+    """The instructions that must share a channel (a send and its receive, one hinted
+    threadblock), each flow in the global order, flows by their first instruction."""
+    instrs, pos = dag.instrs, dag.position
+    chained = _chains(dag)
+    if chained is not None:
+        return chained
+    flows = _Flows(len(instrs))
+    by_hint: dict[tuple, int] = {}
+    for i, ins in enumerate(instrs):
+        if ins.send_match is not None:
+            flows.union(i, ins.send_match)
+        if ins.tb_hint is not None:
+            key = (ins.rank, ins.tb_hint, ins.instance)
+            flows.union(i, by_hint.setdefault(key, i))
+    members: dict[int, list[int]] = defaultdict(list)
+    for i in sorted(range(len(instrs)), key=lambda i: pos[i]):
+        members[flows.find(i)].append(i)
+    return sorted(members.values(), key=lambda m: pos[m[0]])
+
+
+def _chains(dag: InstrDAG) -> list[list[int]] | None:
+    """:func:`flows_of` where no instruction has a threadblock hint and none is the match of two
+    sends: each flow is then a chain of matches, found in NumPy by pointer jumping to its head
+    (where the union-find took 1.9 s of a 512-rank compile under the profiler); None otherwise."""
+    import numpy as np  # not loaded by building the CLI's parser
+
+    instrs, n = dag.instrs, len(dag.instrs)
+    if any(ins.tb_hint is not None for ins in instrs):
+        return None
+    match = np.fromiter((-1 if m is None else m for m in map(attrgetter("send_match"), instrs)), np.int64, n)
+    sends = np.flatnonzero(match >= 0)
+    if np.bincount(match[sends], minlength=n).max(initial=0) > 1:
+        return None
+    head = np.arange(n, dtype=np.int64)
+    head[match[sends]] = sends  # each matched instruction points at its send
+    for _ in range(n.bit_length() + 1):  # halves what is left of every chain
+        jumped = head[head]
+        if np.array_equal(jumped, head):
+            break
+        head = jumped
+    else:
+        return None  # a cycle of matches: the union-find's answer
+    order = np.asarray(dag.order, dtype=np.int64)  # the instructions by position
+    by_flow = order[np.argsort(head[order], kind="stable")]  # flows together, each in the order
+    heads = head[by_flow]
+    starts = np.flatnonzero(np.concatenate(([True], heads[1:] != heads[:-1])))
+    ends = np.append(starts[1:], n)
+    first = np.asarray(dag.position, dtype=np.int64)[by_flow[starts]]
+    ranked = np.argsort(first, kind="stable")
+    flat = by_flow.tolist()
+    return [flat[a:b] for a, b in zip(starts[ranked].tolist(), ends[ranked].tolist(), strict=True)]
+
+
+def channel_shares(dag: InstrDAG, channels: int, max_channels: int) -> dict[tuple[int, int], int]:
+    """The channels each connection spreads over in a compact layout: ``channels`` for the busiest,
+    proportionally fewer, at least one, for the others, none more than ``max_channels`` (the
+    compiler widens ``channels`` past it while the lighter ones still take too many steps). A
+    connection's load is the steps its busier side takes: one per transfer, and a ``nop`` per
+    dependency beyond the first (an upper bound: ``fold_deps_into_nops``). Spreading every
+    connection over every channel gives a rank a threadblock per peer and channel: at 128 ranks of
+    DGX H100 trees 262, where a rank's 22 peers need 72 (the runtimes let 128 be waited on)."""
+    by_load = _SAME_DAG.get([dag], "by load", lambda: _by_load(dag))
+    busiest = max(by_load, default=1)
+    shares: dict[tuple[int, int], int] = {}
+    for n, connections in by_load.items():  # one share per distinct load (a handful), not per connection
+        shares.update(dict.fromkeys(connections, min(max(1, -(-channels * n // busiest)), max_channels)))
+    return shares
+
+
+def _by_load(dag: InstrDAG) -> dict[int, list[tuple[int, int]]]:
+    """The connections by their load: the steps their busier side takes (:func:`_load`)."""
+    busier: dict[tuple[int, int], int] = {}
+    for (a, b, _), n in _load(dag).items():
+        busier[(a, b)] = max(n, busier.get((a, b), 0))
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for key, n in busier.items():
+        out[n].append(key)
+    return dict(out)
+
+
+def _load(dag: InstrDAG) -> dict[tuple, int]:
+    """Per connection and side, ``(sender, receiver, "send"|"recv")``, the steps it takes."""
+    steps = steps_of(dag)
+    load: dict[tuple, int] = defaultdict(int)
+    for i, ins in enumerate(dag.instrs):
+        if ins.send_match is None:
+            continue
+        key = (ins.rank, ins.send_to)
+        load[(*key, "send")] += steps[i]
+        load[(*key, "recv")] += steps[ins.send_match]
+    return load
+
+
+def steps_of(dag: InstrDAG) -> tuple[int, ...]:
+    """Per instruction the steps it may take: itself and a nop per same-rank dependency past one;
+    computed once per DAG (read by every channel count and layout tried, here and in
+    ``assign_threadblocks``)."""
+
+    def count() -> tuple[int, ...]:
+        import numpy as np  # not loaded by building the CLI's parser
+
+        pred, succ = dag.ends
+        rank = np.fromiter(map(attrgetter("rank"), dag.instrs), np.int64, len(dag.instrs))
+        kinds = map(attrgetter("kind"), dag.edges)
+        waits = np.fromiter(map(DepKind.MATCH.__ne__, kinds), bool, len(dag.edges))
+        waits &= rank[pred] == rank[succ]  # a counted edge: not a match, within one rank
+        return tuple(np.maximum(np.bincount(succ[waits], minlength=len(dag.instrs)), 1).tolist())
+
+    return _SAME_DAG.get([dag], "steps", count)
+
+
+def lone_flows(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinted: bool) -> list[tuple | None]:
+    """Per flow, where it is one transfer and nothing pinned in a program without channel hints:
+    ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
+    ``assign_channels._Moves``), the send's hold in a timed program (``InstrDAG.holds``, else 0, 0), its
+    instance, and whether a transfer the other way is of its depth (``assign_channels._Taken.by_depth``); else
+    None. Each field is read for all flows at once in NumPy (a tuple built per flow in Python took
+    1.5 s of a 512-rank compile under the profiler)."""
+    import numpy as np  # not loaded by building the CLI's parser
+
+    out: list[tuple | None] = [None] * len(flows)
+    if hinted or not flows:
+        return out
+    instrs, n = dag.instrs, len(dag.instrs)
+    match, rank, inst, depth = _fields(dag)
+    s = np.fromiter((flow[0] for flow in flows), np.int64, len(flows))
+    r = np.fromiter((flow[-1] for flow in flows), np.int64, len(flows))
+    free = np.ones(n, bool)
+    free[np.fromiter(groups, np.int64, len(groups))] = False
+    two = np.fromiter(map(len, flows), np.int64, len(flows)) == 2
+    lone = np.flatnonzero(two & free[s] & free[r] & (match[s] == r) & (match[r] < 0))
+    s, r = s[lone], r[lone]
+    pos = np.asarray(dag.position, dtype=np.int64)
+    count = np.fromiter(map(attrgetter("count"), instrs), np.int64, n)
+    drained = (count[s] > fifo_calls(dag.info.protocol)) & (pos[r] == pos[s] + 1)
+    if dag.times is not None:  # InstrDAG.holds: from the send's start to halfway to its arrival
+        times = np.asarray(dag.times, dtype=np.float64)
+        start, end = times[s], (times[s] + times[r]) / 2
+    else:
+        start = end = np.zeros(len(s))
+    facing = _facing(match, rank, inst, depth)
+    fields = (s, rank[s], rank[r], pos[s], pos[r], depth[s], drained, start, end, inst[s], facing[s])
+    for k, one in zip(lone.tolist(), zip(*(f.tolist() for f in fields), strict=True), strict=True):
+        out[k] = one
+    return out
+
+
+def _fields(dag: InstrDAG):
+    """Per instruction as NumPy arrays: its send's match (-1: none), rank, instance and depth."""
+    import numpy as np
+
+    instrs, n = dag.instrs, len(dag.instrs)
+    matches = map(attrgetter("send_match"), instrs)
+    match = np.fromiter((-1 if m is None else m for m in matches), np.int64, n)
+    rank = np.fromiter(map(attrgetter("rank"), instrs), np.int64, n)
+    inst = np.fromiter(map(attrgetter("instance"), instrs), np.int64, n)
+    return match, rank, inst, np.asarray(dag.depth, dtype=np.int64)
+
+
+def _facing(match, rank, inst, depth):
+    """Per send, whether a transfer the other way between its ranks in its instance is of its
+    depth (then ``assign_channels._Taken.by_depth`` is read and kept for it)."""
+    import numpy as np
+
+    sends = np.flatnonzero(match >= 0)
+    a, b = rank[sends], rank[match[sends]]
+    ranks, instances, depths = int(rank.max()) + 1, int(inst.max()) + 1, int(depth.max()) + 1
+
+    def code(x, y):
+        return ((x * ranks + y) * instances + inst[sends]) * depths + depth[sends]
+
+    facing = np.zeros(len(match), bool)
+    facing[sends] = np.isin(code(b, a), code(a, b))
+    return facing
