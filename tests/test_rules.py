@@ -151,10 +151,11 @@ def _one_by_one(ir: IR, final: bool) -> list:
 def test_the_bulk_scan_finds_what_judging_each_step_finds():
     """``threadblock_problems`` spells out only the steps its NumPy scan flags: on ops broken every
     way (counts, operands outside their buffer or missing, missing peers, dependencies on no step, an
-    awaited step without hasdep; on rank 3 without its send peer) it finds what judging every step
-    finds."""
+    awaited step without hasdep; on rank 3 without its send peer), each op shared by many steps as
+    the XML reader shares them, it finds what judging every step finds."""
     from codegen.ir import Dep
-    from codegen.rules import threadblock_problems
+    from codegen.rules import declared_sizes, threadblock_problems
+    from codegen.rules.structure import _suspects
 
     topo = load("ring:4")
     ir = compile_algorithm(make_baseline("ring", topo, make_collective("allgather", 4)), topo)
@@ -176,10 +177,11 @@ def test_the_bulk_scan_finds_what_judging_each_step_finds():
             replace(op, deps=(Dep(-1, 0),)),
             replace(op, deps=(Dep(tb.id, 0),), has_dep=False),
         )
-        ops = (replace(op, has_dep=False), *tb.ops, *broken)
+        ops = (replace(op, has_dep=False), *tb.ops, *broken * 12)  # shared ops, as read from XML
         tbs[tbs.index(tb)] = replace(tb, ops=ops, send=None if rank == 3 else tb.send)
         gpus[rank] = replace(gpus[rank], threadblocks=tuple(tbs))
     ir = replace(ir, gpus=tuple(gpus))
+    assert _suspects(ir, declared_sizes(ir), True) is not None  # the scan, not step by step
     for final in (False, True):
         found = [str(p) for p in threadblock_problems(ir, final=final) if p.step is not None]
         assert len(found) > 12 and found == _one_by_one(ir, final)

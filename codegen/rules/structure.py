@@ -150,7 +150,7 @@ def threadblock_problems(ir: IR, sizes: Sizes | None = None, final: bool = False
     the buffers (``sizes``, default the declared ones) of its rank; ``final``: ``has_dep`` on every
     step another threadblock waits for (the runtime publishes progress only after such steps)."""
     sizes = declared_sizes(ir) if sizes is None else sizes
-    suspects = _suspects(ir, sizes, final)
+    suspects = _suspects(ir, sizes, final)  # None: every step is judged
     out = []
     for at, gpu in enumerate(ir.gpus):
         ids = sorted(tb.id for tb in gpu.threadblocks)
@@ -160,14 +160,15 @@ def threadblock_problems(ir: IR, sizes: Sizes | None = None, final: bool = False
             continue
         owners: dict[tuple[int, str, int], int] = {}
         steps = {tb.id: len(tb.ops) for tb in gpu.threadblocks}
-        awaited = _awaited(gpu) if final and at in suspects else {}
+        awaited = _awaited(gpu) if final and (suspects is None or at in suspects) else {}
         for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
             out.extend(_peer_problems(ir, gpu.rank, tb, owners))
             if tb.channel < 0:
                 out.append(Problem(f"channel {tb.channel}: expected >= 0", gpu.rank, tb.id))
             held = sizes[gpu.rank]
             waited = awaited.get(tb.id, {})
-            for k in suspects.get(at, {}).get(tb.id, ()):  # the place (rank, tb, k) made only for a problem
+            judged = range(len(tb.ops)) if suspects is None else suspects.get(at, {}).get(tb.id, ())
+            for k in judged:  # the place (rank, tb, k) made only for a problem
                 op = tb.ops[k]
                 if not _fine(tb, op, held, steps):
                     out.extend(_op_problems(tb, op, held, steps, (gpu.rank, tb.id, k)))
@@ -179,17 +180,20 @@ def threadblock_problems(ir: IR, sizes: Sizes | None = None, final: bool = False
     return out
 
 
-def _suspects(ir: IR, sizes: Sizes, final: bool) -> dict[int, dict[int, list[int]]]:
+def _suspects(ir: IR, sizes: Sizes, final: bool) -> dict[int, dict[int, list[int]]] | None:
     """Gpu (its place in ``ir.gpus``) -> threadblock id -> the steps that may break an op rule
     (:func:`_fine` says which do) or, ``final``, lack the ``has_dep`` another step awaits: every
-    step judged at once by NumPy (1.5 million per 512-rank compile), each distinct ``Op`` object read
-    once (the IR shares one among steps written alike)."""
+    step judged at once by NumPy, each distinct ``Op`` object read once. Worth it where steps share
+    their ops (an IR read from XML: half a million steps are some 30,000 ops at 512 ranks); None
+    where most steps have their own (a compiled IR), whose steps :func:`_fine` judges faster."""
     import numpy as np  # not loaded by building the CLI's parser
 
     tbs = [(at, gpu.rank, tb) for at, gpu in enumerate(ir.gpus) for tb in gpu.threadblocks]
     ops = list(chain.from_iterable(tb.ops for _, _, tb in tbs))
     if not ops:
         return {}
+    if 4 * len(set(map(id, ops))) > len(ops):
+        return None
     lens = np.fromiter((len(tb.ops) for _, _, tb in tbs), np.int64, len(tbs))
     tb_of = np.repeat(np.arange(len(tbs)), lens)
     first = np.concatenate(([0], np.cumsum(lens)))
