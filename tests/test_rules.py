@@ -127,3 +127,61 @@ def test_no_second_owner_of_a_rule():
             f"{where} defines rules of its own"
         )
         assert "Dialect(" not in text, f"{where} builds a dialect entry"
+
+
+def _one_by_one(ir: IR, final: bool) -> list:
+    """The op rules of ``threadblock_problems`` judged step by step, as before the bulk scan."""
+    from codegen.rules import Problem
+    from codegen.rules.structure import _awaited, _fine, _op_problems, declared_sizes
+
+    out = []
+    for gpu in ir.gpus:
+        held, steps = declared_sizes(ir)[gpu.rank], {tb.id: len(tb.ops) for tb in gpu.threadblocks}
+        awaited = _awaited(gpu) if final else {}
+        for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
+            for k, op in enumerate(tb.ops):
+                if not _fine(tb, op, held, steps):
+                    out.extend(_op_problems(tb, op, held, steps, (gpu.rank, tb.id, k)))
+                if k in awaited.get(tb.id, {}) and not op.has_dep:
+                    (u, v), at = awaited[tb.id][k], (gpu.rank, tb.id, k)
+                    out.append(Problem(f"threadblock {u} step {v} waits for this step, but hasdep is not set", *at))
+    return [str(p) for p in out]
+
+
+def test_the_bulk_scan_finds_what_judging_each_step_finds():
+    """``threadblock_problems`` spells out only the steps its NumPy scan flags: on ops broken every
+    way (counts, operands outside their buffer or missing, missing peers, dependencies on no step, an
+    awaited step without hasdep; on rank 3 without its send peer), each op shared by many steps as
+    the XML reader shares them, it finds what judging every step finds."""
+    from codegen.ir import Dep
+    from codegen.rules import declared_sizes, threadblock_problems
+    from codegen.rules.structure import _suspects
+
+    topo = load("ring:4")
+    ir = compile_algorithm(make_baseline("ring", topo, make_collective("allgather", 4)), topo)
+    gpus = list(ir.gpus)
+    for rank in (1, 3):
+        tbs = list(gpus[rank].threadblocks)
+        tb = next(t for t in tbs if any(op.type is OpType.RECV_COPY_SEND for op in t.ops))
+        op = next(op for op in tb.ops if op.type is OpType.RECV_COPY_SEND)
+        size = gpus[rank].output_chunks
+        broken = (
+            replace(op, count=0),
+            replace(op, count=size + 1),
+            replace(op, src=replace(op.dst, index=-1)),
+            replace(op, dst=replace(op.dst, index=size)),
+            replace(op, dst=None),
+            replace(op, type=OpType.NOP, count=0, src=None, dst=None),
+            replace(op, deps=(Dep(tb.id, 99),)),
+            replace(op, deps=(Dep(99, 0),)),
+            replace(op, deps=(Dep(-1, 0),)),
+            replace(op, deps=(Dep(tb.id, 0),), has_dep=False),
+        )
+        ops = (replace(op, has_dep=False), *tb.ops, *broken * 12)  # shared ops, as read from XML
+        tbs[tbs.index(tb)] = replace(tb, ops=ops, send=None if rank == 3 else tb.send)
+        gpus[rank] = replace(gpus[rank], threadblocks=tuple(tbs))
+    ir = replace(ir, gpus=tuple(gpus))
+    assert _suspects(ir, declared_sizes(ir), True) is not None  # the scan, not step by step
+    for final in (False, True):
+        found = [str(p) for p in threadblock_problems(ir, final=final) if p.step is not None]
+        assert len(found) > 12 and found == _one_by_one(ir, final)

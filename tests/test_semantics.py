@@ -36,8 +36,10 @@ def test_one_chunk_per_rank_scaled_is_the_full_collective(name, n, c):
     for r in range(n):
         found = full.inplace_alias(r)
         assert layout.alias(r) == (None if found is None else (Buffer(found[0][0]), found[1]))
+        initial, expected = layout.initial(r), layout.expected(r)
+        assert (len(initial), len(expected)) == (full.input_chunks, full.output_chunks)
         for j, cid in enumerate(full.inputs[r]):
-            got = layout.initial(r, j)
+            got = initial[j]
             if cid is None:
                 assert isinstance(got, str)
             elif full.combining:  # (address, the contributing rank's bit)
@@ -48,7 +50,7 @@ def test_one_chunk_per_rank_scaled_is_the_full_collective(name, n, c):
             else:
                 assert got == cid
         for j, address in enumerate(full.outputs[r]):
-            want = layout.expected(r, j)
+            want = expected[j]
             if address is None:
                 assert want is None
             elif full.combining:
@@ -72,22 +74,35 @@ def test_a_redirected_receive_names_rank_buffer_and_chunk():
 
 
 def test_a_contribution_counted_twice_can_never_be_right():
+    """A later reduce into the same slot takes the operand an earlier one took (written before both)."""
     ir = compile_program(allpairs_allreduce.program(4))
-    rank, tb, k, op = next(
-        (g.rank, t.id, k, op)
+    rank, tb, reduces = next(
+        (g.rank, t, [k for k, op in enumerate(t.ops) if op.type is OpType.REDUCE])
         for g in ir.gpus
         for t in g.threadblocks
-        for k, op in enumerate(t.ops)
-        if op.type is OpType.REDUCE
+        if sum(op.type is OpType.REDUCE for op in t.ops) > 1
     )
-    same = next(
-        o.src
-        for o in ir.gpu(rank).threadblock(tb).ops
-        if o.type is OpType.REDUCE and o.src != op.src and o.dst == op.dst
-    )
-    twice = edit_op(ir, rank, tb, k, src=same)
+    first, later = reduces[0], reduces[1]
+    assert tb.ops[first].dst == tb.ops[later].dst
+    twice = edit_op(ir, rank, tb.id, later, src=tb.ops[first].src)
     assert find_problems(twice) == []
     assert "a mix that can never be right" in str(find_wrong_result(twice))
+
+
+def test_an_unwritten_scratch_slot_in_place_is_not_the_input():
+    """In place, the input lies inside the output, not inside the scratch: a send of a scratch slot
+    before anything wrote it sends garbage, though the slot's index is that of the input chunk."""
+    ir = compile_program(allpairs_allreduce.program(4))
+    assert (ir.inplace, ir.outofplace) == (True, False)
+    tb = ir.gpu(0).threadblock(0)
+    k, op = next(
+        (k, op) for k, op in enumerate(tb.ops) if op.type is OpType.SEND and op.src.buffer is Buffer.INPUT
+    )
+    scratch = edit_op(ir, 0, tb.id, k, src=Ref(Buffer.SCRATCH, op.src.index))
+    assert find_problems(scratch) == []
+    with pytest.raises(ExecutionError, match="before anything wrote it"):
+        execute(scratch, inplace=True, seed=None)
+    assert "data nothing wrote" in str(find_wrong_result(scratch))
 
 
 def test_every_call_the_ir_is_marked_for_is_checked():

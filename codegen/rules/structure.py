@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from itertools import chain
+from typing import Any
 
 from codegen.ir import IR, Buffer, Gpu, Op, OpType, Ref, Threadblock
 from codegen.protocols import PROTOCOLS
@@ -112,7 +114,9 @@ def _chunking_problem(ir: IR) -> Problem | None:
     if ir.nchunksperloop < 1:
         return Problem(f"nchunksperloop must be >= 1, got {ir.nchunksperloop}")
     c = chunk_factor(ir)
-    if ir.collective in _KNOWN and (c < 1 or (c != ir.nchunksperloop and c * ir.num_ranks != ir.nchunksperloop)):
+    if ir.collective in _KNOWN and (
+        c < 1 or (c != ir.nchunksperloop and c * ir.num_ranks != ir.nchunksperloop)
+    ):
         return Problem(
             f"nchunksperloop={ir.nchunksperloop}: {ir.collective} on {ir.num_ranks} ranks needs a "
             f"multiple of {ir.num_ranks} (each rank's share of the larger buffer)"
@@ -146,8 +150,9 @@ def threadblock_problems(ir: IR, sizes: Sizes | None = None, final: bool = False
     the buffers (``sizes``, default the declared ones) of its rank; ``final``: ``has_dep`` on every
     step another threadblock waits for (the runtime publishes progress only after such steps)."""
     sizes = declared_sizes(ir) if sizes is None else sizes
+    suspects = _suspects(ir, sizes, final)  # None: every step is judged
     out = []
-    for gpu in ir.gpus:
+    for at, gpu in enumerate(ir.gpus):
         ids = sorted(tb.id for tb in gpu.threadblocks)
         if ids != list(range(len(ids))):
             missing = sorted(set(range(len(ids))) - set(ids))
@@ -155,20 +160,102 @@ def threadblock_problems(ir: IR, sizes: Sizes | None = None, final: bool = False
             continue
         owners: dict[tuple[int, str, int], int] = {}
         steps = {tb.id: len(tb.ops) for tb in gpu.threadblocks}
-        awaited = _awaited(gpu) if final else {}
+        awaited = _awaited(gpu) if final and (suspects is None or at in suspects) else {}
         for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
             out.extend(_peer_problems(ir, gpu.rank, tb, owners))
             if tb.channel < 0:
                 out.append(Problem(f"channel {tb.channel}: expected >= 0", gpu.rank, tb.id))
             held = sizes[gpu.rank]
             waited = awaited.get(tb.id, {})
-            for k, op in enumerate(tb.ops):  # the place (rank, tb, k) made only for a problem
+            judged = range(len(tb.ops)) if suspects is None else suspects.get(at, {}).get(tb.id, ())
+            for k in judged:  # the place (rank, tb, k) made only for a problem
+                op = tb.ops[k]
                 if not _fine(tb, op, held, steps):
                     out.extend(_op_problems(tb, op, held, steps, (gpu.rank, tb.id, k)))
                 if k in waited and not op.has_dep:
-                    (u, v), at = waited[k], (gpu.rank, tb.id, k)
-                    out.append(Problem(f"threadblock {u} step {v} waits for this step, but hasdep is not set", *at))
+                    (u, v), at_ = waited[k], (gpu.rank, tb.id, k)
+                    out.append(
+                        Problem(f"threadblock {u} step {v} waits for this step, but hasdep is not set", *at_)
+                    )
     return out
+
+
+def _suspects(ir: IR, sizes: Sizes, final: bool) -> dict[int, dict[int, list[int]]] | None:
+    """Gpu (its place in ``ir.gpus``) -> threadblock id -> the steps that may break an op rule
+    (:func:`_fine` says which do) or, ``final``, lack the ``has_dep`` another step awaits: every
+    step judged at once by NumPy, each distinct ``Op`` object read once. Worth it where steps share
+    their ops (an IR read from XML: half a million steps are some 30,000 ops at 512 ranks); None
+    where most steps have their own (a compiled IR), whose steps :func:`_fine` judges faster."""
+    import numpy as np  # not loaded by building the CLI's parser
+
+    tbs = [(at, gpu.rank, tb) for at, gpu in enumerate(ir.gpus) for tb in gpu.threadblocks]
+    ops = list(chain.from_iterable(tb.ops for _, _, tb in tbs))
+    if not ops:
+        return {}
+    ids = np.fromiter(map(id, ops), np.int64, len(ops))
+    if 4 * _distinct_estimate(ids) > len(ops):
+        return None
+    lens = np.fromiter((len(tb.ops) for _, _, tb in tbs), np.int64, len(tbs))
+    tb_of = np.repeat(np.arange(len(tbs)), lens)
+    first = np.concatenate(([0], np.cumsum(lens)))
+    table = _OpTable(ops, ids)
+    row = table.which
+    no_peer = np.array([(tb.send is None, tb.recv is None) for _, _, tb in tbs], dtype=bool).reshape(-1, 2)
+    bad = (table.sends[row] & no_peer[tb_of, 0]) | (table.receives[row] & no_peer[tb_of, 1]) | table.bad[row]
+    per_gpu = [
+        [_clamp(sizes[g.rank][b]) for b in (Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH)] for g in ir.gpus
+    ]
+    gpu_of = np.fromiter((at for at, _, _ in tbs), np.int64, len(tbs))
+    held = np.array(per_gpu, np.int64).reshape(-1, 3)[gpu_of[tb_of]]
+    for buf, lo, hi in (
+        (table.src_buf, table.src_lo, table.src_hi),
+        (table.dst_buf, table.dst_lo, table.dst_hi),
+    ):
+        b = buf[row]
+        bad |= (b >= 0) & ((lo[row] < 0) | (hi[row] > held[np.arange(len(ops)), np.maximum(b, 0)]))
+    _judge_deps(bad, table, tbs, first, tb_of, final)
+    out: dict[int, dict[int, list[int]]] = {}
+    for i in np.flatnonzero(bad).tolist():
+        at, _, tb = tbs[tb_of[i]]
+        out.setdefault(at, {}).setdefault(tb.id, []).append(i - int(first[tb_of[i]]))
+    return out
+
+
+def _distinct_estimate(ids: Any) -> int:
+    """About how many distinct objects the ids ``ids`` name (a few percent under, at most): each id
+    marks a slot of 4 million by its bits past the 16-byte alignment; a set of half a million ids
+    took longer than judging a compiled IR's steps in bulk saves."""
+    import numpy as np
+
+    slots = np.zeros(1 << 22, dtype=bool)
+    slots[(ids >> 4) & ((1 << 22) - 1)] = True
+    return int(np.count_nonzero(slots))
+
+
+def _judge_deps(
+    bad: Any, table: _OpTable, tbs: list[tuple[int, int, Threadblock]], first: Any, tb_of: Any, final: bool
+) -> None:
+    """Mark in ``bad`` the steps with a dependency on no step of their rank and, ``final``, the
+    steps some step awaits that lack ``has_dep``."""
+    import numpy as np
+
+    n = table.ndeps[table.which]  # per step, its dependencies
+    at = np.repeat(np.arange(n.size), n)  # per dependency, the step waiting
+    picked = np.repeat(table.dep_first[table.which] - (np.cumsum(n) - n), n) + np.arange(at.size)
+    dep_tb, dep_op = table.dep_tb[picked], table.dep_op[picked]
+    gpu = np.fromiter((a for a, _, _ in tbs), np.int64, len(tbs))
+    ids = np.fromiter((tb.id for _, _, tb in tbs), np.int64, len(tbs))
+    scale = int(ids.max(initial=0)) + 1
+    keys = gpu * scale + ids
+    order = np.argsort(keys, kind="stable")
+    wanted = gpu[tb_of[at]] * scale + np.clip(dep_tb, 0, scale - 1)
+    found = order[np.maximum(np.searchsorted(keys[order], wanted, side="right") - 1, 0)]
+    exists = (dep_tb >= 0) & (dep_tb < scale) & (gpu[found] == gpu[tb_of[at]]) & (ids[found] == dep_tb)
+    ok = exists & (dep_op >= 0) & (dep_op < first[found + 1] - first[found])
+    bad[at[~ok]] = True
+    if final:
+        target = first[found[ok]] + dep_op[ok]
+        bad[target[~table.has_dep[table.which[target]]]] = True
 
 
 def _awaited(gpu: Gpu) -> dict[int, dict[int, tuple[int, int]]]:
@@ -182,7 +269,9 @@ def _awaited(gpu: Gpu) -> dict[int, dict[int, tuple[int, int]]]:
     return found
 
 
-def _peer_problems(ir: IR, rank: int, tb: Threadblock, owners: dict[tuple[int, str, int], int]) -> list[Problem]:
+def _peer_problems(
+    ir: IR, rank: int, tb: Threadblock, owners: dict[tuple[int, str, int], int]
+) -> list[Problem]:
     """Peers that are other ranks, and one threadblock per (channel, peer) and direction
     (``owners``: the threadblock that took each so far)."""
     out = []
@@ -190,7 +279,9 @@ def _peer_problems(ir: IR, rank: int, tb: Threadblock, owners: dict[tuple[int, s
         if peer is None:
             continue
         if not 0 <= peer < ir.num_ranks or peer == rank:
-            out.append(Problem(f"{what} peer {peer}: expected another rank in 0..{ir.num_ranks - 1}", rank, tb.id))
+            out.append(
+                Problem(f"{what} peer {peer}: expected another rank in 0..{ir.num_ranks - 1}", rank, tb.id)
+            )
             continue
         other = owners.setdefault((tb.channel, what, peer), tb.id)
         if other != tb.id:
@@ -228,7 +319,9 @@ def _op_problems(
     ):
         if ref is None:
             if used:
-                out.append(Problem(f"{name}: expected a buffer location, got none ({op.type.value} uses one)", *at))
+                out.append(
+                    Problem(f"{name}: expected a buffer location, got none ({op.type.value} uses one)", *at)
+                )
             continue
         problem = _outside(name, ref, max(op.count, 1), sizes[ref.buffer], verb)
         if problem:
@@ -282,3 +375,49 @@ def connections(ir: IR) -> dict[tuple[int, int, int], tuple[int | None, int | No
             if tb.recv is not None:
                 ends[(tb.recv, gpu.rank, tb.channel)][1] = tb.id
     return {k: (v[0], v[1]) for k, v in ends.items()}
+
+
+class _OpTable:
+    """Per distinct op object of ``ops`` (``which``: each op's row), what :func:`_fine` asks of it:
+    whether it sends or receives (needing that peer), a bad count or a used operand missing
+    (``bad``), each operand's buffer (-1: none; 0, 1, 2: input, output, scratch) and the chunks it
+    spans, its dependencies (``ndeps`` of them from ``dep_first`` in ``dep_tb``, ``dep_op``) and
+    ``has_dep``."""
+
+    def __init__(self, ops: list[Op], ids: Any) -> None:
+        import numpy as np
+
+        _, at, self.which = np.unique(ids, return_index=True, return_inverse=True)
+        distinct = [ops[i] for i in at.tolist()]
+        rows = np.array([_row(op) for op in distinct], np.int64).reshape(-1, 11)
+        self.sends, self.receives, self.bad = rows[:, 0] > 0, rows[:, 1] > 0, rows[:, 2] > 0
+        self.src_buf, self.src_lo, self.src_hi = rows[:, 3], rows[:, 4], rows[:, 5]
+        self.dst_buf, self.dst_lo, self.dst_hi = rows[:, 6], rows[:, 7], rows[:, 8]
+        self.ndeps, self.has_dep = rows[:, 9], rows[:, 10] > 0
+        self.dep_first = np.cumsum(self.ndeps) - self.ndeps
+        deps = [d for op in distinct for d in op.deps]
+        self.dep_tb = np.fromiter((_clamp(d.tb) for d in deps), np.int64, len(deps))
+        self.dep_op = np.fromiter((_clamp(d.op) for d in deps), np.int64, len(deps))
+
+
+def _row(op: Op) -> tuple[Any, ...]:
+    kind, span = op.type, max(op.count, 1)
+    bad = op.count < 1 and kind is not OpType.NOP
+    operands = []
+    for ref, used in ((op.src, kind.reads_src), (op.dst, kind.writes_dst)):
+        if ref is None:
+            bad = bad or used
+            operands += (-1, 0, 0)
+        else:
+            b = ref.buffer  # by identity: a StrEnum's hash is a Python call
+            code = 0 if b is Buffer.INPUT else 1 if b is Buffer.OUTPUT else 2
+            operands += (code, _clamp(ref.index), _clamp(ref.index + span))
+    return (kind.sends, kind.receives, bad, *operands, len(op.deps), op.has_dep)
+
+
+_LARGE = 1 << 62
+
+
+def _clamp(value: int) -> int:
+    """``value`` within int64, where no comparison with a size or a step count changes."""
+    return -_LARGE if value < -_LARGE else _LARGE if value > _LARGE else value
