@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from common.memo import SameObjects
 from common.units import BYTES_PER_US_PER_GBPS
 
 if TYPE_CHECKING:
@@ -102,7 +103,8 @@ class Network:
         self.edges = list(resources)
         self.servers = [resources[e].count for e in self.edges]
         self._ids = {e: i for i, e in enumerate(self.edges)}
-        self._cache, self._physicals = {}, {}
+        self._cache = {}
+        self._physicals = _PHYSICALS.get((self.topology,), self.params, dict)
 
     def connection_servers(self, src: int, dst: int) -> int:
         """How many sends the connection ``src -> dst`` carries at once: its path's fewest parallel links."""
@@ -158,6 +160,13 @@ class Network:
                 p.delay_us(link, nbytes, send),
             )
         return out
+
+
+_PHYSICALS = SameObjects()
+"""Per model (:class:`Params`), the physical part of the transfers asked on the last topology: every
+network of a topology numbers its physical edges alike (connections come after them), and a compile
+asks the same ``(src, dst, bytes)`` of the Algorithm model and of the IR simulator in each model
+(the 512-rank trees: 131,072 of them)."""
 
 
 def _default() -> Params:
