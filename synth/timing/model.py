@@ -104,7 +104,7 @@ class Network:
         self.servers = [resources[e].count for e in self.edges]
         self._ids = {e: i for i, e in enumerate(self.edges)}
         self._cache = {}
-        self._physicals = _PHYSICALS.get((self.topology,), self.params, dict)
+        self._physicals = _shared_physicals(self.topology, self.params)
 
     def connection_servers(self, src: int, dst: int) -> int:
         """How many sends the connection ``src -> dst`` carries at once: its path's fewest parallel links."""
@@ -154,6 +154,8 @@ class Network:
             edges = tuple(
                 (self._ids[e], p.hold_us(logical.resources[e].bandwidth_GBps, nbytes)) for e in link.edges
             )
+            if len(self._physicals) >= _KEPT_PHYSICALS:
+                self._physicals.clear()  # a sweep over sizes asks new ones at each size
             out = self._physicals[key] = (
                 edges,
                 p.occupy_us(link, nbytes, send),
@@ -167,6 +169,19 @@ _PHYSICALS = SameObjects()
 network of a topology numbers its physical edges alike (connections come after them), and a compile
 asks the same ``(src, dst, bytes)`` of the Algorithm model and of the IR simulator in each model
 (the 512-rank trees: 131,072 of them)."""
+_KEPT_PHYSICALS = 262_144
+"""Transfers kept per model (about 450 bytes each), for the latest two models (a compile's
+calibrated and ideal ones)."""
+
+
+def _shared_physicals(topology: Topology, params: Params) -> dict[tuple[int, int, float, bool], tuple]:
+    """The physical part of the transfers of ``params`` on ``topology`` (:data:`_PHYSICALS`)."""
+    held: dict[Params, dict] = _PHYSICALS.get((topology,), "physicals", dict)
+    if params not in held:
+        if len(held) >= 2:
+            del held[next(iter(held))]
+        held[params] = {}
+    return held[params]
 
 
 def _default() -> Params:
