@@ -289,25 +289,24 @@ class _Sim:
         jobs, transfers, starts = self.jobs, self.transfers, self.starts
         left, ready = list(jobs.waits), [0.0] * len(starts)
         after, last, arrival, room = jobs.after, jobs.last, jobs.arrival, jobs.room
+        busy, delay = self.busy.tolist(), self.delay.tolist()
         engine = Engine(self.network)
         submit = engine.submit
 
         def start(job: int, t: float) -> None:
             """Job ``job`` started at ``t``: count it off its successors' waits (inline, for speed:
-            a million starts at 512 ranks), each ready no earlier than what this one gives it."""
+            a million starts at 512 ranks), each ready no earlier than what this one gives it (a
+            job that sends nothing is busy for 0.0 and feeds no receive)."""
             starts[job] = t
-            transfer = transfers[job]
-            end = t
-            if transfer is not None:
-                end = t + transfer.busy_us
-                s = arrival[job]
-                if s >= 0:
-                    at = t + transfer.delay_us
-                    if at > ready[s]:
-                        ready[s] = at
-                    left[s] -= 1
-                    if not left[s]:
-                        submit(s, ready[s], transfers[s])
+            end = t + busy[job]
+            s = arrival[job]
+            if s >= 0:
+                at = t + delay[job]
+                if at > ready[s]:
+                    ready[s] = at
+                left[s] -= 1
+                if not left[s]:
+                    submit(s, ready[s], transfers[s])
             s = room[job]
             if s >= 0:
                 if t > ready[s]:

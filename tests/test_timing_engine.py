@@ -117,6 +117,27 @@ def test_a_connection_is_per_channel_where_the_channel_is_known():
     assert connection(network.transfer(0, 1, 1e6)) == ((CONNECTION, 0, 1), 2)
 
 
+def test_networks_of_one_topology_time_each_transfer_in_their_own_model():
+    """Networks of one topology share what their transfers cost per model (the Algorithm model and
+    the IR simulator ask the same ones): a network in another model, made after, keeps its own."""
+    topo = switch(3, 25.0, 0.7)
+    link = topo.logical().links[(0, 1)]
+    for params in (IDEAL, DEFAULT, IDEAL):
+        t = Network(topo, params).transfer(0, 1, 1e6)
+        assert t.delay_us == params.delay_us(link, 1e6)
+        assert [hold for _, hold in t.path[:2]] == [params.hold_us(25.0, 1e6)] * 2
+
+
+def test_one_server_edges_and_a_two_server_connection_in_one_run():
+    """The calibrated model's connection over two parallel links carries two sends at once while the
+    links themselves (two servers each) do too: three sends of one size, the third after the first."""
+    doubled = Topology.build("pair", 2, {(0, 1): Link(25.0, 0.7, count=2), (1, 0): Link(25.0, 0.7, count=2)})
+    network = Network(doubled, DEFAULT)
+    t = network.transfer(0, 1, 1e6)
+    starts = _run(network, [(j, 0.0, (0, 1), j) for j in range(3)], 1e6)
+    assert starts == {0: 0.0, 1: 0.0, 2: t.busy_us}
+
+
 @pytest.mark.parametrize("collective", ["allreduce", "reducescatter"])
 def test_the_algorithm_models_sorted_dependencies_are_the_loops(collective):
     # the Algorithm model matches each send to the earlier-step writes to the slot it reads by

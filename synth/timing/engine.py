@@ -48,10 +48,16 @@ class Engine:
         self._servers = network.servers
         """The network's resources (it adds connections as transfers first use them)."""
         self.tolerance = network.params.tolerance_us
-        self.free: list[list[float]] = [[0.0] * count for count in network.servers]
+        self.free: list[list[float] | None] = [
+            None if count == 1 else [0.0] * count for count in network.servers
+        ]
+        """Per resource of several servers, when each frees (None for one server: :attr:`first` is it)."""
         self.first: list[float] = [0.0] * len(network.servers)
         """Per resource, when its first server frees (``min(free[e])``, kept as servers change)."""
         self.used: dict[tuple[Edge, int], list[int]] | None = {} if record else None
+        self._plain = not record and all(count == 1 for count in network.servers)
+        """Every resource has one server and nothing is recorded: a start only sets :attr:`first`
+        (every resource of the 512-rank trees' runs)."""
         self._waiting: list[list[Entry]] = [[] for _ in network.servers]
         self._armed: list[float | None] = [None] * len(network.servers)
         """Per edge, when its pending freeing event fires (None: no event pending)."""
@@ -65,15 +71,22 @@ class Engine:
 
     def submit(self, job: int, ready_us: float, transfer: Transfer | None, priority: int = 0) -> None:
         """Job ``job`` (an id unique among the jobs waiting at once) is ready at ``ready_us``."""
-        if transfer is not None and len(self.free) < len(self._servers):
-            self._grow()
-        path = None if transfer is None else transfer.path
+        path = None
+        if transfer is not None:
+            path = transfer.path
+            if len(self.first) < len(self._servers):
+                self._grow()
         candidate = (priority, ready_us, job, -1, (priority, ready_us, job, path))
         now = self._now
-        if self._candidates is not None and ready_us <= now + self.tolerance:
+        if ready_us <= now + self.tolerance and self._candidates is not None:
             heappush(self._candidates, candidate)  # ready at the instant being decided
-        else:
-            self._at(now if now > ready_us else ready_us)[0].append(candidate)
+            return
+        at = now if now > ready_us else ready_us
+        events = self._events.get(at)  # _at, inline: a call per submit at 512 ranks
+        if events is None:
+            events = self._events[at] = ([], [])
+            heappush(self._times, at)
+        events[0].append(candidate)
 
     def _at(self, at: float) -> tuple[list[Candidate], list[int]]:
         """The events of instant ``at``, made on first use."""
@@ -86,7 +99,8 @@ class Engine:
     def _grow(self) -> None:
         """Take in the resources the network made since (connections are made on first use)."""
         for count in self._servers[len(self.free) :]:
-            self.free.append([0.0] * count)
+            self.free.append(None if count == 1 else [0.0] * count)
+            self._plain = self._plain and count == 1
             self.first.append(0.0)
             self._waiting.append([])
             self._armed.append(None)
@@ -119,11 +133,12 @@ class Engine:
     ) -> None:
         """Start the candidates of instant ``now`` that can start (a job drawn as an edge's queue
         head that is no longer it is stale), and queue the others on the edge that frees last; an
-        edge a candidate came from offers its next head while it has a free server."""
-        waiting, first, free, used, armed = self._waiting, self.first, self.free, self.used, self._armed
+        edge a candidate came from offers its next head while it has a free server. Where every
+        resource has one server and nothing is recorded, a start sets :attr:`first` alone."""
+        waiting, first, armed, events = self._waiting, self.first, self._armed, self._events
         limit = now + self.tolerance
         while candidates:
-            _, _, _, via, entry = heappop(candidates)
+            _, _, job, via, entry = heappop(candidates)
             if via >= 0:
                 queue = waiting[via]
                 if queue and queue[0] is entry:
@@ -134,7 +149,7 @@ class Engine:
                 path = entry[3]
                 start = entry[1] if entry[1] > now else now
                 if path is None:
-                    on_start(entry[2], start)
+                    on_start(job, start)
                 else:
                     binding = -1
                     for e, _ in path:
@@ -144,30 +159,41 @@ class Engine:
                         heappush(waiting[binding], entry)
                         if armed[binding] != start:  # _arm, inline: a blocked try per start at 512 ranks
                             armed[binding] = start
-                            self._at(start)[1].append(binding)
+                            freeing = events.get(start)
+                            if freeing is None:
+                                freeing = self._at(start)
+                            freeing[1].append(binding)
                     else:
-                        for e, hold in path:
-                            servers = free[e]
-                            if len(servers) == 1:
-                                servers[0] = first[e] = start + hold
-                                k = 0
-                            else:
-                                k = servers.index(min(servers))
-                                servers[k] = start + hold
-                                first[e] = min(servers)
-                            if used is not None:
-                                used.setdefault((self.network.edges[e], k), []).append(entry[2])
-                        on_start(entry[2], start)
+                        if self._plain:
+                            for e, hold in path:
+                                first[e] = start + hold
+                        else:
+                            self._take(path, start, job)
+                        on_start(job, start)
             if via >= 0 and waiting[via]:
-                if first[via] <= limit:
+                at = first[via]
+                if at <= limit:
                     head = waiting[via][0]
                     heappush(candidates, (head[0], head[1], head[2], via, head))
-                else:
-                    self._arm(via)
+                elif armed[via] != at:  # _arm, inline
+                    armed[via] = at
+                    freeing = events.get(at)
+                    if freeing is None:
+                        freeing = self._at(at)
+                    freeing[1].append(via)
 
-    def _arm(self, edge: int) -> None:
-        """Make sure an event fires when ``edge`` (all of whose servers are busy) next frees."""
-        at = self.first[edge]
-        if self._armed[edge] != at:
-            self._armed[edge] = at
-            self._at(at)[1].append(edge)
+    def _take(self, path: tuple[tuple[int, float], ...], start: float, job: int) -> None:
+        """Job ``job`` takes a server of each resource of ``path`` from ``start``: the one that
+        frees first (recorded in :attr:`used`)."""
+        first, free, used = self.first, self.free, self.used
+        for e, hold in path:
+            servers = free[e]
+            if servers is None:
+                first[e] = start + hold
+                k = 0
+            else:
+                k = servers.index(min(servers))
+                servers[k] = start + hold
+                first[e] = min(servers)
+            if used is not None:
+                used.setdefault((self.network.edges[e], k), []).append(job)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from common.memo import SameObjects
 from common.units import BYTES_PER_US_PER_GBPS
 
 if TYPE_CHECKING:
@@ -102,7 +103,8 @@ class Network:
         self.edges = list(resources)
         self.servers = [resources[e].count for e in self.edges]
         self._ids = {e: i for i, e in enumerate(self.edges)}
-        self._cache, self._physicals = {}, {}
+        self._cache = {}
+        self._physicals = _shared_physicals(self.topology, self.params)
 
     def connection_servers(self, src: int, dst: int) -> int:
         """How many sends the connection ``src -> dst`` carries at once: its path's fewest parallel links."""
@@ -152,12 +154,34 @@ class Network:
             edges = tuple(
                 (self._ids[e], p.hold_us(logical.resources[e].bandwidth_GBps, nbytes)) for e in link.edges
             )
+            if len(self._physicals) >= _KEPT_PHYSICALS:
+                self._physicals.clear()  # a sweep over sizes asks new ones at each size
             out = self._physicals[key] = (
                 edges,
                 p.occupy_us(link, nbytes, send),
                 p.delay_us(link, nbytes, send),
             )
         return out
+
+
+_PHYSICALS = SameObjects()
+"""Per model (:class:`Params`), the physical part of the transfers asked on the last topology: every
+network of a topology numbers its physical edges alike (connections come after them), and a compile
+asks the same ``(src, dst, bytes)`` of the Algorithm model and of the IR simulator in each model
+(the 512-rank trees: 131,072 of them)."""
+_KEPT_PHYSICALS = 262_144
+"""Transfers kept per model (about 450 bytes each), for the latest two models (a compile's
+calibrated and ideal ones)."""
+
+
+def _shared_physicals(topology: Topology, params: Params) -> dict[tuple[int, int, float, bool], tuple]:
+    """The physical part of the transfers of ``params`` on ``topology`` (:data:`_PHYSICALS`)."""
+    held: dict[Params, dict] = _PHYSICALS.get((topology,), "physicals", dict)
+    if params not in held:
+        if len(held) >= 2:
+            del held[next(iter(held))]
+        held[params] = {}
+    return held[params]
 
 
 def _default() -> Params:
