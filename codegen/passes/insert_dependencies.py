@@ -126,7 +126,13 @@ def _rank_waits(waiting: list[int], width: int, preds, layout: tuple, row_of: li
     for i in waiting:
         b = row_of[prior[i]]
         base = table[b]
-        needed = [(t, s, p) for t, (s, p) in _wanted(tb_of[i], preds[i], tb_of, step_of).items() if base[t] < s]
+        ps = preds[i]
+        if len(ps) == 1:  # most instructions: as _wanted finds, without its dict
+            p = ps[0]
+            t, s = tb_of[p], step_of[p]
+            needed = [(t, s, p)] if t != tb_of[i] and base[t] < s else []
+        else:
+            needed = [(t, s, p) for t, (s, p) in _wanted(tb_of[i], ps, tb_of, step_of).items() if base[t] < s]
         if not needed:
             row_of[i] = b
             continue
