@@ -32,17 +32,30 @@ def _operands(op: Op) -> tuple[Ref | None, Ref | None]:
     return src or dst, dst or src
 
 
-def _step(k: int, op: Op) -> str:
-    """One ``<step>`` element (one f-string: half a million of them at 512 ranks; the buffers and
+def _step(op: Op) -> str:
+    """One ``<step>`` element's attributes after its number, ``s``: one f-string (the buffers and
     types print as their values, being ``StrEnum`` members)."""
     src, dst = _operands(op)
     dep = op.deps[0] if op.deps else None
     return (
-        f'<step s="{k}" type="{op.type}" srcbuf="{src.buffer if src else "i"}" '
+        f'type="{op.type}" srcbuf="{src.buffer if src else "i"}" '
         f'srcoff="{src.index if src else -1}" dstbuf="{dst.buffer if dst else "o"}" '
         f'dstoff="{dst.index if dst else -1}" cnt="{0 if op.type is OpType.NOP else op.count}" '
         f'depid="{dep.tb if dep else -1}" deps="{dep.op if dep else -1}" hasdep="{int(op.has_dep)}"/>'
     )
+
+
+def _steps(ops: tuple[Op, ...], printed: dict[int, str]) -> list[str]:
+    """The ``<step>`` lines of a threadblock's ops. Each op's attributes are printed once per IR,
+    kept in ``printed`` by the op's id: the IR shares one op among the steps written alike (a few
+    thousand for half a million steps at 512 ranks) and holds it alive."""
+    out = []
+    for k, op in enumerate(ops):
+        text = printed.get(id(op))
+        if text is None:
+            text = printed[id(op)] = _step(op)
+        out.append(f'      <step s="{k}" {text}')
+    return out
 
 
 def write_xml(ir: IR, dialect: str | Dialect = "azure") -> str:
@@ -70,13 +83,14 @@ def write_xml(ir: IR, dialect: str | Dialect = "azure") -> str:
     if ir.collective in ROOTED and ir.root is not None:
         head.append(("root", ir.root))
     lines = [f"<algo {_attrs(head)}>"]
+    printed: dict[int, str] = {}
     for gpu in ir.gpus:
         sizes = [("id", gpu.rank), ("i_chunks", gpu.input_chunks), ("o_chunks", gpu.output_chunks)]
         lines.append(f"  <gpu {_attrs([*sizes, ('s_chunks', gpu.scratch_chunks)])}>")
         for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
             peers = [("id", tb.id), ("send", _peer(tb.send)), ("recv", _peer(tb.recv)), ("chan", tb.channel)]
             lines.append(f"    <tb {_attrs(peers)}>")
-            lines.extend(f"      {_step(k, op)}" for k, op in enumerate(tb.ops))
+            lines.extend(_steps(tb.ops, printed))
             lines.append("    </tb>")
         lines.append("  </gpu>")
     lines.append("</algo>")

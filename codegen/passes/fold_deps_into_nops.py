@@ -17,10 +17,11 @@ __all__ = ["fold_deps_into_nops"]
 
 def fold_deps_into_nops(ir: IR) -> IR:
     """Move all but one dependency of each op into preceding nops."""
-    return evolve(ir, gpus=tuple(map(_folded, ir.gpus)))
+    made: dict[tuple, Op] = {}  # the nops and ops made, by what they are made of (see _shifted)
+    return evolve(ir, gpus=tuple(_folded(gpu, made) for gpu in ir.gpus))
 
 
-def _folded(gpu: Gpu) -> Gpu:
+def _folded(gpu: Gpu, made: dict[tuple, Op]) -> Gpu:
     """``gpu`` with its extra dependencies in nops: only threadblocks with an op of several shift
     their steps, and only ops with several or one into such a threadblock change (the rank as it
     is where none has several; the dependencies' lengths read through ``map``, a million steps at
@@ -32,21 +33,31 @@ def _folded(gpu: Gpu) -> Gpu:
         extra = [max(n - 1, 0) for n in map(len, map(_DEPS, tb.ops))]
         if any(extra):
             shifts[tb.id] = list(accumulate(extra))
-    return evolve(gpu, threadblocks=tuple(_shifted(tb, shifts) for tb in gpu.threadblocks))
+    return evolve(gpu, threadblocks=tuple(_shifted(tb, shifts, made) for tb in gpu.threadblocks))
 
 
-def _shifted(tb: Threadblock, shifts: dict[int, list[int]]) -> Threadblock:
+def _shifted(tb: Threadblock, shifts: dict[int, list[int]], made: dict[tuple, Op]) -> Threadblock:
     """``tb`` with each op's dependencies renumbered by ``shifts`` and all but its last in nops
-    in front of it (itself where nothing changes)."""
+    in front of it (itself where nothing changes). Each nop and op is made once per IR, kept in
+    ``made`` by its dependency (a nop) or by the id of the op it copies and its dependency: the IR
+    shares one op among the steps written alike (``insert_dependencies``) and holds it alive."""
     ops: list[Op] = []
     changed = False
     for op in tb.ops:
         if not op.deps or (len(op.deps) == 1 and op.deps[0].tb not in shifts):
             ops.append(op)  # as it is (the copy would equal it)
             continue
-        deps = [Dep(d.tb, d.op + shifts[d.tb][d.op]) if d.tb in shifts else d for d in op.deps]
-        ops.extend(Op(OpType.NOP, count=0, deps=(d,)) for d in deps[:-1])
-        ops.append(evolve(op, deps=tuple(deps[-1:])))
+        deps = [(d.tb, d.op + shifts[d.tb][d.op]) if d.tb in shifts else (d.tb, d.op) for d in op.deps]
+        for d in deps[:-1]:
+            nop = made.get(d)
+            if nop is None:
+                nop = made[d] = Op(OpType.NOP, count=0, deps=(Dep(*d),))
+            ops.append(nop)
+        key = (id(op), *deps[-1])
+        last = made.get(key)
+        if last is None:
+            last = made[key] = evolve(op, deps=(Dep(*deps[-1]),))
+        ops.append(last)
         changed = True
     return evolve(tb, ops=tuple(ops)) if changed else tb
 

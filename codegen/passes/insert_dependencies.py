@@ -6,14 +6,14 @@ more) or through another wait (the op it waits for itself waited, directly or no
 step). Each op keeps a vector clock, per threadblock the last step known complete, to decide; an
 op with no predecessor to wait for has the clock of the last op before it in its threadblock that
 has one, so only those (a fifth of a 512-rank alltoall's million) are visited one by one, and where
-each instruction sits is found by NumPy over all threadblocks at once.
+each instruction sits is found by NumPy over all threadblocks at once. A rank's clocks are rows of
+one NumPy table, merged in C. The instructions written alike share one ``Op`` object.
 The IR may hold several dependencies per op; ``fold_deps_into_nops`` makes it one.
 """
 
 from __future__ import annotations
 
 import itertools
-from operator import attrgetter
 
 from codegen.chunk_dag import DepKind
 from codegen.errors import CodegenError
@@ -58,91 +58,127 @@ wait for none), the predecessors each may wait for, and which have any, in order
 
 def _ops(sched: ScheduledDAG, run, waits: dict[int, tuple[Dep, ...]]) -> list[Op]:
     """The op of each instruction of ``run`` (the threadblocks laid end to end), with its
-    dependencies, in that order: those that wait for none shared by every IR of the DAG, those
-    that wait made in that order (the passes after this one and the writers read every op of the
-    IR in it, and ops made one after the other lie near each other in memory)."""
-    import numpy as np
-
+    dependencies, in that order. Ops are frozen: one object serves every instruction written alike
+    (a few thousand for the million instructions of a 512-rank schedule, where an op each took
+    seconds to make, and again in every pass and check after this one), those that wait for none
+    shared by every IR of the DAG."""
     ops = list(_SAME_DAG.get([sched.dag], "ops", lambda: _bare_ops(sched.dag)))
-    place = np.empty(len(ops), np.int64)
-    place[run] = np.arange(len(run))
-    waiting = np.fromiter(waits, np.int64, len(waits))
-    for i in waiting[np.argsort(place[waiting])].tolist():
-        ops[i] = evolve(ops[i], deps=waits[i])
+    alike: dict[tuple[int, int], Op] = {}  # by the ids of the op without them and of the dependencies
+    for i, deps in waits.items():
+        key = (id(ops[i]), id(deps))
+        op = alike.get(key)
+        if op is None:
+            op = alike[key] = evolve(ops[i], deps=deps)
+        ops[i] = op
     return list(map(ops.__getitem__, run.tolist()))
 
 
 def _bare_ops(dag: InstrDAG) -> list[Op]:
-    """Per instruction its op with no dependencies, made rank by rank: the IR holds a rank's ops
-    together, and ops made one after the other lie near each other in memory (made in the DAG's
-    order, where a send and its receive alternate between ranks, each read of a field of every
-    op of a 512-rank IR took about 0.4 s, a cache miss per op)."""
-    import numpy as np
-
+    """Per instruction its op with no dependencies, one object for the instructions written alike
+    (by type, count and the ids of their operands, which the instructions hold alive)."""
     instrs = dag.instrs
-    rank = np.fromiter(map(_RANK, instrs), np.int64, len(instrs))
     plain = Op(OpType.NOP)  # each a copy of it with its fields (a frozen __init__ per op was slower)
-    ops: list[Op] = [plain] * len(instrs)
-    for i in np.argsort(rank, kind="stable").tolist():
-        ins = instrs[i]
-        ops[i] = evolve(plain, type=ins.type, src=ins.src, dst=ins.dst, count=ins.count)
+    alike: dict[tuple, Op] = {}
+    ops: list[Op] = []
+    for ins in instrs:
+        key = (ins.type, id(ins.src), id(ins.dst), ins.count)
+        op = alike.get(key)
+        if op is None:
+            op = alike[key] = evolve(plain, type=ins.type, src=ins.src, dst=ins.dst, count=ins.count)
+        ops.append(op)
     return ops
-
-
-_RANK = attrgetter("rank")
 
 
 def _waits(sched: ScheduledDAG, laid: tuple) -> dict[int, tuple[Dep, ...]]:
     """The instructions that wait for some other threadblock, and their dependencies: the last step
     each needs of another threadblock, less those implied by its threadblock's earlier waits or
-    through another of its waits (``laid``: :func:`_laid_out`)."""
+    through another of its waits (``laid``: :func:`_laid_out`). Rank by rank: an instruction waits
+    only for others on its rank."""
     dag = sched.dag
     preds = _SAME_DAG.get([dag], "preds", lambda: _preds(dag))
-    waiting = _SAME_DAG.get([dag], "waiting", lambda: [i for i in dag.order if preds[i]])
-    tb_of, step_of, anchor, prior = _layout(sched, laid, _SAME_DAG.get([dag], "waits", lambda: _has_waits(preds)))
-    # instruction with predecessors -> {tb: last step known complete}, less its own threadblock
-    # (whose last step known complete is its own; an entry for it is stale, never read). Another
-    # op's clock is its anchor's (none: -1); an op that keeps no new wait shares the dict of the op
-    # before it in its threadblock: a copy per op cost a rank's threadblocks per op (hundreds each
-    # at 512 ranks)
-    none: dict[int, int] = {}
-    clock: dict[int, dict[int, int]] = {-1: none}
+    by_rank = _SAME_DAG.get([dag], "waiting", lambda: _waiting(dag, preds))
+    layout = _layout(sched, laid, _SAME_DAG.get([dag], "waits", lambda: _has_waits(preds)))
+    row_of = [0] * (len(dag.instrs) + 1)  # per instruction its clock's row on its rank; [-1]: none's
     deps: dict[int, tuple[Dep, ...]] = {}
-    made: dict[tuple[int, int], Dep] = {}  # one Dep per (threadblock, step): they are frozen
+    made: dict[tuple, tuple[Dep, ...]] = {}  # one tuple per list of waits: they are frozen (see _ops)
+    for rank, waiting in by_rank:
+        width = len(sched.threadblocks[rank])
+        for i, kept in _rank_waits(waiting, width, preds, layout, row_of):
+            key = tuple(kept)
+            if key not in made:
+                made[key] = tuple(Dep(*d) for d in kept)
+            deps[i] = made[key]
+    return deps
+
+
+def _rank_waits(waiting: list[int], width: int, preds, layout: tuple, row_of: list[int]):
+    """Per instruction of ``waiting`` (one rank's, in order) that keeps a wait, its waits as
+    sorted (threadblock, step) pairs. Each keeps a vector clock, per threadblock of the rank the
+    last step known complete (-1: none; its own threadblock's entry is stale, never read): a row of
+    a table, ``row_of`` per instruction (row 0 knows nothing), shared with the op before it in its
+    threadblock where it keeps no new wait. Clocks merge by NumPy (as dicts merged in Python they
+    were most of a 512-rank allreduce's compile tail: 22 s of 38)."""
+    import numpy as np
+
+    tb_of, step_of, anchor, prior = layout
+    table = np.full((len(waiting) + 1, width), -1, dtype=np.int32)
+    rows = 1
     for i in waiting:
-        base = clock[prior[i]]
-        tb = tb_of[i]
-        wanted: dict[int, tuple[int, int]] = {}  # tb -> (its last step needed, that instruction)
-        for p in preds[i]:
-            t = tb_of[p]
-            if t != tb:
-                s = step_of[p]
-                if t not in wanted or wanted[t][0] < s:
-                    wanted[t] = (s, p)
-        needed = [(t, s, p) for t, (s, p) in wanted.items() if base.get(t, -1) < s]
+        b = row_of[prior[i]]
+        base = table[b]
+        ps = preds[i]
+        if len(ps) == 1:  # most instructions: as _wanted finds, without its dict
+            p = ps[0]
+            t, s = tb_of[p], step_of[p]
+            needed = [(t, s, p)] if t != tb_of[i] and base[t] < s else []
+        else:
+            needed = [(t, s, p) for t, (s, p) in _wanted(tb_of[i], ps, tb_of, step_of).items() if base[t] < s]
         if not needed:
-            clock[i] = base
+            row_of[i] = b
             continue
         if len(needed) > 1:
             needed = [
                 (t, s, p)
                 for t, s, p in needed
-                if not any(clock[anchor[q]].get(t, -1) >= s for u, _, q in needed if u != t)
+                if not any(table[row_of[anchor[q]], t] >= s for u, _, q in needed if u != t)
             ]
-        for t, s, p in needed:
-            other = clock[anchor[p]]
-            if len(other) > len(base):  # the larger copied whole, the smaller merged into it
-                base, other = other, base
-            base = dict(base)
-            for u, v in other.items():
-                if base.get(u, -1) < v:
-                    base[u] = v
-            if base.get(t, -1) < s:
-                base[t] = s
-        clock[i] = base
-        kept = sorted((t, s) for t, s, _ in needed)
-        deps[i] = tuple(made.get(d) or made.setdefault(d, Dep(*d)) for d in kept)
-    return deps
+            if not needed:  # each implied by another (none in a DAG): as the clock before
+                row_of[i] = b
+                yield i, []
+                continue
+        clock = table[rows]
+        for _, _, p in needed:
+            np.maximum(base, table[row_of[anchor[p]]], out=clock)
+            base = clock
+        for t, s, _ in needed:
+            if clock[t] < s:
+                clock[t] = s
+        row_of[i] = rows
+        rows += 1
+        yield i, sorted((t, s) for t, s, _ in needed)
+
+
+def _wanted(tb: int, preds: tuple[int, ...], tb_of: list[int], step_of: list[int]) -> dict[int, tuple[int, int]]:
+    """Per other threadblock than ``tb`` holding some of ``preds``: the last step of it they need,
+    and that instruction."""
+    wanted: dict[int, tuple[int, int]] = {}
+    for p in preds:
+        t = tb_of[p]
+        if t != tb:
+            s = step_of[p]
+            if t not in wanted or wanted[t][0] < s:
+                wanted[t] = (s, p)
+    return wanted
+
+
+def _waiting(dag: InstrDAG, preds: list[tuple[int, ...]]) -> list[tuple[int, list[int]]]:
+    """Per rank with instructions that have predecessors to wait for, those in the DAG's order."""
+    out: dict[int, list[int]] = {}
+    instrs = dag.instrs
+    for i in dag.order:
+        if preds[i]:
+            out.setdefault(instrs[i].rank, []).append(i)
+    return sorted(out.items())
 
 
 def _layout(sched: ScheduledDAG, laid: tuple, has_waits) -> tuple[list[int], ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-from codegen.ir import IR, Threadblock, evolve
+from codegen.ir import IR, Op, Threadblock, evolve
 
 __all__ = ["mark_has_dep"]
 
@@ -17,31 +17,38 @@ __all__ = ["mark_has_dep"]
 def mark_has_dep(ir: IR) -> IR:
     """``has_dep`` exactly on the ops named by some dependency."""
     gpus = []
+    marked: dict[int, Op] = {}  # by the id of an op whose mark changes, its copy (see _marks)
     for gpu in ir.gpus:
         awaited: dict[int, set[int]] = {}  # threadblock -> the indices of its awaited ops
         for tb in gpu.threadblocks:
-            for op in tb.ops:
-                if op.deps:
-                    for d in op.deps:
-                        awaited.setdefault(d.tb, set()).add(d.op)
-        tbs = tuple(_marks(tb, awaited.get(tb.id, ())) for tb in gpu.threadblocks)
+            for deps in filter(None, map(_DEPS, tb.ops)):  # the ops without any skipped in C
+                for d in deps:
+                    awaited.setdefault(d.tb, set()).add(d.op)
+        tbs = tuple(_marks(tb, awaited.get(tb.id, ()), marked) for tb in gpu.threadblocks)
         gpus.append(evolve(gpu, threadblocks=tbs))
     return evolve(ir, gpus=tuple(gpus))
 
 
-def _marks(tb: Threadblock, awaited: set[int] | tuple) -> Threadblock:
+def _marks(tb: Threadblock, awaited: set[int] | tuple, marked: dict[int, Op]) -> Threadblock:
     """``tb`` with ``has_dep`` on the ops at ``awaited`` (itself where no mark changes: most
-    threadblocks at 512 ranks; an op is copied only where its mark changes, half a million
-    copies saved there; the marks read through ``map``, no Python call per op)."""
+    threadblocks at 512 ranks; the marks read through ``map``, no Python call per op)."""
     ops = tb.ops
     if not awaited and not any(map(_HAS_DEP, ops)):
         return tb
     return evolve(
         tb,
-        ops=tuple(
-            op if op.has_dep == (k in awaited) else evolve(op, has_dep=k in awaited) for k, op in enumerate(ops)
-        ),
+        ops=tuple(op if op.has_dep == (k in awaited) else _flipped(op, marked) for k, op in enumerate(ops)),
     )
 
 
-_HAS_DEP = attrgetter("has_dep")
+def _flipped(op: Op, marked: dict[int, Op]) -> Op:
+    """``op`` with its mark changed, copied once per pass, not once per step: the IR shares one op
+    among the steps written alike (``insert_dependencies``); ``marked`` holds the copies by the
+    op's id (the IR holds it alive)."""
+    copy = marked.get(id(op))
+    if copy is None:
+        copy = marked[id(op)] = evolve(op, has_dep=not op.has_dep)
+    return copy
+
+
+_DEPS, _HAS_DEP = attrgetter("deps"), attrgetter("has_dep")
