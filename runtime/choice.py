@@ -56,12 +56,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from codegen.compiler import compile_algorithm, compile_program
+from codegen.compiler import compile_algorithm, run_compiler
 from codegen.dsl import ChunkProgram
-from codegen.errors import CodegenError, NoLayoutError
+from codegen.errors import CodegenError, DslError, NoLayoutError
 from codegen.ir import IR
 from codegen.lower import lower_algorithm, retimed
 from codegen.passes.aggregate_chunks import WINDOW
+from codegen.pipeline import PipelineResult
 from codegen.rules import MAX_CHANNELS
 from common.errors import XcclError
 from common.gc_pause import gc_paused
@@ -207,6 +208,12 @@ class Choice:
     def even(self) -> bool:
         """Within EVEN of its Algorithm in every model timed: no variant need be tried after it."""
         return max((self.ratio, *self.ratios)) <= 1 + EVEN
+
+    def as_written(self, window: float | None) -> Choice:
+        """This choice saying the window the XML's transfers were merged over, where
+        ``fit_xml_reader`` widened the variant's for the XML reader (``window``: the pipeline
+        result's; None: the variant's own)."""
+        return self if window is None else replace(self, variant=replace(self.variant, window=window))
 
     def describe(self) -> str:
         """One line for people: what was kept, how close it is, and whether that is within SPEED."""
@@ -530,8 +537,8 @@ def compile_fastest(
     inplace = bool(options.pop("inplace", False))
     protocol, channels = options.get("protocol"), options.get("channels")
 
-    def run(program: ChunkProgram, v: Variant) -> IR:
-        return compile_program(
+    def run(program: ChunkProgram, v: Variant) -> PipelineResult:
+        return run_compiler(
             program,
             port_order=v.port_order,
             window=v.window,
@@ -539,9 +546,18 @@ def compile_fastest(
             **{**options, **_channels(v), **_protocol(v)},
         )
 
-    return compile_choosing(
-        algo, topo, run, protocol=None if protocol is None else str(protocol), channels=channels, inplace=inplace
+    result, choice = compile_choosing(
+        algo, topo, run, _ir_of, protocol=None if protocol is None else str(protocol), channels=channels, inplace=inplace
     )
+    return result.result, None if choice is None else choice.as_written(result.window)
+
+
+def _ir_of(result: PipelineResult) -> IR:
+    """The IR a compile made (refused, as ``compile_program`` refuses it, where a pipeline given
+    stops before)."""
+    if not isinstance(result.result, IR):
+        raise DslError(f"the pipeline stops before the IR (at {type(result.result).__name__})")
+    return result.result
 
 
 @gc_paused()  # lowering and compiling build millions of acyclic objects (common.gc_pause)

@@ -30,7 +30,7 @@ from codegen.passes.fit_xml_reader import (
     step_budget,
 )
 from codegen.rules import MAX_NODES, xml_problems
-from runtime.choice import synthesized_size
+from runtime.choice import compile_fastest, synthesized_size
 from runtime.numpy import run
 from runtime.sim import simulate as simulate_ir
 from synth.baselines import make_baseline
@@ -163,6 +163,16 @@ def test_xccl_compile_says_the_window_the_xml_was_merged_over(request, reader, a
     # the variant kept starts at the default window (which the line leaves unsaid); the XML's is wider
     said = re.search(r"compiled without port order, pieces starting within ([0-9.]+)% of the span merged:", proc.stderr)
     assert said and float(said[1]) > 100 * WINDOW, proc.stderr
+
+
+@pytest.mark.parametrize("reader", ["small_reader", "nops_over_reader"])
+def test_compile_fastest_says_the_window_the_ir_was_merged_over(request, reader, allgather):
+    limit = request.getfixturevalue(reader)
+    algo, topo = allgather
+    ir, choice = compile_fastest(algo, topo)
+    assert choice is not None and choice.variant.window > WINDOW  # as xccl compile says it
+    assert f"pieces starting within {100 * choice.variant.window:.3g}% of the span merged" in choice.describe()
+    assert _elements(ir) < limit
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from codegen.dsl import ChunkProgram
     from codegen.ir import IR
     from codegen.pipeline import PassRecord, PipelineResult
-    from runtime.choice import Choice, Variant
+    from runtime.choice import Variant
     from topologies import Topology
 
 __all__ = ["register"]
@@ -130,14 +130,8 @@ def _compile_algorithm(args: argparse.Namespace) -> Compiled:
         algo, topo, run, _result_ir, protocol=args.protocol, channels=args.channels, inplace=args.inplace
     )
     if choice is not None:
-        _stderr(_as_written(choice, result.window).describe())
+        _stderr(choice.as_written(result.window).describe())
     return result, topo
-
-
-def _as_written(choice: Choice, window: float | None) -> Choice:
-    """``choice`` saying the window the XML's transfers were merged over, where ``fit_xml_reader``
-    widened the variant's for the XML reader (``window``; None: the variant's own)."""
-    return choice if window is None else replace(choice, variant=replace(choice.variant, window=window))
 
 
 Compiled = tuple["PipelineResult", "Topology | None"]
