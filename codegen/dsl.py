@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from codegen.chunk_dag import ChunkDAG, ChunkOp, Loc, ProgramInfo, aliases_of, build_chunk_dag
 from codegen.errors import DslError
-from codegen.ir import Buffer
+from codegen.ir import Buffer, made
 from codegen.protocols import PROTOCOLS
 from synth.collectives import Collective, make_collective
 from topologies import Topology, load
@@ -36,7 +36,6 @@ __all__ = ["PROTOCOLS", "ChunkProgram", "ChunkRef", "WrongSlot", "chunk", "curre
 
 _CURRENT: ContextVar[ChunkProgram | None] = ContextVar("xccl_current_program", default=None)
 
-_new = object.__new__
 
 _NAMES = {name: b.long_name for b in Buffer for name in (b.value, b.long_name)}
 """The buffers' names in the DSL, long (``input``) or as the IR spells them (``i``)."""
@@ -473,8 +472,8 @@ class ChunkProgram:
 
         ops = []
         for op in self._ops:  # ChunkOp's fields set at once: its frozen __init__ sets them one by one
-            made = _new(ChunkOp)
-            made.__dict__.update(
+            chunk_op = made(
+                ChunkOp,
                 {
                     "kind": op.kind,
                     "src": loc(op.src),
@@ -486,9 +485,9 @@ class ChunkProgram:
                     "channel": op.channel,
                     "instance": 0,
                     "time": op.time,
-                }
+                },
             )
-            ops.append(made)
+            ops.append(chunk_op)
         return build_chunk_dag(self.info(), tuple(ops))
 
 

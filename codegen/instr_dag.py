@@ -19,12 +19,20 @@ from typing import TYPE_CHECKING
 
 from codegen.chunk_dag import DepKind, ProgramInfo
 from codegen.errors import CodegenError
-from codegen.ir import OpType, Ref
+from codegen.ir import OpType, Ref, made
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Instr", "InstrDAG", "InstrEdge", "edge_ends", "prioritized_order", "topological_order"]
+__all__ = [
+    "Instr",
+    "InstrDAG",
+    "InstrEdge",
+    "edge_ends",
+    "new_edge",
+    "prioritized_order",
+    "topological_order",
+]
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,12 @@ class InstrEdge:
     pred: int
     succ: int
     kind: DepKind = field(compare=False)
+
+
+def new_edge(pred: int, succ: int, kind: DepKind) -> InstrEdge:
+    """``InstrEdge(pred, succ, kind)`` without its frozen ``__init__`` (:func:`codegen.ir.made`):
+    the passes that rebuild the DAG make a million edges at 512 ranks."""
+    return made(InstrEdge, {"pred": pred, "succ": succ, "kind": kind})
 
 
 _PRED, _SUCC, _TIME = attrgetter("pred"), attrgetter("succ"), attrgetter("time")

@@ -131,6 +131,10 @@ class Variant:
     machine_ports: bool = False
     """The port order through the ports that leave a machine only (the NICs): :func:`whole_trees`."""
 
+    def options(self) -> dict[str, object]:
+        """The channel count and protocol the variant sets, as compile options."""
+        return {k: v for k, v in (("channels", self.channels), ("protocol", self.protocol)) if v is not None}
+
     def describe(self) -> str:
         how = ["in the schedule's port order" if self.port_order else "without port order"]
         if self.port_order and self.machine_ports:
@@ -210,9 +214,8 @@ class Choice:
         return max((self.ratio, *self.ratios)) <= 1 + EVEN
 
     def as_written(self, window: float | None) -> Choice:
-        """This choice saying the window the XML's transfers were merged over, where
-        ``fit_xml_reader`` widened the variant's for the XML reader (``window``: the pipeline
-        result's; None: the variant's own)."""
+        """This choice saying the window the IR was merged over, where ``fit_xml_reader`` widened
+        the variant's (``window``: the pipeline result's; None: the variant's own)."""
         return self if window is None else replace(self, variant=replace(self.variant, window=window))
 
     def describe(self) -> str:
@@ -543,7 +546,7 @@ def compile_fastest(
             port_order=v.port_order,
             window=v.window,
             port_overlap=v.port_overlap,
-            **{**options, **_channels(v), **_protocol(v)},
+            **{**options, **v.options()},
         )
 
     result, choice = compile_choosing(
@@ -553,8 +556,7 @@ def compile_fastest(
 
 
 def _ir_of(result: PipelineResult) -> IR:
-    """The IR a compile made (refused, as ``compile_program`` refuses it, where a pipeline given
-    stops before)."""
+    """The IR a compile made (refused, as ``compile_program`` does, where the pipeline stops before)."""
     if not isinstance(result.result, IR):
         raise DslError(f"the pipeline stops before the IR (at {type(result.result).__name__})")
     return result.result
@@ -589,16 +591,6 @@ def compile_choosing(
 def _given(options: dict[str, object]) -> dict[str, object]:
     """``compile_algorithm``'s options without a ``protocol`` left None (its default is Simple)."""
     return {k: v for k, v in options.items() if k != "protocol" or v is not None}
-
-
-def _channels(variant: Variant) -> dict[str, int]:
-    """The variant's channel count as a compile option, where it sets one."""
-    return {} if variant.channels is None else {"channels": variant.channels}
-
-
-def _protocol(variant: Variant) -> dict[str, str]:
-    """The variant's protocol as a compile option, where it sets one."""
-    return {} if variant.protocol is None else {"protocol": variant.protocol}
 
 
 def _shipped(algo: Algorithm) -> Topology | None:

@@ -73,7 +73,7 @@ def test_the_choice_drops_a_result_once_another_ranks_above_it():
     import weakref
 
     from codegen.compiler import compile_algorithm
-    from runtime.choice import _channels, _protocol, choose_port_order, schedule_of
+    from runtime.choice import choose_port_order, schedule_of
 
     topo = load("dgx-h100x2")
     algo = synthesize(topo, "reducescatter", size_bytes=1 << 28).algorithm
@@ -88,8 +88,7 @@ def test_the_choice_drops_a_result_once_another_ranks_above_it():
             port_order=variant.port_order,
             window=variant.window,
             port_overlap=variant.port_overlap,
-            **_channels(variant),
-            **_protocol(variant),
+            **variant.options(),
         )
         held = _Held(ir)
         made.append(weakref.ref(held))

@@ -25,8 +25,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from codegen.columns import ints, optional, refs
-from codegen.instr_dag import Instr, InstrDAG, InstrEdge
-from codegen.ir import OpType, Ref
+from codegen.instr_dag import Instr, InstrDAG, new_edge
+from codegen.ir import OpType, Ref, made
 from codegen.rules import MAX_COUNT
 
 if TYPE_CHECKING:
@@ -220,13 +220,11 @@ def _rebuild(dag: InstrDAG, merged_into: dict[int, int], counts: dict[int, int])
             latest[first] = max(latest.get(first, times[first]), times[i])
     new_index = index.tolist()
     new_instrs = [_remapped(instrs[i], counts.get(i), latest.get(i), new_index) for i in kept]
-    edges = [_edge(new_index[e.pred], new_index[e.succ], e.kind) for e in dag.edges]
+    edges = [new_edge(new_index[e.pred], new_index[e.succ], e.kind) for e in dag.edges]
     first = np.full(len(kept), len(instrs), np.int64)
     np.minimum.at(first, index, np.asarray(dag.position, np.int64))
     return InstrDAG.build(dag.info, new_instrs, edges, first)
 
-
-_new = object.__new__
 
 
 def _remapped(ins: Instr, count: int | None, time: float | None, new_index: list[int]) -> Instr:
@@ -240,16 +238,7 @@ def _remapped(ins: Instr, count: int | None, time: float | None, new_index: list
         fields["send_match"] = new_index[fields["send_match"]]
     if fields["recv_match"] is not None:
         fields["recv_match"] = new_index[fields["recv_match"]]
-    made = _new(Instr)
-    made.__dict__.update(fields)
-    return made
-
-
-def _edge(pred: int, succ: int, kind: object) -> InstrEdge:
-    """``InstrEdge(pred, succ, kind)`` with its fields set at once."""
-    made = _new(InstrEdge)
-    made.__dict__.update({"pred": pred, "succ": succ, "kind": kind})
-    return made
+    return made(Instr, fields)
 
 
 def _close(run: list[tuple[int, ...]], instrs: tuple[Instr, ...], merged_into: dict, counts: dict) -> None:

@@ -6,7 +6,7 @@ become ``cpy`` and ``re`` (a reduce into another slot: ``cpy`` then ``re``). Eac
 becomes an edge between the instructions that touch the slot on either side.
 
 At 512 ranks this is half a million ops, a million instructions: each instruction and edge is
-made from a dict of its fields (:func:`_instr`, :func:`_edge`) rather than through the frozen
+made from a dict of its fields (:func:`codegen.ir.made`, :func:`codegen.instr_dag.new_edge`) rather than through the frozen
 dataclasses' ``__init__``, equal locations share one :class:`~codegen.ir.Ref`, and each op
 records by index, not in a dict per op, which instruction each of its sides attaches to.
 """
@@ -14,8 +14,8 @@ records by index, not in a dict per op, which instruction each of its sides atta
 from __future__ import annotations
 
 from codegen.chunk_dag import ChunkDAG, ChunkOp, DepKind, Loc, Side
-from codegen.instr_dag import Instr, InstrDAG, InstrEdge
-from codegen.ir import Buffer, OpType, Ref
+from codegen.instr_dag import Instr, InstrDAG, InstrEdge, new_edge
+from codegen.ir import Buffer, OpType, Ref, made
 
 __all__ = ["expand_instructions"]
 
@@ -63,26 +63,13 @@ def expand_instructions(dag: ChunkDAG) -> InstrDAG:
     for d in dag.deps:
         pred = src_side[d.pred] if d.pred_side is Side.SRC else dst_out[d.pred]
         succ = src_side[d.succ] if d.succ_side is Side.SRC else dst_in[d.succ]
-        edges.append(_edge(pred, succ, d.kind))
+        edges.append(new_edge(pred, succ, d.kind))
     return InstrDAG.build(dag.info, x.instrs, edges, np.arange(len(x.instrs)))
 
 
-_new = object.__new__
-
-
 def _instr(fields: dict) -> Instr:
-    """An :class:`Instr` with ``fields`` (every one of its fields): a frozen dataclass's
-    ``__init__`` sets each field through ``object.__setattr__``, a tenth of this pass at 512 ranks."""
-    ins = _new(Instr)
-    ins.__dict__.update(fields)
-    return ins
-
-
-def _edge(pred: int, succ: int, kind: DepKind) -> InstrEdge:
-    """``InstrEdge(pred, succ, kind)``, made as :func:`_instr` makes an instruction."""
-    e = _new(InstrEdge)
-    e.__dict__.update({"pred": pred, "succ": succ, "kind": kind})
-    return e
+    """An :class:`Instr` with ``fields``, every one of its fields (:func:`codegen.ir.made`)."""
+    return made(Instr, fields)
 
 
 def _remote(op: ChunkOp, x: _Expansion) -> None:
@@ -129,7 +116,7 @@ def _remote(op: ChunkOp, x: _Expansion) -> None:
             }
         )
     )
-    x.edges.append(_edge(send, send + 1, DepKind.MATCH))
+    x.edges.append(new_edge(send, send + 1, DepKind.MATCH))
     x.sides(send, send + 1, send + 1)
 
 
@@ -165,5 +152,5 @@ def _reduce(op: ChunkOp, x: _Expansion) -> None:
         first = _local(op, x, OpType.COPY, op.operand)
     red = _local(op, x, OpType.REDUCE, op.src)
     if first is not None:
-        x.edges.append(_edge(first, red, DepKind.RAW))
+        x.edges.append(new_edge(first, red, DepKind.RAW))
     x.sides(red, red if first is None else first, red)
