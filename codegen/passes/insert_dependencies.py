@@ -14,6 +14,7 @@ The IR may hold several dependencies per op; ``fold_deps_into_nops`` makes it on
 from __future__ import annotations
 
 import itertools
+from operator import attrgetter
 
 from codegen.chunk_dag import DepKind
 from codegen.errors import CodegenError
@@ -78,15 +79,13 @@ def _bare_ops(dag: InstrDAG) -> list[Op]:
     (by type, count and the ids of their operands, which the instructions hold alive)."""
     instrs = dag.instrs
     plain = Op(OpType.NOP)  # each a copy of it with its fields (a frozen __init__ per op was slower)
-    alike: dict[tuple, Op] = {}
-    ops: list[Op] = []
-    for ins in instrs:
-        key = (ins.type, id(ins.src), id(ins.dst), ins.count)
-        op = alike.get(key)
-        if op is None:
-            op = alike[key] = evolve(plain, type=ins.type, src=ins.src, dst=ins.dst, count=ins.count)
-        ops.append(op)
-    return ops
+    srcs, dsts = map(_SRC, instrs), map(_DST, instrs)
+    keys = list(zip(map(_TYPE, instrs), map(id, srcs), map(id, dsts), map(_COUNT, instrs), strict=True))
+    alike = {  # the keys made and the ops looked up in C, one op made per distinct key
+        key: evolve(plain, type=ins.type, src=ins.src, dst=ins.dst, count=ins.count)
+        for key, ins in dict(zip(keys, instrs, strict=True)).items()
+    }
+    return list(map(alike.__getitem__, keys))
 
 
 def _waits(sched: ScheduledDAG, laid: tuple) -> dict[int, tuple[Dep, ...]]:
@@ -125,14 +124,23 @@ def _rank_waits(waiting: list[int], width: int, preds, layout: tuple, row_of: li
     rows = 1
     for i in waiting:
         b = row_of[prior[i]]
-        base = table[b]
         ps = preds[i]
-        if len(ps) == 1:  # most instructions: as _wanted finds, without its dict
+        if len(ps) == 1:  # most instructions: as below, without the lists and the dict of _wanted
             p = ps[0]
             t, s = tb_of[p], step_of[p]
-            needed = [(t, s, p)] if t != tb_of[i] and base[t] < s else []
-        else:
-            needed = [(t, s, p) for t, (s, p) in _wanted(tb_of[i], ps, tb_of, step_of).items() if base[t] < s]
+            if t == tb_of[i] or table[b, t] >= s:
+                row_of[i] = b
+                continue
+            clock = table[rows]
+            np.maximum(table[b], table[row_of[anchor[p]]], out=clock)
+            if clock[t] < s:
+                clock[t] = s
+            row_of[i] = rows
+            rows += 1
+            yield i, [(t, s)]
+            continue
+        base = table[b]
+        needed = [(t, s, p) for t, (s, p) in _wanted(tb_of[i], ps, tb_of, step_of).items() if base[t] < s]
         if not needed:
             row_of[i] = b
             continue
@@ -269,4 +277,7 @@ def _preds(dag: InstrDAG) -> list[tuple[int, ...]]:
     """Per instruction the predecessors it may wait for (all but a receive's send), once per DAG
     (tuples: those with none share the empty one)."""
     match = DepKind.MATCH
-    return [tuple(e.pred for e in edges if e.kind is not match) for edges in dag.preds]
+    return [tuple([e.pred for e in edges if e.kind is not match]) if edges else () for edges in dag.preds]
+
+
+_TYPE, _SRC, _DST, _COUNT = attrgetter("type"), attrgetter("src"), attrgetter("dst"), attrgetter("count")
