@@ -34,6 +34,7 @@ from synth.timing import DEFAULT, IDEAL, PROTOCOLS, Engine, Network, Params, mod
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm, Provenance, Send
     from synth.collectives import Collective
+    from topologies.logical import Edge, LogicalTopology
     from topologies.model import Topology
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "calls_apart",
     "chunk_bytes",
     "feed",
+    "link_bound_us",
     "model_ordered",
     "sccl_cost",
     "simulate",
@@ -114,6 +116,38 @@ def start_times(
     """When each send starts in :func:`simulate`'s schedule at ``size_bytes`` (sends in step order,
     the launch not counted), so a compiler can follow the schedule the model times."""
     return _list_schedule(algo, topology, size_bytes, params)[0]
+
+
+def link_bound_us(algo: Algorithm, topology: Topology, size_bytes: float) -> float:
+    """A lower bound on :func:`simulate`'s time of ``algo`` at ``size_bytes`` at line rate (over
+    a model's ``rate_fraction`` in that model): the bytes its sends put on its busiest physical
+    edge over that edge's bandwidth (all its parallel links), as every transfer holds each edge of
+    its path for its bytes at the edge's rate. Where the collective's min-cut bound
+    (``synth.bounds``: LPs, 0.7 s at 128 ranks) bounds every schedule, this one bounds ``algo``'s
+    and is a count (0.05 s); a cut's bytes all cross its edges, and on the 128-rank trees and
+    hierarchical alltoall the two are equal."""
+    logical = topology.logical()
+    edge_sends: dict = _SCHEDULED.get((algo, topology), "edge sends", lambda: _edge_sends(algo, logical))
+    if not edge_sends:
+        return 0.0
+    nbytes = chunk_bytes(algo.collective, size_bytes)
+    resources = logical.resources
+    return max(
+        count * nbytes / (resources[e].bandwidth_GBps * resources[e].count * BYTES_PER_US_PER_GBPS)
+        for e, count in edge_sends.items()
+    )
+
+
+def _edge_sends(algo: Algorithm, logical: LogicalTopology) -> dict[Edge, int]:
+    """How many of ``algo``'s sends cross each physical edge (their logical links' paths)."""
+    n = algo.collective.num_ranks
+    pairs = np.fromiter((s.src * n + s.dst for step in algo.steps for s in step.sends), np.int64)
+    keys, counts = np.unique(pairs, return_counts=True)
+    out: dict[Edge, int] = {}
+    for key, count in zip(keys.tolist(), counts.tolist(), strict=True):
+        for e in logical.links[divmod(key, n)].edges:
+            out[e] = out.get(e, 0) + count
+    return out
 
 
 def model_ordered(algo: Algorithm) -> bool:
