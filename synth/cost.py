@@ -229,6 +229,7 @@ def _columns_of(algo: Algorithm, topology: Topology) -> tuple[np.ndarray, ...]:
 
 
 def _columns(sends: list[tuple[int, Send]]) -> tuple[np.ndarray, ...]:
+    """(step, chunk, src, dst) of each of ``sends``, as arrays."""
     n = len(sends)
     step = np.fromiter((k for k, _ in sends), np.int64, n)
     chunk = np.fromiter((s.chunk for _, s in sends), np.int64, n)
