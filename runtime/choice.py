@@ -69,8 +69,7 @@ from common.gc_pause import gc_paused
 from common.units import format_size
 from runtime.sim import simulate as simulate_ir
 from synth.algorithm import Algorithm
-from synth.bounds import bandwidth_time_us
-from synth.cost import model_ordered, simulate, start_times
+from synth.cost import link_bound_us, model_ordered, simulate, start_times
 from synth.timing import DEFAULT, IDEAL, Params, model_params
 from synth.timing.calibration import PROTOCOLS
 from topologies import Topology, TopologyError, load
@@ -477,27 +476,19 @@ def faster_protocol(
     from its named model). At small sizes a connection holds 8 LL calls in flight where it holds 2
     Simple ones (:func:`codegen.protocols.fifo_calls`), and LL pays no per-call cost, as NCCL's
     tuner picks LL there too (NDv2 x2's fully connected reducescatter at 64 KiB: 14.3 us in LL, 410
-    us in Simple). A protocol the line-rate bound rules out (:func:`_floor_us` over its rate) is not
-    timed: at 1 GiB that spares every compile two Algorithm simulations (seconds at 512 ranks)."""
+    us in Simple). A protocol that ``algo``'s line-rate bound rules out
+    (:func:`synth.cost.link_bound_us` over its rate) is not timed: at 1 GiB that spares every
+    compile two Algorithm simulations (seconds at 512 ranks), and the bound is a count of the sends
+    on each edge (the collective's min-cut bound, the same there, took 0.7 s at 128 ranks)."""
     if params.model == IDEAL.model or params != model_params(params.model, params.protocol):
         return None
     timed = algorithm_us or (lambda p: simulate(algo, topology, size, p).time_us)
     most = timed(params) / (1 + gain)  # what another protocol must take less than
-    floor = _floor_us(algo, topology, size)
+    floor = link_bound_us(algo, topology, size)
     others = [model_params(params.model, p) for p in PROTOCOLS if p != params.protocol]
     times = {p.protocol: timed(p) for p in others if floor / p.rate_fraction < most}
     best = min(times, key=times.__getitem__, default=None)
     return best if best is not None and times[best] < most else None
-
-
-def _floor_us(algo: Algorithm, topology: Topology, size: float) -> float:
-    """The line-rate bandwidth bound of ``algo``'s collective at ``size`` (0 where there is none):
-    every model runs each link at its rate times ``rate_fraction``, so no protocol runs ``algo``
-    faster than this over its fraction."""
-    try:
-        return bandwidth_time_us(topology, algo.collective, size)
-    except XcclError:
-        return 0.0
 
 
 def _in_protocol(params: Params, protocol: str | None) -> Params:

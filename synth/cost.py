@@ -34,6 +34,7 @@ from synth.timing import DEFAULT, IDEAL, PROTOCOLS, Engine, Network, Params, mod
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm, Provenance, Send
     from synth.collectives import Collective
+    from topologies.logical import Edge
     from topologies.model import Topology
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "calls_apart",
     "chunk_bytes",
     "feed",
+    "link_bound_us",
     "model_ordered",
     "sccl_cost",
     "simulate",
@@ -116,6 +118,39 @@ def start_times(
     return _list_schedule(algo, topology, size_bytes, params)[0]
 
 
+def link_bound_us(algo: Algorithm, topology: Topology, size_bytes: float) -> float:
+    """A lower bound on :func:`simulate`'s time of ``algo`` at ``size_bytes`` at line rate (over
+    a model's ``rate_fraction`` in that model): the bytes its sends put on its busiest physical
+    edge over that edge's bandwidth (all its parallel links), as every transfer holds each edge of
+    its path for its bytes at the edge's rate. Where the collective's min-cut bound
+    (``synth.bounds``: LPs, 0.7 s at 128 ranks) bounds every schedule, this one bounds ``algo``'s
+    and is a count (0.05 s); a cut's bytes all cross its edges, and on the 128-rank trees and
+    hierarchical alltoall the two are equal."""
+    logical = topology.logical()
+    edge_sends = _SCHEDULED.get((algo, topology), "edge sends", lambda: _edge_sends(algo, topology))
+    if not edge_sends:
+        return 0.0
+    nbytes = chunk_bytes(algo.collective, size_bytes)
+    resources = logical.resources
+    return max(
+        count * nbytes / (resources[e].bandwidth_GBps * resources[e].count * BYTES_PER_US_PER_GBPS)
+        for e, count in edge_sends.items()
+    )
+
+
+def _edge_sends(algo: Algorithm, topology: Topology) -> dict[Edge, int]:
+    """How many of ``algo``'s sends cross each physical edge (their logical links' paths)."""
+    _, _, src, dst = _columns_of(algo, topology)
+    n = algo.collective.num_ranks
+    keys, counts = np.unique(src * n + dst, return_counts=True)
+    links = topology.logical().links
+    out: dict[Edge, int] = {}
+    for key, count in zip(keys.tolist(), counts.tolist(), strict=True):
+        for e in links[divmod(key, n)].edges:
+            out[e] = out.get(e, 0) + count
+    return out
+
+
 def model_ordered(algo: Algorithm) -> bool:
     """Whether an untimed ``algo`` is compiled in the order of this model's list schedule
     (``codegen.lower``): every synthesized one and NCCL's layout, whose channels share connections;
@@ -167,17 +202,40 @@ def _list_schedule(
 def _scheduled(
     algo: Algorithm, topology: Topology, size_bytes: float, params: Params
 ) -> tuple[tuple[float, ...], float]:
-    sends = _SCHEDULED.get(
+    sends = _sends_of(algo, topology)
+    apart = calls_apart(algo.provenance) and any(send.start_us is None for _, send in sends)
+    network = Network(topology, params)
+    merge = not apart and params.send_us > 0
+    shape = _SCHEDULED.get(
+        (algo, topology), ("shape", merge), lambda: _shape(sends, network, merge, _columns_of(algo, topology))
+    )
+    started, arrived = _run(sends, network, chunk_bytes(algo.collective, size_bytes), shape, None)
+    return tuple(started), max(arrived, default=0.0)
+
+
+def _sends_of(algo: Algorithm, topology: Topology) -> list[tuple[int, Send]]:
+    """``algo``'s sends with their steps, in step order (:data:`_SCHEDULED`)."""
+    return _SCHEDULED.get(
         (algo, topology),
         "sends",
         lambda: [(k, send) for k, step in enumerate(algo.steps) for send in step.sends],
     )
-    apart = calls_apart(algo.provenance) and any(send.start_us is None for _, send in sends)
-    network = Network(topology, params)
-    merge = not apart and params.send_us > 0
-    shape = _SCHEDULED.get((algo, topology), ("shape", merge), lambda: _shape(sends, network, merge))
-    started, arrived = _run(sends, network, chunk_bytes(algo.collective, size_bytes), shape, None)
-    return tuple(started), max(arrived, default=0.0)
+
+
+def _columns_of(algo: Algorithm, topology: Topology) -> tuple[np.ndarray, ...]:
+    """(step, chunk, src, dst) of each of ``algo``'s sends (:data:`_SCHEDULED`): what the
+    dependencies and :func:`link_bound_us` read, taken from a quarter of a million sends once."""
+    return _SCHEDULED.get((algo, topology), "columns", lambda: _columns(_sends_of(algo, topology)))
+
+
+def _columns(sends: list[tuple[int, Send]]) -> tuple[np.ndarray, ...]:
+    """(step, chunk, src, dst) of each of ``sends``, as arrays."""
+    n = len(sends)
+    step = np.fromiter((k for k, _ in sends), np.int64, n)
+    chunk = np.fromiter((s.chunk for _, s in sends), np.int64, n)
+    src = np.fromiter((s.src for _, s in sends), np.int64, n)
+    dst = np.fromiter((s.dst for _, s in sends), np.int64, n)
+    return step, chunk, src, dst
 
 
 _Shape = tuple[list[list[int]], list[int], list[int], list[list[int]], list[tuple[int, int, int]], list[int]]
@@ -203,10 +261,15 @@ def feed(
     return _run(sends, network, nbytes, shape, ready)
 
 
-def _shape(sends: list[tuple[int, Send]], network: Network, merge: bool) -> _Shape:
-    """The groups and dependencies of ``sends``."""
+def _shape(
+    sends: list[tuple[int, Send]],
+    network: Network,
+    merge: bool,
+    columns: tuple[np.ndarray, ...] | None = None,
+) -> _Shape:
+    """The groups and dependencies of ``sends`` (``columns``: theirs, where known)."""
     groups, group_of = _groups(sends, network.connection_servers if merge else None)
-    waiting, dependents = _dependencies(sends, groups, group_of)
+    waiting, dependents = _dependencies(sends, groups, group_of, columns)
     distinct: dict[tuple[int, int, int], int] = {}
     link_of = [
         distinct.setdefault((sends[g[0]][1].src, sends[g[0]][1].dst, len(g)), len(distinct)) for g in groups
@@ -279,19 +342,19 @@ def _groups(
 
 
 def _dependencies(
-    sends: list[tuple[int, Send]], groups: list[list[int]], group_of: list[int]
+    sends: list[tuple[int, Send]],
+    groups: list[list[int]],
+    group_of: list[int],
+    columns: tuple[np.ndarray, ...] | None = None,
 ) -> tuple[list[int], list[list[int]]]:
     """Per group, how many groups it waits for and which groups wait for it (each in increasing
     order): a send reads its chunk at its source once every earlier step's write there has arrived.
     Sends in step order are matched to those writes by sorting (NumPy: 1.3 s -> 0.2 s for the
     512-rank trees' quarter of a million sends); any other order keeps to a loop."""
     n = len(sends)
-    step = np.fromiter((k for k, _ in sends), np.int64, n)
+    step, chunk, src, dst = _columns(sends) if columns is None else columns
     if not n or np.any(step[1:] < step[:-1]):
         return _dependencies_in_order(sends, groups, group_of)
-    chunk = np.fromiter((s.chunk for _, s in sends), np.int64, n)
-    src = np.fromiter((s.src for _, s in sends), np.int64, n)
-    dst = np.fromiter((s.dst for _, s in sends), np.int64, n)
     chunks, steps = int(chunk.max(initial=0)) + 1, int(step.max(initial=0)) + 1
     written = (dst * chunks + chunk) * steps + step  # a write's (slot, step), slot = (rank, chunk)
     order = np.argsort(written, kind="stable")

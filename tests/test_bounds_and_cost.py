@@ -10,8 +10,8 @@ import topologies as T
 from synth.baselines import make_baseline
 from synth.bounds import bandwidth_time_us, lower_bound_us, rounds_per_chunk_bound, steps_lower_bound
 from synth.collectives import make_collective
-from synth.cost import sccl_cost, simulate
-from synth.timing import IDEAL
+from synth.cost import link_bound_us, sccl_cost, simulate
+from synth.timing import IDEAL, PROTOCOLS, model_params
 
 
 def test_dgx1_allgather_bounds():
@@ -85,3 +85,26 @@ def test_no_baseline_beats_the_lower_bound(name, kind):
     algo = make_baseline(kind, topo, make_collective("allgather", n, 2))
     for size in (1024, 1 << 20, 1 << 30):
         assert simulate(algo, topo, size).time_us >= lower_bound_us(topo, algo.collective, size) * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("name", ["dgx1", "ring:6", "switch:8", "ndv2x2", "dgx2x2"])
+@pytest.mark.parametrize("coll", ["allgather", "reducescatter", "allreduce"])
+def test_the_link_bound_of_a_schedule_bounds_its_time_and_no_schedule_beats_it(name, coll):
+    # the busiest edge's bytes at line rate (what runtime.choice.faster_protocol rules a protocol
+    # out by, where it took the min-cut bound's LPs): no model runs the schedule faster than it
+    # over its rate, and it is never below the bound every schedule of the collective meets
+    topo = T.load(name)
+    n = topo.num_ranks
+    algo = make_baseline("ring", topo, make_collective(coll, n, n if coll == "allreduce" else 2))
+    models = (IDEAL, *(model_params("calibrated", p) for p in PROTOCOLS))
+    for size in (1024, 1 << 20, 1 << 30):
+        bound = link_bound_us(algo, topo, size)
+        assert bound >= bandwidth_time_us(topo, algo.collective, size) * (1 - 1e-9)
+        for p in models:
+            assert simulate(algo, topo, size, p).time_us >= bound / p.rate_fraction * (1 - 1e-9)
+
+
+def test_the_link_bound_of_a_ring_allgather_is_its_busiest_link():
+    topo = T.ring(5, bandwidth_GBps=25.0, alpha_us=0.7)
+    algo = make_baseline("ring", topo, make_collective("allgather", 5))
+    assert link_bound_us(algo, topo, 1 << 30) == pytest.approx(4 * (1 << 30) / (5 * 25e3), rel=1e-12)

@@ -28,15 +28,12 @@ __all__ = ["Engine"]
 CHECK_EVERY = 1024
 """Instants of the event loop between two calls of ``run``'s ``tick``."""
 
-Entry = tuple[int, float, int, "tuple[tuple[int, float], ...] | None"]
-"""A job as it waits: (priority, ready time, job id, its transfer's path: None for a job that uses
-no link)."""
-
-Candidate = tuple[int, float, int, int, Entry]
-"""A job as an instant decides it: its entry's (priority, ready time, job id), the edge whose queue
-it was drawn from (-1: none) and the entry; flat, so that ordering two compares numbers only. A job
-is made one at its submission (an instant's events hold them as they are decided, not re-made per
-instant)."""
+Candidate = tuple[int, float, int, int, "tuple[tuple[int, float], ...] | None"]
+"""A job as it waits: (priority, ready time, job id, the edge whose queue holds it (-1: none), its
+transfer's path: None for a job that uses no link); flat, so that ordering two compares numbers
+only. One tuple per job and wait: made at its submission, and again when it joins an edge's queue,
+where it stays as it is (job ids are unique among waiting jobs, so ordering never reaches past the
+id) and is offered as it is when the edge frees."""
 
 
 class Engine:
@@ -58,7 +55,7 @@ class Engine:
         self._plain = not record and all(count == 1 for count in network.servers)
         """Every resource has one server and nothing is recorded: a start only sets :attr:`first`
         (every resource of the 512-rank trees' runs)."""
-        self._waiting: list[list[Entry]] = [[] for _ in network.servers]
+        self._waiting: list[list[Candidate]] = [[] for _ in network.servers]
         self._armed: list[float | None] = [None] * len(network.servers)
         """Per edge, when its pending freeing event fires (None: no event pending)."""
         self._times: list[float] = []
@@ -76,7 +73,7 @@ class Engine:
             path = transfer.path
             if len(self.first) < len(self._servers):
                 self._grow()
-        candidate = (priority, ready_us, job, -1, (priority, ready_us, job, path))
+        candidate = (priority, ready_us, job, -1, path)
         now = self._now
         if ready_us <= now + self.tolerance and self._candidates is not None:
             heappush(self._candidates, candidate)  # ready at the instant being decided
@@ -121,8 +118,7 @@ class Engine:
             for edge in freed:
                 armed[edge] = None
                 if waiting[edge]:
-                    head = waiting[edge][0]
-                    candidates.append((head[0], head[1], head[2], edge, head))
+                    candidates.append(waiting[edge][0])
             if len(candidates) > 1:
                 heapify(candidates)
             self._instant(now, candidates, on_start)
@@ -131,23 +127,25 @@ class Engine:
     def _instant(
         self, now: float, candidates: list[Candidate], on_start: Callable[[int, float], None]
     ) -> None:
-        """Start the candidates of instant ``now`` that can start (a job drawn as an edge's queue
+        """Start the candidates of instant ``now`` that can start (one drawn as an edge's queue
         head that is no longer it is stale), and queue the others on the edge that frees last; an
         edge a candidate came from offers its next head while it has a free server. Where every
         resource has one server and nothing is recorded, a start sets :attr:`first` alone."""
         waiting, first, armed, events = self._waiting, self.first, self._armed, self._events
+        plain = self._plain
         limit = now + self.tolerance
         while candidates:
-            _, _, job, via, entry = heappop(candidates)
+            candidate = heappop(candidates)
+            via = candidate[3]
             if via >= 0:
                 queue = waiting[via]
-                if queue and queue[0] is entry:
+                if queue and queue[0] is candidate:
                     heappop(queue)
                 else:
-                    entry = None
-            if entry is not None:
-                path = entry[3]
-                start = entry[1] if entry[1] > now else now
+                    candidate = None
+            if candidate is not None:
+                _, ready, job, _, path = candidate
+                start = ready if ready > now else now
                 if path is None:
                     on_start(job, start)
                 else:
@@ -156,7 +154,7 @@ class Engine:
                         if first[e] > start:
                             start, binding = first[e], e
                     if start > limit:
-                        heappush(waiting[binding], entry)
+                        heappush(waiting[binding], (candidate[0], ready, job, binding, path))
                         if armed[binding] != start:  # _arm, inline: a blocked try per start at 512 ranks
                             armed[binding] = start
                             freeing = events.get(start)
@@ -164,7 +162,7 @@ class Engine:
                                 freeing = self._at(start)
                             freeing[1].append(binding)
                     else:
-                        if self._plain:
+                        if plain:
                             for e, hold in path:
                                 first[e] = start + hold
                         else:
@@ -173,8 +171,7 @@ class Engine:
             if via >= 0 and waiting[via]:
                 at = first[via]
                 if at <= limit:
-                    head = waiting[via][0]
-                    heappush(candidates, (head[0], head[1], head[2], via, head))
+                    heappush(candidates, waiting[via][0])
                 elif armed[via] != at:  # _arm, inline
                     armed[via] = at
                     freeing = events.get(at)
