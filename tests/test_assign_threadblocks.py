@@ -59,3 +59,53 @@ def test_a_rank_without_work_still_gets_a_threadblock():
     assert all(gpu.threadblocks for gpu in ir.gpus)
     local = [op for op in ir.gpus[0].threadblocks[0].ops if op.type is OpType.COPY]
     assert len(local) <= 1
+
+
+def _lowered(where: str, collective: str, method: str):
+    """A synthesized schedule on ``where``, through the passes before ``assign_threadblocks``'s
+    channels, with its channel DAG at one channel."""
+    from codegen.lower import lower_algorithm
+    from codegen.passes import DEFAULT_PIPELINE
+    from codegen.pipeline import run_pipeline
+    from synth.baselines import make_baseline
+    from synth.collectives import make_collective
+    from topologies import load
+    from xccl.api import synthesize
+
+    topo = load(where)
+    if method == "trees":
+        algo = synthesize(topo, collective, "trees")
+    else:
+        algo = make_baseline(method, topo, make_collective(collective, topo.num_ranks))
+    upto = DEFAULT_PIPELINE[: DEFAULT_PIPELINE.index("assign_channels")]
+    return run_pipeline(lower_algorithm(algo, topo).chunk_dag(), upto).result
+
+
+@pytest.mark.parametrize(
+    ("where", "collective", "method"),
+    [
+        ("dgx1", "allgather", "trees"),
+        ("dgx-h100x2", "allreduce", "trees"),
+        ("switch:6", "alltoall", "direct"),
+    ],
+)
+def test_threadblocks_placed_in_bulk_are_those_placed_one_instruction_at_a_time(
+    where, collective, method, monkeypatch
+):
+    # sends and receives join their group's first one's threadblock; the first ones and the local
+    # ops are placed one by one: every layout, at one channel and more, timed (trees) or not (direct)
+    import importlib
+
+    from codegen.passes.assign_channels import assign_channels
+
+    at = importlib.import_module("codegen.passes.assign_threadblocks")  # the module, not the pass
+    dag = _lowered(where, collective, method)
+    assert not at._kinds(dag)[0]  # no pinned peers: the bulk placement applies
+    for channels in (1, 3):
+        for compact in range(4):
+            cdag = assign_channels(dag, channels=channels, compact=min(compact, 1))
+            in_bulk = at.assign_threadblocks(cdag, compact)
+            with monkeypatch.context() as m:
+                m.setattr(at, "_place_in_bulk", at._place_each)
+                one_by_one = at.assign_threadblocks(cdag, compact)
+            assert in_bulk.threadblocks == one_by_one.threadblocks, (channels, compact)

@@ -36,6 +36,7 @@ from codegen.instr_dag import InstrDAG
 from codegen.passes.channel_flows import channel_shares, steps_of
 from codegen.passes.channel_flows import flows_of as _flows
 from codegen.passes.channel_flows import lone_flows as _lone
+from codegen.passes.channel_guess import Pairs, first_channels, rank_pairs
 from codegen.protocols import fifo_calls
 from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
@@ -152,6 +153,9 @@ def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compa
     flows = _SAME_DAG.get([dag], "flows", lambda: _flows(dag))
     lone = _SAME_DAG.get([dag], "lone", lambda: _lone(dag, flows, groups, hinted))
     timed = dag.info.model_timed and dag.times is not None
+    pairs = _SAME_DAG.get([dag], "pairs", lambda: rank_pairs(dag, flows, lone, bool(groups) or hinted))
+    if pairs is not None:
+        return _assign_pairs(dag, pairs, lone, (channels, max_channels, shares), timed)
     tries = _Tries(max_channels)
     plain = [tries.get(channels, k, True) for k in range(channels)] if shares is None else []  # by turn
     for flow, one in zip(flows, lone, strict=True):
@@ -185,6 +189,34 @@ def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compa
         for i in flow:
             local[i] = ch
     return ChannelDAG(dag, _global_channels(dag, local, max_channels)), taken.passed_busy
+
+
+def _assign_pairs(
+    dag: InstrDAG, pairs: Pairs, lone: list[tuple | None], width: tuple, timed: bool
+) -> tuple[ChannelDAG, bool]:
+    """:func:`_assign` where the rank pairs cannot meet (:mod:`codegen.passes.channel_guess`): the
+    pairs whose flows all take the channel they try first, at once; the others' flows one at a
+    time as :func:`_assign` places them, in the order (``width``: the channels, the most, and
+    each connection's share in a compact layout)."""
+    import numpy as np  # not loaded by building the CLI's parser
+
+    channels, max_channels, shares = width
+    first, fine, busy = first_channels(pairs, channels, shares, timed)
+    local = np.full(len(dag.instrs), -1, np.int64)
+    local[pairs.send[fine]] = local[pairs.recv[fine]] = first[fine]
+    taken, tries = _Taken(), _Tries(max_channels)
+    plain = [tries.get(channels, k, True) for k in range(channels)] if shares is None else []  # by turn
+    flow, recv, turn = pairs.flow.tolist(), pairs.recv.tolist(), pairs.turn.tolist()
+    for j in np.flatnonzero(~fine).tolist():
+        one = lone[flow[j]]
+        if shares is None:  # the j-th flow of all takes turn j, that of its connection in a compact layout
+            lead, rest = plain[j % channels]
+        else:
+            own = shares.get((one[1], one[2]), 1)
+            lead, rest = tries.get(own, turn[j] % own, False)
+        local[one[0]] = local[recv[j]] = _place_lone(dag, one, lead, rest, timed, taken, max_channels)
+    channel = [None if c < 0 else c for c in local.tolist()]
+    return ChannelDAG(dag, _global_channels(dag, channel, max_channels)), busy or taken.passed_busy
 
 
 class _Tries:
