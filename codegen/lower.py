@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from codegen.dsl import ChunkProgram
+from codegen.dsl_ops import SlotOp
 from common.gc_pause import gc_paused
 from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.cost import chunk_bytes, model_ordered, start_times
@@ -240,43 +241,52 @@ class _Combining:
         return self.homes[key]
 
     def run(self) -> None:
+        """Each step's operations recorded in one call (:meth:`ChunkProgram.record_slots`), then
+        each output slot copied from where its partial ended, where that is not the slot."""
         timed = self.times is not None
         landed: dict[tuple[int, int], float] = {}  # (rank, address) -> when its partial was last written
+        partial = self.partial
         for step in self.algo.steps:
             order, diverted = _step_order(step.sends)
+            whens = list(map(self.times, order)) if timed else [None] * len(order)
+            ops: list[SlotOp] = []
             later = []
-            for s in order:
-                src = (s.src, *self.partial[(s.src, s.chunk)])
-                when = self.times(s) if timed else None
-                if s in diverted:
-                    temp = self.scratch.take(s.dst)
-                    later.append((s, self.prog.copy_slot(src, s.dst, *temp, when), when and (when[1], when[1])))
+            for s, when in zip(order, whens, strict=True):
+                src = (s.src, *partial[(s.src, s.chunk)])
+                if diverted and s in diverted:
+                    temp = (s.dst, *self.scratch.take(s.dst))
+                    ops.append(("copy", src, temp, None, when))
+                    later.append((s, temp, when and (when[1], when[1])))
                 else:
-                    self.apply(s, src, when)
-                if when:
-                    landed[(s.dst, s.chunk)] = when[1]
-            for s, temp, when in later:
-                self.apply(s, temp, when)
+                    ops.append(self.op(s, src, when))
+            if timed:
+                landed.update(((s.dst, s.chunk), when[1]) for s, when in zip(order, whens, strict=True))
+            ops += [self.op(s, temp, when) for s, temp, when in later]
+            self.prog.record_slots(ops)
+        finals: list[SlotOp] = []
         for (r, addr), j in sorted(self.out_slot.items()):
-            if self.partial[(r, addr)] != self.home(r, addr):
+            if partial[(r, addr)] != self.home(r, addr):
                 at = landed.get((r, addr), 0.0)
-                self.prog.copy_slot((r, *self.partial[(r, addr)]), r, "output", j, (at, at) if timed else None)
+                finals.append(("copy", (r, *partial[(r, addr)]), (r, "output", j), None, (at, at) if timed else None))
+        self.prog.record_slots(finals)
 
-    def apply(self, s: Send, data: Slot, time: tuple[float, float] | None) -> None:
+    def op(self, s: Send, data: Slot, time: tuple[float, float] | None) -> SlotOp:
         """``s.dst``'s partial of ``s.chunk`` := itself (op) ``data`` (reduce) or ``data`` (copy)."""
         key = (s.dst, s.chunk)
-        target = self.home(*key)
-        if s.op == "copy":
-            self.prog.copy_slot(data, s.dst, *target, time)
-        else:
-            dst = None if self.partial[key] == target else (s.dst, *target)
-            self.prog.reduce_slot(data, (s.dst, *self.partial[key]), dst, time)
+        target = self.homes.get(key) or self.home(*key)
+        held = self.partial[key]
         self.partial[key] = target
+        if s.op == "copy":
+            return ("copy", data, (s.dst, *target), None, time)
+        return ("reduce", data, (s.dst, *held), None if held == target else (s.dst, *target), time)
 
 
 def _step_order(sends: tuple[Send, ...]) -> tuple[list[Send], set[Send]]:
     """Readers of a slot before its writer; sends on a cycle are diverted through scratch."""
     sends = list(sends)
+    written = {(y.dst, y.chunk) for y in sends}
+    if not any((x.src, x.chunk) in written for x in sends):
+        return sends, set()  # no send reads what another writes (most steps): their own order
     writers: dict[tuple[int, int], list[int]] = {}
     for j, y in enumerate(sends):
         writers.setdefault((y.dst, y.chunk), []).append(j)
