@@ -3,12 +3,20 @@ per-call path records, refuses what it refuses with its message, and compiles to
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
 
+from codegen.chunk_dag import DepKind, build_chunk_dag
+from codegen.chunk_deps import plain_deps
 from codegen.dsl import ChunkProgram
 from codegen.errors import DslError
+from codegen.lower import lower_algorithm
+from synth.algorithm import Algorithm, Send, Step
+from synth.baselines import make_baseline
+from synth.collectives import make_collective
+from topologies import load
 
 # (kind, src, a, b, time): a copy of src to a, or a reduce a := a (op) src, into b where given
 _ALLREDUCE_OPS = [
@@ -68,3 +76,53 @@ def test_record_slots_refuses_what_the_per_call_path_refuses(op, message):
     with pytest.raises(DslError, match=message):
         bulk.record_slots([first, op, first])
     _same(one, bulk)  # what came before the refused op is recorded, nothing after it
+
+
+def _random_program(seed: int) -> ChunkProgram:
+    """Copies and reduces of one chunk between random slots holding data (scratch, a named slice,
+    the output; reduces in place and into another slot): every kind of slot conflict."""
+    rng = random.Random(seed)
+    prog = ChunkProgram("random", "fully-connected:3", "allreduce", chunks_per_rank=2)
+    held = [(r, "input", j) for r in range(3) for j in range(2)]
+    for _ in range(60):
+        src, rank = rng.choice(held), rng.randrange(3)
+        dst = (rank, rng.choice(["output", "scratch", "tmp"]), rng.randrange(3 if rank else 2))
+        if rng.random() < 0.5:
+            prog.copy_slot(src, *dst, (0.0, 1.0))
+        else:
+            mine = rng.choice([h for h in held if h[0] == rank])
+            dst = prog.reduce_slot(src, mine, dst if mine[1] == "input" else rng.choice([None, dst]))
+        held.append(dst)
+    return prog
+
+
+def _edges(deps) -> list:
+    return [(d.pred, d.succ, d.pred_side, d.succ_side, d.kind) for d in deps]  # ChunkDep == ignores the kind
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plain_deps_are_the_edges_build_chunk_dag_finds(seed):
+    dag = _random_program(seed).chunk_dag()
+    ids: dict = {}
+    src, dst, operand = ([ids.setdefault(loc, len(ids)) for loc in column] for column in _sides(dag.ops))
+    operand = [k if op.kind == "reduce" else -1 for op, k in zip(dag.ops, operand, strict=True)]
+    expected = _edges(build_chunk_dag(dag.info, dag.ops).deps)
+    assert _edges(plain_deps(src, dst, operand)) == _edges(dag.deps) == expected
+
+
+def _sides(ops) -> tuple[list, list, list]:
+    return [op.src for op in ops], [op.dst for op in ops], [op.local_operand for op in ops]
+
+
+def test_a_lowered_exchange_and_ring_trace_as_build_chunk_dag_traces():
+    topo = load("hypercube:2")
+    steps, k = [], 1
+    while k < 4:  # recursive doubling: each pair exchanges partial sums (one of each pair via scratch)
+        steps.append(Step(1, tuple(Send(0, r, r ^ k, "reduce") for r in range(4))))
+        k <<= 1
+    butterfly = Algorithm(make_collective("allreduce", 4, 1), topo.name, tuple(steps))
+    ring = make_baseline("ring", load("ring:4"), make_collective("allreduce", 4, 4))
+    for algo in (butterfly, ring):
+        dag = lower_algorithm(algo).chunk_dag()
+        assert _edges(dag.deps) == _edges(build_chunk_dag(dag.info, dag.ops).deps)
+        assert any(d.kind is DepKind.WAR for d in dag.deps)
