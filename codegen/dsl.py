@@ -414,8 +414,18 @@ class ChunkProgram(BulkRecording):
         for op in self._ops:  # ChunkOp's fields set at once: its frozen __init__ sets them one by one
             (a, i), (b, j) = get(op.src) or loc(op.src), get(op.dst) or loc(op.dst)
             c, k = (None, j) if op.operand is None else get(op.operand) or loc(op.operand)
-            fields = {"kind": op.kind, "src": a, "dst": b, "count": op.count, "operand": c, "sendtb": op.sendtb}
-            fields.update(recvtb=op.recvtb, channel=op.channel, instance=0, time=op.time)
+            fields = {
+                "kind": op.kind,
+                "src": a,
+                "dst": b,
+                "count": op.count,
+                "operand": c,
+                "sendtb": op.sendtb,
+                "recvtb": op.recvtb,
+                "channel": op.channel,
+                "instance": 0,
+                "time": op.time,
+            }
             ops.append(made(ChunkOp, fields))
             src.append(i)
             dst.append(j)

@@ -10,12 +10,14 @@ every error and its message are that path's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from codegen.dsl import Value
 
-__all__ = ["BulkRecording", "Op", "Slot", "SlotOp", "is_time"]
+__all__ = ["BulkRecording", "Op", "Slot", "SlotOp", "is_time", "slot"]
 
 
 class Slot(NamedTuple):
@@ -47,6 +49,8 @@ time)`` is ``copy_slot(src, *dst, time)``; ``("reduce", src, mine, dst, time)`` 
 ``reduce_slot(src, mine, dst, time)``."""
 
 _new = tuple.__new__  # a Slot or an Op made without its generated __new__ (a Python call each)
+slot: Callable[[tuple[int, str, int]], Slot] = partial(_new, Slot)
+"""The :class:`Slot` of a ``(rank, buffer, index)`` tuple (a call in C)."""
 
 
 def is_time(time: object) -> bool:
@@ -98,6 +102,7 @@ class BulkRecording:
             return
         values, record, slices = self._values, self._ops.append, self._slices
         unlinked = self._unlinked(ops)
+        odd_times = not all(_plain_time(op[4]) for op in ops)  # asked per op only where one is
         for op in ops:
             kind, src, a, b, time = op
             target = a if b is None else b
@@ -106,7 +111,7 @@ class BulkRecording:
             if (
                 value is None
                 or target[1] == "input"
-                or not _plain_time(time)
+                or (odd_times and not _plain_time(time))
                 or (unlinked and (src[0], rank) in unlinked)
             ):
                 self._record_one(op)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from codegen.dsl import ChunkProgram
-from codegen.dsl_ops import SlotOp
+from codegen.dsl_ops import SlotOp, slot
 from common.gc_pause import gc_paused
 from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.cost import chunk_bytes, model_ordered, start_times
@@ -198,7 +198,7 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
                 where[(r, cid)] = (r, "input", j)
                 if (r, cid) in out_slot:
                     copy((r, "input", j), r, "output", out_slot[(r, cid)], None if times is None else (0.0, 0.0))
-    for step in algo.steps:  # the step's copies recorded in one call (ChunkProgram.copy_slots)
+    for step in algo.steps:  # the step's copies recorded in one call (ChunkProgram.record_slots)
         got, copies = [], []
         for s in step.sends:
             key = (s.dst, s.chunk)  # made once per send: 261,632 of them at 512 ranks
@@ -207,8 +207,10 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
             j = out_slot.get(key)
             buffer, index = ("output", j) if j is not None else scratch.take(s.dst)
             got.append(key)
-            copies.append((where[(s.src, s.chunk)], s.dst, buffer, index, None if times is None else times(s)))
-        where.update(zip(got, prog.copy_slots(copies), strict=True))
+            dst = slot((s.dst, buffer, index))
+            copies.append(("copy", where[(s.src, s.chunk)], dst, None, None if times is None else times(s)))
+        prog.record_slots(copies)
+        where.update(zip(got, (c[2] for c in copies), strict=True))
 
 
 class _Combining:
@@ -249,19 +251,13 @@ class _Combining:
         for step in self.algo.steps:
             order, diverted = _step_order(step.sends)
             whens = list(map(self.times, order)) if timed else [None] * len(order)
-            ops: list[SlotOp] = []
-            later = []
-            for s, when in zip(order, whens, strict=True):
-                src = (s.src, *partial[(s.src, s.chunk)])
-                if diverted and s in diverted:
-                    temp = (s.dst, *self.scratch.take(s.dst))
-                    ops.append(("copy", src, temp, None, when))
-                    later.append((s, temp, when and (when[1], when[1])))
-                else:
-                    ops.append(self.op(s, src, when))
+            if diverted:
+                ops = self.diverting(order, diverted, whens)
+            else:  # every send reads its source before any send of the step writes it
+                data = [(s.src, *partial[(s.src, s.chunk)]) for s in order]
+                ops = self.ops(zip(order, data, whens, strict=True))
             if timed:
                 landed.update(((s.dst, s.chunk), when[1]) for s, when in zip(order, whens, strict=True))
-            ops += [self.op(s, temp, when) for s, temp, when in later]
             self.prog.record_slots(ops)
         finals: list[SlotOp] = []
         for (r, addr), j in sorted(self.out_slot.items()):
@@ -270,15 +266,36 @@ class _Combining:
                 finals.append(("copy", (r, *partial[(r, addr)]), (r, "output", j), None, (at, at) if timed else None))
         self.prog.record_slots(finals)
 
-    def op(self, s: Send, data: Slot, time: tuple[float, float] | None) -> SlotOp:
-        """``s.dst``'s partial of ``s.chunk`` := itself (op) ``data`` (reduce) or ``data`` (copy)."""
-        key = (s.dst, s.chunk)
-        target = self.homes.get(key) or self.home(*key)
-        held = self.partial[key]
-        self.partial[key] = target
-        if s.op == "copy":
-            return ("copy", data, (s.dst, *target), None, time)
-        return ("reduce", data, (s.dst, *held), None if held == target else (s.dst, *target), time)
+    def diverting(self, order: list[Send], diverted: set[Send], whens: list) -> list[SlotOp]:
+        """The operations of a step where ``diverted`` sends receive into scratch first, applied
+        after the step's other sends."""
+        out, later = [], []
+        for s, when in zip(order, whens, strict=True):
+            src = (s.src, *self.partial[(s.src, s.chunk)])
+            if s in diverted:
+                temp = (s.dst, *self.scratch.take(s.dst))
+                out.append(("copy", src, temp, None, when))
+                later.append((s, temp, when and (when[1], when[1])))
+            else:
+                out += self.ops([(s, src, when)])
+        return out + self.ops(later)
+
+    def ops(self, moves: Iterable[tuple[Send, Slot, tuple[float, float] | None]]) -> list[SlotOp]:
+        """Per ``(s, data, time)``: ``s.dst``'s partial of ``s.chunk`` := itself (op) ``data``
+        (reduce) or ``data`` (copy)."""
+        partial, homes, home = self.partial, self.homes, self.home
+        out: list[SlotOp] = []
+        for s, data, time in moves:
+            dst = s.dst
+            key = (dst, s.chunk)
+            target = homes.get(key) or home(*key)
+            held = partial[key]
+            partial[key] = target
+            if s.op == "copy":
+                out.append(("copy", data, (dst, *target), None, time))
+            else:
+                out.append(("reduce", data, (dst, *held), None if held == target else (dst, *target), time))
+        return out
 
 
 def _step_order(sends: tuple[Send, ...]) -> tuple[list[Send], set[Send]]:
