@@ -23,9 +23,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from codegen.chunk_dag import ChunkDAG, ChunkOp, Loc, ProgramInfo, aliases_of, build_chunk_dag
+from codegen.chunk_deps import plain_deps
+from codegen.dsl_ops import BulkRecording, is_time
+from codegen.dsl_ops import Op as _Op
+from codegen.dsl_ops import Slot as _Slot
 from codegen.errors import DslError
 from codegen.ir import Buffer, made
 from codegen.protocols import PROTOCOLS
@@ -74,48 +77,12 @@ class WrongSlot:
         return f"rank {self.rank} output[{self.index}]: expected {self.expected}, got {self.got}"
 
 
-class _Slot(NamedTuple):
-    """A slot as the program names it (a tuple: two are made per copy, 262,144 copies at 512 ranks)."""
-
-    rank: int
-    buffer: str  # "input", "output" or a scratch slice name
-    index: int
-
-
 def _at(slot: _Slot, k: int) -> _Slot:
     """The slot ``k`` after ``slot`` (itself for 0: most ops move one chunk)."""
     return slot if k == 0 else _Slot(slot.rank, slot.buffer, slot.index + k)
 
 
-def _is_time(time: object) -> bool:
-    """``(start, arrival)``: two numbers, ``0 <= start <= arrival``."""
-    if not isinstance(time, tuple) or len(time) != 2:
-        return False
-    start, arrival = time
-    numbers = isinstance(start, int | float) and isinstance(arrival, int | float)
-    return numbers and not isinstance(start, bool) and not isinstance(arrival, bool) and 0 <= start <= arrival
-
-
-def _floats_in_order(start: object, arrival: object) -> bool:
-    """``0 <= start <= arrival``, both floats: a time :func:`_is_time` accepts, asked cheaply."""
-    return type(start) is float and type(arrival) is float and 0 <= start <= arrival
-
-
-class _Op(NamedTuple):
-    """One recorded operation (a tuple, as :class:`_Slot`)."""
-
-    kind: str
-    src: _Slot
-    dst: _Slot
-    count: int
-    operand: _Slot | None
-    sendtb: int | None
-    recvtb: int | None
-    channel: int | None
-    time: tuple[float, float] | None = None
-
-
-class ChunkProgram:
+class ChunkProgram(BulkRecording):
     """One collective's schedule, written as chunk operations (see the module docstring).
 
     ``collective`` is a :class:`~synth.collectives.Collective` or a name (then ``chunks_per_rank``
@@ -256,7 +223,7 @@ class ChunkProgram:
             for hint, what in ((op.sendtb, "sendtb"), (op.recvtb, "recvtb"), (op.channel, "channel")):
                 if hint is not None and (isinstance(hint, bool) or not isinstance(hint, int) or hint < 0):
                     raise DslError(f"{self.name}: {what}: expected an integer >= 0 or None, got {hint!r}")
-        if op.time is not None and not _is_time(op.time):
+        if op.time is not None and not is_time(op.time):
             raise DslError(
                 f"{self.name}: time: expected (start, arrival) in microseconds, 0 <= start <= arrival, "
                 f"got {op.time!r}"
@@ -329,39 +296,6 @@ class ChunkProgram:
             self._record(_Op("copy", src, dst, 1, None, None, None, None, time))
         return dst
 
-    def copy_slots(
-        self, copies: list[tuple[tuple[int, str, int], int, str, int, tuple[float, float] | None]]
-    ) -> list[tuple[int, str, int]]:
-        """:meth:`copy_slot` of each ``(src, rank, buffer, index, time)`` in order, and the slots
-        written: one call per step of a lowered Algorithm. A copy of an out-of-place program whose
-        checks plainly pass (a float time, a link, data at the source, no input written) is recorded
-        here; any other goes through :meth:`copy_slot`, so errors and their messages are its."""
-        if self.inplace:
-            return [self.copy_slot(*c) for c in copies]
-        values, ops, links, slices = self._values, self._ops, self._links, self._slices
-        out = []
-        for src, rank, buffer, index, time in copies:
-            dst = _Slot(rank, buffer, index)
-            value = values.get(src)
-            fast = (
-                value is not None
-                and src != dst
-                and buffer != "input"
-                and (time is None or (type(time) is tuple and len(time) == 2 and _floats_in_order(*time)))
-                and (links is None or src[0] == rank or (src[0], rank) in links)
-            )
-            if not fast:
-                out.append(self.copy_slot(src, rank, buffer, index, time))
-                continue
-            src = src if type(src) is _Slot else _Slot(*src)
-            values[dst] = value
-            if buffer != "output":
-                held = slices[rank]
-                held[buffer] = max(held.get(buffer, 0), index + 1)
-            ops.append(_Op("copy", src, dst, 1, None, None, None, None, time))
-            out.append(dst)
-        return out
-
     def reduce_slot(
         self,
         src: tuple[int, str, int],
@@ -389,7 +323,8 @@ class ChunkProgram:
         coll = self.collective
         wrong = []
         wanted: dict[int, Value] = {}  # per address: at 512 ranks an allreduce's 262,144 output
-        # slots want 512 sums of 512 contributions each, sorted once each, not once per slot
+        # slots want 512 sums of 512 contributions each, sorted once each, not once per slot; a slot
+        # holding the very tuple found right before (copies share it) is not compared again
         for r in range(self.num_ranks):
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is None:
@@ -398,8 +333,12 @@ class ChunkProgram:
                 if expected is None:
                     expected = wanted[addr] = tuple(sorted(coll.contributions[addr])) if coll.combining else (addr,)
                 got = self._value(_Slot(r, "output", j))
+                if got is expected:
+                    continue
                 if got != expected:
                     wrong.append(WrongSlot(r, j, self._describe(expected), self._describe(got)))
+                else:
+                    wanted[addr] = got
         return tuple(wrong)
 
     def verify(self) -> None:
@@ -447,7 +386,9 @@ class ChunkProgram:
         )
 
     def chunk_dag(self) -> ChunkDAG:
-        """Trace into the chunk DAG; named scratch slices are packed into the scratch buffer."""
+        """Trace into the chunk DAG; named scratch slices are packed into the scratch buffer. The
+        dependencies of ops of one chunk each without aliased buffers (every lowered Algorithm out
+        of place) are found in bulk (:func:`codegen.chunk_deps.plain_deps`)."""
         offsets = []
         for slices in self._slices:
             base, where = 0, {}
@@ -456,38 +397,41 @@ class ChunkProgram:
                 base += length
             offsets.append(where)
 
-        locs: dict[_Slot, Loc] = {}  # one (frozen) Loc per slot: most are read again, by the next hop
+        locs: dict[_Slot, tuple[Loc, int]] = {}  # one (frozen) Loc per slot, and its number
 
-        def loc(slot: _Slot) -> Loc:
-            found = locs.get(slot)
-            if found is None:
-                if slot.buffer == "input":
-                    found = Loc(slot.rank, Buffer.INPUT, slot.index)
-                elif slot.buffer == "output":
-                    found = Loc(slot.rank, Buffer.OUTPUT, slot.index)
-                else:
-                    found = Loc(slot.rank, Buffer.SCRATCH, offsets[slot.rank][slot.buffer] + slot.index)
-                locs[slot] = found
-            return found
+        def loc(slot: _Slot) -> tuple[Loc, int]:
+            if slot.buffer == "input":
+                found = Loc(slot.rank, Buffer.INPUT, slot.index)
+            elif slot.buffer == "output":
+                found = Loc(slot.rank, Buffer.OUTPUT, slot.index)
+            else:
+                found = Loc(slot.rank, Buffer.SCRATCH, offsets[slot.rank][slot.buffer] + slot.index)
+            locs[slot] = (found, len(locs))
+            return locs[slot]
 
-        ops = []
+        ops, src, dst, operand = [], [], [], []  # the ops, and the numbers of the slots each touches
+        get = locs.get
         for op in self._ops:  # ChunkOp's fields set at once: its frozen __init__ sets them one by one
-            chunk_op = made(
-                ChunkOp,
-                {
-                    "kind": op.kind,
-                    "src": loc(op.src),
-                    "dst": loc(op.dst),
-                    "count": op.count,
-                    "operand": loc(op.operand) if op.operand is not None else None,
-                    "sendtb": op.sendtb,
-                    "recvtb": op.recvtb,
-                    "channel": op.channel,
-                    "instance": 0,
-                    "time": op.time,
-                },
-            )
-            ops.append(chunk_op)
+            (a, i), (b, j) = get(op.src) or loc(op.src), get(op.dst) or loc(op.dst)
+            c, k = (None, j) if op.operand is None else get(op.operand) or loc(op.operand)
+            fields = {
+                "kind": op.kind,
+                "src": a,
+                "dst": b,
+                "count": op.count,
+                "operand": c,
+                "sendtb": op.sendtb,
+                "recvtb": op.recvtb,
+                "channel": op.channel,
+                "instance": 0,
+                "time": op.time,
+            }
+            ops.append(made(ChunkOp, fields))
+            src.append(i)
+            dst.append(j)
+            operand.append(k if op.kind == "reduce" else -1)
+        if all(op.count == 1 for op in self._ops) and not (self.inplace and any(self._aliases)):
+            return ChunkDAG(self.info(), tuple(ops), plain_deps(src, dst, operand))
         return build_chunk_dag(self.info(), tuple(ops))
 
 

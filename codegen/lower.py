@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from codegen.dsl import ChunkProgram
+from codegen.dsl_ops import SlotOp, slot
 from common.gc_pause import gc_paused
 from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.cost import chunk_bytes, model_ordered, start_times
@@ -197,7 +198,7 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
                 where[(r, cid)] = (r, "input", j)
                 if (r, cid) in out_slot:
                     copy((r, "input", j), r, "output", out_slot[(r, cid)], None if times is None else (0.0, 0.0))
-    for step in algo.steps:  # the step's copies recorded in one call (ChunkProgram.copy_slots)
+    for step in algo.steps:  # the step's copies recorded in one call (ChunkProgram.record_slots)
         got, copies = [], []
         for s in step.sends:
             key = (s.dst, s.chunk)  # made once per send: 261,632 of them at 512 ranks
@@ -206,8 +207,10 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
             j = out_slot.get(key)
             buffer, index = ("output", j) if j is not None else scratch.take(s.dst)
             got.append(key)
-            copies.append((where[(s.src, s.chunk)], s.dst, buffer, index, None if times is None else times(s)))
-        where.update(zip(got, prog.copy_slots(copies), strict=True))
+            dst = slot((s.dst, buffer, index))
+            copies.append(("copy", where[(s.src, s.chunk)], dst, None, None if times is None else times(s)))
+        prog.record_slots(copies)
+        where.update(zip(got, (c[2] for c in copies), strict=True))
 
 
 class _Combining:
@@ -240,43 +243,67 @@ class _Combining:
         return self.homes[key]
 
     def run(self) -> None:
+        """Each step's operations recorded in one call (:meth:`ChunkProgram.record_slots`), then
+        each output slot copied from where its partial ended, where that is not the slot."""
         timed = self.times is not None
         landed: dict[tuple[int, int], float] = {}  # (rank, address) -> when its partial was last written
+        partial = self.partial
         for step in self.algo.steps:
             order, diverted = _step_order(step.sends)
-            later = []
-            for s in order:
-                src = (s.src, *self.partial[(s.src, s.chunk)])
-                when = self.times(s) if timed else None
-                if s in diverted:
-                    temp = self.scratch.take(s.dst)
-                    later.append((s, self.prog.copy_slot(src, s.dst, *temp, when), when and (when[1], when[1])))
-                else:
-                    self.apply(s, src, when)
-                if when:
-                    landed[(s.dst, s.chunk)] = when[1]
-            for s, temp, when in later:
-                self.apply(s, temp, when)
+            whens = list(map(self.times, order)) if timed else [None] * len(order)
+            if diverted:
+                ops = self.diverting(order, diverted, whens)
+            else:  # every send reads its source before any send of the step writes it
+                data = [(s.src, *partial[(s.src, s.chunk)]) for s in order]
+                ops = self.ops(zip(order, data, whens, strict=True))
+            if timed:
+                landed.update(((s.dst, s.chunk), when[1]) for s, when in zip(order, whens, strict=True))
+            self.prog.record_slots(ops)
+        finals: list[SlotOp] = []
         for (r, addr), j in sorted(self.out_slot.items()):
-            if self.partial[(r, addr)] != self.home(r, addr):
+            if partial[(r, addr)] != self.home(r, addr):
                 at = landed.get((r, addr), 0.0)
-                self.prog.copy_slot((r, *self.partial[(r, addr)]), r, "output", j, (at, at) if timed else None)
+                finals.append(("copy", (r, *partial[(r, addr)]), (r, "output", j), None, (at, at) if timed else None))
+        self.prog.record_slots(finals)
 
-    def apply(self, s: Send, data: Slot, time: tuple[float, float] | None) -> None:
-        """``s.dst``'s partial of ``s.chunk`` := itself (op) ``data`` (reduce) or ``data`` (copy)."""
-        key = (s.dst, s.chunk)
-        target = self.home(*key)
-        if s.op == "copy":
-            self.prog.copy_slot(data, s.dst, *target, time)
-        else:
-            dst = None if self.partial[key] == target else (s.dst, *target)
-            self.prog.reduce_slot(data, (s.dst, *self.partial[key]), dst, time)
-        self.partial[key] = target
+    def diverting(self, order: list[Send], diverted: set[Send], whens: list) -> list[SlotOp]:
+        """The operations of a step where ``diverted`` sends receive into scratch first, applied
+        after the step's other sends."""
+        out, later = [], []
+        for s, when in zip(order, whens, strict=True):
+            src = (s.src, *self.partial[(s.src, s.chunk)])
+            if s in diverted:
+                temp = (s.dst, *self.scratch.take(s.dst))
+                out.append(("copy", src, temp, None, when))
+                later.append((s, temp, when and (when[1], when[1])))
+            else:
+                out += self.ops([(s, src, when)])
+        return out + self.ops(later)
+
+    def ops(self, moves: Iterable[tuple[Send, Slot, tuple[float, float] | None]]) -> list[SlotOp]:
+        """Per ``(s, data, time)``: ``s.dst``'s partial of ``s.chunk`` := itself (op) ``data``
+        (reduce) or ``data`` (copy)."""
+        partial, homes, home = self.partial, self.homes, self.home
+        out: list[SlotOp] = []
+        for s, data, time in moves:
+            dst = s.dst
+            key = (dst, s.chunk)
+            target = homes.get(key) or home(*key)
+            held = partial[key]
+            partial[key] = target
+            if s.op == "copy":
+                out.append(("copy", data, (dst, *target), None, time))
+            else:
+                out.append(("reduce", data, (dst, *held), None if held == target else (dst, *target), time))
+        return out
 
 
 def _step_order(sends: tuple[Send, ...]) -> tuple[list[Send], set[Send]]:
     """Readers of a slot before its writer; sends on a cycle are diverted through scratch."""
     sends = list(sends)
+    written = {(y.dst, y.chunk) for y in sends}
+    if not any((x.src, x.chunk) in written for x in sends):
+        return sends, set()  # no send reads what another writes (most steps): their own order
     writers: dict[tuple[int, int], list[int]] = {}
     for j, y in enumerate(sends):
         writers.setdefault((y.dst, y.chunk), []).append(j)

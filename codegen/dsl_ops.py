@@ -1,0 +1,152 @@
+"""What a :class:`~codegen.dsl.ChunkProgram` records (slots and operations), and its bulk path.
+
+A lowered Algorithm records one operation per send: 262,144 at 512 ranks for an allgather, twice
+that for an allreduce. Recorded one call each (:meth:`ChunkProgram.copy_slot`,
+:meth:`ChunkProgram.reduce_slot`), the calls, their tuples and their checks cost more than the
+operations; :class:`BulkRecording` records a whole step's in one call, with the same checks, and
+hands any operation whose checks do not plainly pass to the per-call path, so what is recorded and
+every error and its message are that path's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from codegen.dsl import Value
+
+__all__ = ["BulkRecording", "Op", "Slot", "SlotOp", "is_time", "slot"]
+
+
+class Slot(NamedTuple):
+    """A slot as the program names it (a tuple: two are made per copy, 262,144 copies at 512 ranks)."""
+
+    rank: int
+    buffer: str  # "input", "output" or a scratch slice name
+    index: int
+
+
+class Op(NamedTuple):
+    """One recorded operation (a tuple, as :class:`Slot`)."""
+
+    kind: str
+    src: Slot
+    dst: Slot
+    count: int
+    operand: Slot | None
+    sendtb: int | None
+    recvtb: int | None
+    channel: int | None
+    time: tuple[float, float] | None = None
+
+
+Where = tuple[int, str, int]
+SlotOp = tuple[str, Where, Where, Where | None, tuple[float, float] | None]
+"""``(kind, src, a, b, time)`` for :meth:`BulkRecording.record_slots`: ``("copy", src, dst, None,
+time)`` is ``copy_slot(src, *dst, time)``; ``("reduce", src, mine, dst, time)`` is
+``reduce_slot(src, mine, dst, time)``."""
+
+_new = tuple.__new__  # a Slot or an Op made without its generated __new__ (a Python call each)
+slot: Callable[[tuple[int, str, int]], Slot] = partial(_new, Slot)
+"""The :class:`Slot` of a ``(rank, buffer, index)`` tuple (a call in C)."""
+
+
+def is_time(time: object) -> bool:
+    """``(start, arrival)``: two numbers, ``0 <= start <= arrival``."""
+    if not isinstance(time, tuple) or len(time) != 2:
+        return False
+    start, arrival = time
+    numbers = isinstance(start, int | float) and isinstance(arrival, int | float)
+    return numbers and not isinstance(start, bool) and not isinstance(arrival, bool) and 0 <= start <= arrival
+
+
+def _plain_time(time: object) -> bool:
+    """None or two floats ``0 <= start <= arrival``: a time :func:`is_time` accepts, asked cheaply."""
+    if time is None:
+        return True
+    if type(time) is not tuple or len(time) != 2:
+        return False
+    start, arrival = time
+    return type(start) is float and type(arrival) is float and 0 <= start <= arrival
+
+
+class BulkRecording:
+    """:class:`~codegen.dsl.ChunkProgram`'s recording of many operations in one call (a part of it:
+    its ``copy_slot`` and ``reduce_slot`` are the per-call path this one hands over to)."""
+
+    inplace: bool
+    _values: dict[tuple[int, str, int], Value]
+    _ops: list[Op]
+    _links: object
+    _slices: list[dict[str, int]]
+
+    def copy_slots(
+        self, copies: list[tuple[tuple[int, str, int], int, str, int, tuple[float, float] | None]]
+    ) -> list[tuple[int, str, int]]:
+        """:meth:`copy_slot` of each ``(src, rank, buffer, index, time)`` in order, and the slots
+        written: one call per step of a lowered Algorithm (:meth:`record_slots`)."""
+        out = [_new(Slot, (rank, buffer, index)) for _, rank, buffer, index, _ in copies]
+        self.record_slots([("copy", c[0], dst, None, c[4]) for c, dst in zip(copies, out, strict=True)])
+        return out
+
+    def record_slots(self, ops: list[SlotOp]) -> None:
+        """Each of ``ops`` (:data:`SlotOp`) as :meth:`copy_slot` or :meth:`reduce_slot` records it,
+        in order. An op of an out-of-place program whose checks plainly pass (a float time, a link,
+        data at the source and in the reduced slot, no input written, not onto itself) is recorded
+        here; any other goes through that method, so errors and their messages are its."""
+        if self.inplace:  # slots are aliased: the per-call path asks each op's physical slots
+            for op in ops:
+                self._record_one(op)
+            return
+        values, record, slices = self._values, self._ops.append, self._slices
+        unlinked = self._unlinked(ops)
+        odd_times = not all(_plain_time(op[4]) for op in ops)  # asked per op only where one is
+        for op in ops:
+            kind, src, a, b, time = op
+            target = a if b is None else b
+            rank = target[0]
+            value = values.get(src)
+            if (
+                value is None
+                or target[1] == "input"
+                or (odd_times and not _plain_time(time))
+                or (unlinked and (src[0], rank) in unlinked)
+            ):
+                self._record_one(op)
+                continue
+            if kind == "copy":
+                if src == target:
+                    continue  # onto itself: nothing recorded
+                operand = None
+            else:
+                mine = values.get(a)
+                if mine is None:
+                    self._record_one(op)
+                    continue
+                kind, value = "reduce", tuple(sorted(mine + value))
+                operand = None if b is None else (a if type(a) is Slot else _new(Slot, a))
+            src = src if type(src) is Slot else _new(Slot, src)
+            target = target if type(target) is Slot else _new(Slot, target)
+            values[target] = value
+            if target[1] != "output":
+                held = slices[rank]
+                held[target[1]] = max(held.get(target[1], 0), target[2] + 1)
+            record(_new(Op, (kind, src, target, 1, operand, None, None, None, time)))
+
+    def _unlinked(self, ops: list[SlotOp]) -> set[tuple[int, int]]:
+        """The ``(src rank, dst rank)`` pairs of ``ops`` without a link (asked once per pair, not per
+        op: the topology's links answer through a Python call each)."""
+        if self._links is None:
+            return set()
+        pairs = {(op[1][0], (op[2] if op[3] is None else op[3])[0]) for op in ops}
+        return {p for p in pairs if p[0] != p[1] and p not in self._links}
+
+    def _record_one(self, op: SlotOp) -> None:
+        """``op`` through the per-call path."""
+        kind, src, a, b, time = op
+        if kind == "copy":
+            self.copy_slot(src, *a, time)
+        else:
+            self.reduce_slot(src, a, b, time)
