@@ -163,7 +163,10 @@ def _rebuilt(dag, merged_into: dict, counts: dict):
 
 def _programs() -> dict:
     dgx1, four = load("dgx1"), load("fully-connected:4")
+    twice = lower_algorithm(make_baseline("direct", four, make_collective("alltoall", 4, 3)), four)
+    twice.instances = 2  # instructions of instance 1 too
     return {
+        "direct alltoall, 2 instances": twice,
         "trees allgather": lower_algorithm(synthesize(dgx1, "allgather", "trees"), dgx1),
         "trees allreduce": lower_algorithm(synthesize(dgx1, "allreduce", "trees"), dgx1),
         "direct alltoall": lower_algorithm(

@@ -210,21 +210,27 @@ def _contiguous_at(c: _Columns, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class _Columns:
     """The fields of ``dag``'s instructions that aggregation reads, as arrays
     (:mod:`codegen.columns`): a location as whether it is set, its buffer and its index; a hint as
-    whether it is set and its value."""
+    whether it is set and its value (read in one pass where no instruction has one, nor an
+    instance but the first)."""
 
     def __init__(self, dag: InstrDAG) -> None:
         import numpy as np
+
         instrs = dag.instrs
         n = len(instrs)
         self.rank = ints(map(_RANK, instrs), n)
         self.type = ints(map(_TYPE_CODE.__getitem__, map(_TYPE, instrs)), n)
         self.count = ints(map(_COUNT, instrs), n)
-        self.instance = ints(map(_INSTANCE, instrs), n)
         self.has_src, self.src_buffer, self.src_index = refs(list(map(_SRC, instrs)))
         self.has_dst, self.dst_buffer, self.dst_index = refs(list(map(_DST, instrs)))
         self.match = optional(list(map(_SEND_MATCH, instrs)))[1]
-        self.tb_hint = optional(list(map(_TB_HINT, instrs)))
-        self.channel_hint = optional(list(map(_CHANNEL_HINT, instrs)))
+        if set(map(_ANNOTATIONS, instrs)) <= {(None, None, 0)}:  # a lowered Algorithm's: one pass
+            self.instance, unset = np.zeros(n, np.int64), np.zeros(n, bool)
+            self.tb_hint = self.channel_hint = unset, self.instance
+        else:
+            self.instance = ints(map(_INSTANCE, instrs), n)
+            self.tb_hint = optional(list(map(_TB_HINT, instrs)))
+            self.channel_hint = optional(list(map(_CHANNEL_HINT, instrs)))
         self.height = np.asarray(dag.height, np.int64)
         self.times = None if dag.times is None else np.asarray(dag.times, np.float64)
 
@@ -232,6 +238,7 @@ class _Columns:
 _RANK, _TYPE, _COUNT, _INSTANCE = map(attrgetter, ("rank", "type", "count", "instance"))
 _SRC, _DST, _SEND_MATCH, _RECV_MATCH = map(attrgetter, ("src", "dst", "send_match", "recv_match"))
 _TB_HINT, _CHANNEL_HINT = map(attrgetter, ("tb_hint", "channel_hint"))
+_ANNOTATIONS = attrgetter("tb_hint", "channel_hint", "instance")
 _TYPE_CODE = {t: k for k, t in enumerate(OpType)}
 
 
