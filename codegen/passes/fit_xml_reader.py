@@ -12,7 +12,7 @@ least per send peer or per receive peer. Where that alone reaches the limit
 at most :func:`step_budget` instructions (else the widest: the fewest steps it can give). Each
 window's counts are read off its merges, the DAG is built once, at the window kept
 (:class:`~codegen.passes.aggregate_chunks.Aggregation`: the 128-rank DGX H100 ``synth trees``
-allreduce built it at eight windows, 31 of the 67 s its compile took). A wider
+allreduce built it at eight windows, 30 s of CPU in a compile of 67 s). A wider
 window is a coarser pipeline: a merged op starts when its last piece is ready. The ``synth
 trees`` allreduce on 8 DGX A100 (64 ranks, 1,472 chunks per rank) had 4,194 instructions on rank 0
 at the default 2% window (4,430 elements); it now compiles to 1,903 elements, 1.06x its Algorithm
