@@ -10,6 +10,7 @@ instead: the same rule, read by the compiler and the checker alike.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from codegen_helpers import stage_after
@@ -23,6 +24,8 @@ from codegen.errors import IRCheckError
 from codegen.lower import lower_algorithm
 from codegen.passes.aggregate_chunks import WINDOW, aggregate_chunks
 from codegen.passes.fit_xml_reader import (
+    GROWTH,
+    ROOM,
     busiest_rank,
     fit_xml_reader,
     least_elements,
@@ -199,6 +202,45 @@ def test_where_no_window_fits_the_slots_renumbered_fit_and_keep_the_speed(reduce
     for module in (codegen.rules.xml_file, codegen.compiler):
         monkeypatch.setattr(module, "MAX_NODES", limit, raising=False)
     _fits_checks_computes_and_keeps_its_speed(compile_algorithm(algo, topo), algo, topo, limit)
+
+
+def _fitted_as_before(dag, max_nodes: int):
+    """``fit_xml_reader`` with the DAG built at every window of its ladders (before each
+    window's counts were read off its merges)."""
+
+    def widened(dag, enough):
+        widest, width = dag, WINDOW
+        while width < 1.0:
+            width = min(1.0, width * GROWTH)
+            widest = aggregate_chunks(dag, window=width)
+            if enough(widest):
+                break
+        return widest, width
+
+    budget = step_budget(dag.info.num_ranks, max_nodes)
+    widest, width = widened(dag, lambda d: busiest_rank(d)[1] <= budget)
+    if least_elements(widest) >= max_nodes and renumber_scratch(dag) is not dag:
+        widest, width = widened(renumber_scratch(dag), lambda d: least_elements(d) < max_nodes * (1 - ROOM))
+    return replace(widest, info=replace(widest.info, merge_window=width))
+
+
+@pytest.mark.parametrize("case", ["fits", "no window fits", "renumbered fits"])
+def test_the_window_kept_is_the_one_a_dag_built_at_each_window_keeps(case, allgather, reducescatter):
+    algo, topo = reducescatter if case == "renumbered fits" else allgather
+    dag = stage_after(lower_algorithm(algo, topo), "aggregate_chunks")
+    limits = {
+        "fits": 1 + 16 + busiest_rank(dag)[1] // 2,
+        "no window fits": 40,
+        "renumbered fits": least_elements(aggregate_chunks(dag, window=1.0)),
+    }
+    fitted, before = fit_xml_reader(dag, max_nodes=limits[case]), _fitted_as_before(dag, limits[case])
+    assert fitted.info.merge_window == before.info.merge_window < 1.0 or case == "no window fits"
+    assert (fitted.info, fitted.instrs, fitted.edges, fitted.order) == (
+        before.info,
+        before.instrs,
+        before.edges,
+        before.order,
+    )
 
 
 def _counted(dag) -> tuple[int, tuple[int, int]]:

@@ -25,8 +25,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from codegen.columns import ints, optional, refs
-from codegen.instr_dag import Instr, InstrDAG, new_edge
-from codegen.ir import OpType, Ref, made
+from codegen.instr_dag import Instr, InstrDAG, InstrEdge, new_edge
+from codegen.ir import OpType
 from codegen.rules import MAX_COUNT
 
 if TYPE_CHECKING:
@@ -38,45 +38,161 @@ WINDOW = 0.02
 """Default time window of a run in a timed program, as a fraction of the schedule's span."""
 
 
-def _contiguous(a: Ref | None, count: int, b: Ref | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return a.buffer is b.buffer and a.index + count == b.index
-
-
 def aggregate_chunks(dag: InstrDAG, max_count: int = MAX_COUNT, window: float = WINDOW) -> InstrDAG:
     """Merge same-height transfers (and local copies/reductions) of contiguous chunks, close in
     time in a timed program."""
-    merged_into: dict[int, int] = {}  # member -> the run's first member (same position in the tuple)
-    counts: dict[int, int] = {}
-    span = window * max(dag.times, default=0.0) if dag.times is not None else 0.0
-    for members in _chains(dag, max_count, span):
-        _merge_runs(dag, members, max_count, span, merged_into, counts)
-    if not merged_into:
-        return dag
-    return _rebuild(dag, merged_into, counts)
+    return Aggregation(dag, max_count).merged(window)
 
 
-def _chains(dag: InstrDAG, max_count: int, span: float) -> list[list[tuple[int, ...]]]:
-    """The candidates that may merge (:func:`_grouped`), each group in the order of its chunks,
-    cut between two members where the second cannot extend a run ending at the first: not
-    contiguous with it on both sides, over ``max_count`` with it, or (timed) further than ``span``
-    from it in time. :func:`_merge_runs` ends a run there anyway (a run's last member is the member
-    before), so cutting there changes nothing; left are the stretches of two members or more
-    (none at 512 ranks: a million candidates, not one tried)."""
-    import numpy as np  # here, not at the top: building the CLI's parser loads every pass
-    c = _Columns(dag)
-    out = []
-    for members, new in _grouped(c):
+class Aggregation:
+    """The runs :func:`aggregate_chunks` merges in ``dag``, at any window: the candidates are
+    grouped once, and where two can never share a run, whatever the window, cut once
+    (:func:`_kinds`); each window then only cuts its runs (:func:`_runs`). ``fit_xml_reader``
+    asks what each window of its ladder leaves per rank (:meth:`steps`) and builds the merged DAG
+    once, at the window it keeps (:meth:`merged`): the 128-rank ``synth trees`` allreduce built it
+    at eight windows, 55 s of its 116 s compile under the profiler."""
+
+    def __init__(self, dag: InstrDAG, max_count: int = MAX_COUNT) -> None:
+        c = _Columns(dag)
+        self.dag, self.max_count, self.rank = dag, max_count, c.rank
+        self.kinds = _kinds(c, max_count, hold=dag.info.model_timed)
+
+    def span(self, window: float) -> float:
+        """``window`` in the schedule's time units (0 for an untimed program)."""
+        times = self.dag.times
+        return window * max(times, default=0.0) if times is not None else 0.0
+
+    def steps(self, window: float) -> np.ndarray:
+        """Each rank's instructions once merged over ``window`` (as ``np.bincount`` of the ranks)."""
+        import numpy as np  # here, not at the top: building the CLI's parser loads every pass
+
+        steps = np.bincount(self.rank)
+        span = self.span(window)
+        for kind in self.kinds:
+            gone = kind.members[:, _joined(kind, *_runs(kind, span, self.max_count))]
+            steps -= np.bincount(self.rank[gone.ravel()], minlength=steps.size)
+        return steps
+
+    def merged(self, window: float) -> InstrDAG:
+        """The DAG with every run at ``window`` merged into its first member."""
+        import numpy as np
+
+        dag = self.dag
+        head = np.arange(len(dag.instrs))
+        firsts, counts, times = [], [], []
+        span = self.span(window)
+        for kind in self.kinds:
+            lo, hi = _runs(kind, span, self.max_count)
+            if not lo.size:
+                continue
+            joined = _joined(kind, lo, hi)
+            first = np.maximum.accumulate(np.where(joined, 0, np.arange(joined.size)))  # each one's run's
+            for row, column in enumerate(kind.members):
+                head[column[joined]] = column[first[joined]]
+                firsts.append(column[lo])
+                total = np.concatenate(([0], np.cumsum(kind.count[column])))
+                counts.append(total[hi] - total[lo])
+                if kind.times is not None:
+                    times.append(_latest(kind.times[row], lo, hi))
+        if not firsts:
+            return dag
+        cat = np.concatenate
+        return _rebuild(dag, head, cat(firsts), cat(counts), cat(times) if times else None)
+
+
+class _Kind:
+    """One kind of candidate (transfers, local ops) in the order :func:`_grouped` gives it, a
+    member per column of ``members`` (a row per instruction of a member); per member, whether it
+    may extend a run ending at the one before (``link``: same group, contiguous with it on both
+    sides, within ``max_count`` with it), its count, and where timed (``times``: a row per
+    instruction, as ``members``) the widest gap in time to the one before (``gap``); where
+    transfers held by the Algorithm model may not share an op, when each holds its connection
+    (``hold``: :meth:`InstrDAG.holds`, from its send's start to halfway to its arrival)."""
+
+    def __init__(self, c: _Columns, members: np.ndarray, new: np.ndarray, max_count: int, hold: bool) -> None:
+        import numpy as np
+
         a, b = members[:, :-1], members[:, 1:]  # each member with the next, column by column
-        ok = ~new[1:] & (c.count[a[0]] + c.count[b[0]] <= max_count) & _contiguous_at(c, a, b).all(axis=0)
+        link = ~new[1:] & (c.count[a[0]] + c.count[b[0]] <= max_count) & _contiguous_at(c, a, b).all(axis=0)
+        self.members, self.link = members, np.concatenate(([False], link, [False]))  # and after the last
+        self.count = c.count
+        self.times = self.gap = self.hold = None
         if c.times is not None:
-            ok &= (np.abs(c.times[a] - c.times[b]) <= span).all(axis=0)
-        starts = np.flatnonzero(np.concatenate(([True], ~ok, [True])))  # of stretches, and the end
-        long = np.flatnonzero(np.diff(starts) > 1)
-        for lo, hi in zip(starts[long].tolist(), starts[long + 1].tolist(), strict=True):
-            out.append(list(map(tuple, members[:, lo:hi].T.tolist())))
-    return out
+            self.times = c.times[members]
+            self.gap = np.concatenate(([0.0], np.abs(self.times[:, 1:] - self.times[:, :-1]).max(axis=0)))
+            if hold and len(members) > 1:
+                start = self.times[0]
+                self.hold = start, (start + self.times[1]) / 2
+
+
+def _kinds(c: _Columns, max_count: int, hold: bool) -> list[_Kind]:
+    """Each kind of candidate (:func:`_grouped`), with where no window joins two members."""
+    return [_Kind(c, members, new, max_count, hold) for members, new in _grouped(c)]
+
+
+def _runs(kind: _Kind, span: float, max_count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of two members or more that ``kind``'s groups are cut into at ``span`` (in time
+    units), each as its first member and the one after its last: from each group's first member,
+    in the order of its chunks, a run takes the next member while it fits (:func:`_ends`) and
+    else ends, and the next run starts there. Members no window of ``span`` joins to the one
+    before (:class:`_Kind`, and a gap over ``span``) end a run anyway: cut there first, what is
+    left are the stretches of two members or more (none at 512 ranks: a million candidates, not
+    one tried)."""
+    import numpy as np
+
+    ok = kind.link if kind.gap is None else kind.link & np.append(kind.gap <= span, False)
+    starts = np.flatnonzero(~ok[:-1] & ok[1:])  # of the stretches of two or more
+    if not starts.size:
+        return starts, starts
+    end = _ends(kind, ok, span, max_count).tolist()
+    ok_, lo, hi = ok.tolist(), [], []
+    for p in starts.tolist():
+        while True:
+            q = end[p]
+            if q - p > 1:
+                lo.append(p)
+                hi.append(q)
+            if not ok_[q]:
+                break
+            p = q
+    return np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+
+
+def _ends(kind: _Kind, ok: np.ndarray, span: float, max_count: int) -> np.ndarray:
+    """Per member, the first member after it that a run starting at it cannot take (its own
+    stretch's end at most): with it, the run holds over ``max_count`` chunks, or spans more than
+    ``span`` in some column's times, or (``hold``) it holds its connection while a member of the
+    run does. All runs grow at once, a member a round, as many rounds as the longest run has
+    members. Member ``j`` meets the one ``d`` before it in round ``d``, after those nearer in the
+    rounds before (the runs that reached ``j`` from there), so ``near[j]``, whether one of them
+    overlaps ``j``, is whether a member of the run reaching ``j`` in this round does."""
+    import numpy as np
+
+    n = ok.size - 1
+    end = np.arange(1, n + 1)  # a run of one member ends after it
+    count = kind.count[kind.members[0]]
+    total = count.copy()  # per run, by its first member: its chunks so far
+    times = kind.times
+    low, high = (None, None) if times is None else (times.copy(), times.copy())
+    near = np.zeros(n, bool)
+    at, d = np.flatnonzero(ok[1:]), 1  # the runs still growing
+    while at.size:
+        j = at + d
+        inside = ok[j]  # in the run's stretch
+        end[at[~inside]] = j[~inside]
+        at, j = at[inside], j[inside]
+        total[at] += count[j]
+        fits = total[at] <= max_count
+        if times is not None:
+            low[:, at], high[:, at] = np.minimum(low[:, at], times[:, j]), np.maximum(high[:, at], times[:, j])
+            fits &= (high[:, at] - low[:, at] <= span).all(axis=0)
+        if kind.hold is not None:
+            start, done = kind.hold
+            near[j] |= (start[at] < done[j]) & (start[j] < done[at])
+            fits &= ~near[j]
+        end[at[~fits]] = j[~fits]
+        at, d = at[fits], d + 1
+    return end
 
 
 def _contiguous_at(c: _Columns, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -94,28 +210,35 @@ def _contiguous_at(c: _Columns, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class _Columns:
     """The fields of ``dag``'s instructions that aggregation reads, as arrays
     (:mod:`codegen.columns`): a location as whether it is set, its buffer and its index; a hint as
-    whether it is set and its value."""
+    whether it is set and its value (read in one pass where no instruction has one, nor an
+    instance but the first)."""
 
     def __init__(self, dag: InstrDAG) -> None:
         import numpy as np
+
         instrs = dag.instrs
         n = len(instrs)
         self.rank = ints(map(_RANK, instrs), n)
         self.type = ints(map(_TYPE_CODE.__getitem__, map(_TYPE, instrs)), n)
         self.count = ints(map(_COUNT, instrs), n)
-        self.instance = ints(map(_INSTANCE, instrs), n)
         self.has_src, self.src_buffer, self.src_index = refs(list(map(_SRC, instrs)))
         self.has_dst, self.dst_buffer, self.dst_index = refs(list(map(_DST, instrs)))
         self.match = optional(list(map(_SEND_MATCH, instrs)))[1]
-        self.tb_hint = optional(list(map(_TB_HINT, instrs)))
-        self.channel_hint = optional(list(map(_CHANNEL_HINT, instrs)))
+        if set(map(_ANNOTATIONS, instrs)) <= {(None, None, 0)}:  # a lowered Algorithm's: one pass
+            self.instance, unset = np.zeros(n, np.int64), np.zeros(n, bool)
+            self.tb_hint = self.channel_hint = unset, self.instance
+        else:
+            self.instance = ints(map(_INSTANCE, instrs), n)
+            self.tb_hint = optional(list(map(_TB_HINT, instrs)))
+            self.channel_hint = optional(list(map(_CHANNEL_HINT, instrs)))
         self.height = np.asarray(dag.height, np.int64)
         self.times = None if dag.times is None else np.asarray(dag.times, np.float64)
 
 
 _RANK, _TYPE, _COUNT, _INSTANCE = map(attrgetter, ("rank", "type", "count", "instance"))
-_SRC, _DST, _SEND_MATCH = map(attrgetter, ("src", "dst", "send_match"))
+_SRC, _DST, _SEND_MATCH, _RECV_MATCH = map(attrgetter, ("src", "dst", "send_match", "recv_match"))
 _TB_HINT, _CHANNEL_HINT = map(attrgetter, ("tb_hint", "channel_hint"))
+_ANNOTATIONS = attrgetter("tb_hint", "channel_hint", "instance")
 _TYPE_CODE = {t: k for k, t in enumerate(OpType)}
 
 
@@ -161,91 +284,92 @@ def _sorted(members: np.ndarray, key: list[np.ndarray], c: _Columns) -> tuple[np
     return members[:, by], new
 
 
-def _merge_runs(
-    dag: InstrDAG, members: list[tuple[int, ...]], max_count: int, span: float, merged_into: dict, counts: dict
-) -> None:
-    """Cut one group, in the order of its chunks, into runs that fit (:func:`_fits`: ``span`` is the
-    window in time units, computed once per DAG) and merge each."""
-    instrs = dag.instrs
-    members.sort(key=lambda m: (instrs[m[0]].src.index, m))
-    run = [members[0]]
-    for m in members[1:]:
-        if _fits(dag, run, m, max_count, span):
-            run.append(m)
-            continue
-        _close(run, instrs, merged_into, counts)
-        run = [m]
-    _close(run, instrs, merged_into, counts)
+def _joined(kind: _Kind, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per member of ``kind``, whether it joins a run of :func:`_runs` (every member but a first)."""
+    import numpy as np
+
+    mark = np.zeros(kind.members.shape[1] + 1, np.int64)
+    mark[lo + 1], mark[hi] = 1, -1  # runs are apart: no first's next is another run's end
+    return np.cumsum(mark[:-1]) > 0
 
 
-def _fits(dag: InstrDAG, run: list[tuple[int, ...]], m: tuple[int, ...], max_count: int, span: float) -> bool:
-    """Whether ``m`` extends ``run``: within the count limit, contiguous with its last member on
-    both sides, and in a timed program within ``span`` of it in time and (where the times are the
-    Algorithm model's) not run side by side with it."""
-    instrs, times = dag.instrs, dag.times
-    last = run[-1]
-    total = sum(instrs[x[0]].count for x in run)
-    fits = total + instrs[m[0]].count <= max_count and all(
-        _contiguous(instrs[a].src, instrs[a].count, instrs[b].src)
-        and _contiguous(instrs[a].dst, instrs[a].count, instrs[b].dst)
-        for a, b in zip(last, m, strict=True)
-    )
-    if not fits or times is None:
-        return fits
-    close = all(
-        max(times[x[c]] for x in (*run, m)) - min(times[x[c]] for x in (*run, m)) <= span for c in range(len(m))
-    )
-    apart = len(m) == 1 or not dag.info.model_timed or not any(dag.overlap(x[0], m[0]) for x in run)
-    return close and apart
+def _latest(times: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The latest of ``times`` in each run (``lo`` to before ``hi``)."""
+    import numpy as np
+
+    return np.maximum.reduceat(np.append(times, 0.0), np.column_stack((lo, hi)).ravel())[::2]
 
 
-def _rebuild(dag: InstrDAG, merged_into: dict[int, int], counts: dict[int, int]) -> InstrDAG:
-    """The DAG with every run as its first member (the run's count and latest time), edges and
-    positions mapped onto the members kept (indices mapped as arrays; each kept instruction
-    copied once, its changed fields set in its copy: ``evolve`` with keywords per instruction,
-    and an ``InstrEdge.__init__`` per edge, were most of this pass at 128 ranks)."""
+def _rebuild(
+    dag: InstrDAG, head: np.ndarray, firsts: np.ndarray, counts: np.ndarray, latest: np.ndarray | None
+) -> InstrDAG:
+    """The DAG with each instruction as its run's first member (``head``), each run's first
+    (``firsts``) given its run's count and (timed) its latest time; matches, edges and positions
+    mapped onto the members kept. Fields and edges are mapped as arrays, and only what changed is
+    made anew (instructions are immutable: one whose index and matches stay is kept as it is, as
+    is an edge between such): an ``evolve`` and an ``InstrEdge`` per instruction and per edge were
+    most of this pass at 128 ranks, and few runs leave most indices as they were."""
     import numpy as np  # here, not at the top: building the CLI's parser loads every pass
 
-    instrs, times = dag.instrs, dag.times
-    head = np.arange(len(instrs))
-    head[np.fromiter(merged_into, np.int64, len(merged_into))] = np.fromiter(
-        merged_into.values(), np.int64, len(merged_into)
-    )
-    keep = head == np.arange(len(instrs))
-    kept = np.flatnonzero(keep).tolist()
+    n = len(dag.instrs)
+    keep = head == np.arange(n)
     index = (np.cumsum(keep) - 1)[head]  # each instruction's new index: its run's first member's
-    latest: dict[int, float] = {}
-    if times is not None:
-        for i, first in merged_into.items():
-            latest[first] = max(latest.get(first, times[first]), times[i])
-    new_index = index.tolist()
-    new_instrs = [_remapped(instrs[i], counts.get(i), latest.get(i), new_index) for i in kept]
-    edges = [new_edge(new_index[e.pred], new_index[e.succ], e.kind) for e in dag.edges]
-    first = np.full(len(kept), len(instrs), np.int64)
+    kept = np.flatnonzero(keep)
+    instrs = list(map(dag.instrs.__getitem__, kept.tolist()))
+    changed = index[kept] != kept
+    matches = [optional(list(map(field, instrs))) for field in (_SEND_MATCH, _RECV_MATCH)]
+    for has, match in matches:
+        changed |= has & (index[match] != match)
+    changed[index[firsts]] = True
+    _remap(instrs, np.flatnonzero(changed).tolist(), index, matches)
+    fields = [instrs[i].__dict__ for i in index[firsts].tolist()]
+    for f, count in zip(fields, counts.tolist(), strict=True):
+        f["count"] = count
+    if latest is not None:
+        for f, time in zip(fields, latest.tolist(), strict=True):
+            f["time"] = time
+    first = np.full(kept.size, n, np.int64)
     np.minimum.at(first, index, np.asarray(dag.position, np.int64))
-    return InstrDAG.build(dag.info, new_instrs, edges, first)
+    return InstrDAG.build(dag.info, instrs, _edges(dag, index), first)
 
 
+def _remap(
+    instrs: list[Instr], changed: list[int], index: np.ndarray, matches: list[tuple[np.ndarray, np.ndarray]]
+) -> None:
+    """Replace each ``changed`` one of ``instrs`` by a copy with its matches (``send_match`` and
+    ``recv_match``: whether set, and their values) renumbered by ``index``."""
+    send, recv = (_renumbered(has, match, index, changed) for has, match in matches)
+    new = object.__new__
+    for k, send_match, recv_match in zip(changed, send, recv, strict=True):
+        copy = new(Instr)
+        fields = copy.__dict__
+        fields.update(instrs[k].__dict__)
+        fields["send_match"], fields["recv_match"] = send_match, recv_match
+        instrs[k] = copy
 
-def _remapped(ins: Instr, count: int | None, time: float | None, new_index: list[int]) -> Instr:
-    """``evolve(ins, ...)`` with its count and time where given and its matches renumbered."""
-    fields = dict(ins.__dict__)
-    if count is not None:
-        fields["count"] = count
-    if time is not None:
-        fields["time"] = time
-    if fields["send_match"] is not None:
-        fields["send_match"] = new_index[fields["send_match"]]
-    if fields["recv_match"] is not None:
-        fields["recv_match"] = new_index[fields["recv_match"]]
-    return made(Instr, fields)
+
+def _renumbered(has: np.ndarray, value: np.ndarray, index: np.ndarray, at: list[int]) -> list[int | None]:
+    """``index`` of each value ``at`` the places given that is set (None stays None)."""
+    out = index[value[at]].tolist()
+    for k in (~has[at]).nonzero()[0].tolist():
+        out[k] = None
+    return out
 
 
-def _close(run: list[tuple[int, ...]], instrs: tuple[Instr, ...], merged_into: dict, counts: dict) -> None:
-    if len(run) < 2:
-        return
-    for column in zip(*run, strict=True):
-        head = column[0]
-        counts[head] = sum(instrs[x].count for x in column)
-        for x in column[1:]:
-            merged_into[x] = head
+def _edges(dag: InstrDAG, index: np.ndarray) -> list[InstrEdge]:
+    """``dag``'s edges between the new indices, sorted and unique as :meth:`InstrDAG.build` keeps
+    them (no self-loop; of equal ends the first in ``dag.edges``, with its kind); an edge whose
+    ends keep their indices is the same edge."""
+    import numpy as np
+
+    pred, succ = dag.ends
+    by = np.lexsort((index[succ], index[pred]))  # stable: the first of equal ends first
+    new_pred, new_succ = index[pred[by]], index[succ[by]]
+    keep = new_pred != new_succ
+    keep[1:] &= (new_pred[1:] != new_pred[:-1]) | (new_succ[1:] != new_succ[:-1])
+    by, new_pred, new_succ = by[keep], new_pred[keep], new_succ[keep]
+    edges = list(map(dag.edges.__getitem__, by.tolist()))
+    moved = np.flatnonzero((new_pred != pred[by]) | (new_succ != succ[by]))
+    for k, p, s in zip(moved.tolist(), new_pred[moved].tolist(), new_succ[moved].tolist(), strict=True):
+        edges[k] = new_edge(p, s, edges[k].kind)
+    return edges
