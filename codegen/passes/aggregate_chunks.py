@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from codegen.columns import ints, optional, refs
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge, new_edge
-from codegen.ir import OpType
+from codegen.ir import OpType, made
 from codegen.rules import MAX_COUNT
 
 if TYPE_CHECKING:
@@ -322,6 +322,7 @@ def _rebuild(
         changed |= has & (index[match] != match)
     changed[index[firsts]] = True
     _remap(instrs, np.flatnonzero(changed).tolist(), index, matches)
+    # each run's first is among the changed: a copy made just now, so its count and time are set in place
     fields = [instrs[i].__dict__ for i in index[firsts].tolist()]
     for f, count in zip(fields, counts.tolist(), strict=True):
         f["count"] = count
@@ -339,13 +340,8 @@ def _remap(
     """Replace each ``changed`` one of ``instrs`` by a copy with its matches (``send_match`` and
     ``recv_match``: whether set, and their values) renumbered by ``index``."""
     send, recv = (_renumbered(has, match, index, changed) for has, match in matches)
-    new = object.__new__
     for k, send_match, recv_match in zip(changed, send, recv, strict=True):
-        copy = new(Instr)
-        fields = copy.__dict__
-        fields.update(instrs[k].__dict__)
-        fields["send_match"], fields["recv_match"] = send_match, recv_match
-        instrs[k] = copy
+        instrs[k] = made(Instr, {**instrs[k].__dict__, "send_match": send_match, "recv_match": recv_match})
 
 
 def _renumbered(has: np.ndarray, value: np.ndarray, index: np.ndarray, at: list[int]) -> list[int | None]:
