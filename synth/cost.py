@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common.arrays import distinct
 from common.memo import SameObjects
 from common.units import BYTES_PER_US_PER_GBPS
 from synth.timing import DEFAULT, IDEAL, PROTOCOLS, Engine, Network, Params, model_params
@@ -366,7 +367,7 @@ def _dependencies(
     writes = order[np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))]
     of = np.asarray(group_of, np.int64)
     size = len(groups)
-    pairs = np.unique(of[writes] * size + of[readers])  # (writer group, reader group), by writer
+    pairs = distinct(of[writes] * size + of[readers])  # (writer group, reader group), by writer
     waiting = np.bincount(pairs % size, minlength=size).tolist()
     dependents: list[list[int]] = [[] for _ in groups]
     for before, g in zip((pairs // size).tolist(), (pairs % size).tolist(), strict=True):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common.arrays import distinct
 from synth.errors import VerificationError
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class Pairs:
         rows = [b[:, 1:3] for b in blocks if len(b)]
         both = np.concatenate(rows) if rows else np.zeros((0, 2), dtype=np.int64)
         ok = (both >= 0).all(axis=1) & (both < n).all(axis=1) & (both[:, 0] != both[:, 1])
-        self.codes = np.unique(both[ok, 0] * n + both[ok, 1])
+        self.codes = distinct(both[ok, 0] * n + both[ok, 1])
         src, dst = (self.codes // n).tolist(), (self.codes % n).tolist()
         logical = topology.logical()
         logical.route(zip(src, dst, strict=True))

@@ -88,6 +88,8 @@ def logical_links_bound(num_ranks: int, tails: np.ndarray, heads: np.ndarray) ->
     """
     import numpy as np  # the limits load without numpy (the command line starts without it)
 
+    from common.arrays import distinct
+
     n = num_ranks
     tail_rank, head_rank = tails < n, heads < n
     direct = int(np.count_nonzero(tail_rank & head_rank))
@@ -107,7 +109,7 @@ def logical_links_bound(num_ranks: int, tails: np.ndarray, heads: np.ndarray) ->
     attached = tail_rank ^ head_rank
     ranks = np.where(tail_rank, tails, heads)[attached]
     switch = np.where(tail_rank, heads, tails)[attached] - n
-    pairs = np.unique(group[switch] * max(n, 1) + ranks)  # each (group, rank) once
+    pairs = distinct(group[switch] * max(n, 1) + ranks)  # each (group, rank) once
     _, per_group = np.unique(pairs // max(n, 1), return_counts=True)
     bound = direct + int((per_group * (per_group - 1)).sum())
     return min(bound, num_ranks * (num_ranks - 1))

@@ -384,11 +384,13 @@ def _kinds(dag: InstrDAG) -> tuple[list[int], list[tuple[str, int] | None]]:
     it once there is one), else None: one tuple per side and peer, read from :func:`_sides`."""
     import numpy as np
 
+    from common.arrays import distinct
+
     _, side, peer, pins = _SAME_DAG.get([dag], "sides", lambda: _sides(dag))
     order = np.asarray(dag.order, dtype=np.int64)
     wide = int(peer.max(initial=0)) + 1
     code = np.where(side >= 0, side * wide + peer, -1)
-    made = {c: (_SIDES[c // wide], c % wide) for c in np.unique(code[code >= 0]).tolist()}
+    made = {c: (_SIDES[c // wide], c % wide) for c in distinct(code[code >= 0]).tolist()}
     return order[pins[order]].tolist(), [made.get(c) for c in code.tolist()]
 
 
@@ -499,7 +501,7 @@ def _waited(dag: InstrDAG, of: np.ndarray, ranks: int) -> list[set[int]]:
     """Per rank the groups of :func:`_unpaired` (``of``: each instruction's, -1 none) that a plain
     op of another group on the rank waits on (an edge but a match); read from the edges in NumPy
     (a loop over a million edges at 512 ranks)."""
-    import numpy as np
+    from common.arrays import distinct
 
     pred, succ = _SAME_DAG.get([dag], "waits", lambda: _waiting_edges(dag))
     rank = _SAME_DAG.get([dag], "sides", lambda: _sides(dag))[0]
@@ -507,7 +509,7 @@ def _waited(dag: InstrDAG, of: np.ndarray, ranks: int) -> list[set[int]]:
     kept = (g >= 0) & (h >= 0) & (g != h) & (rank[pred] == rank[succ])
     width = int(of.max(initial=0)) + 1
     waited: list[set[int]] = [set() for _ in range(ranks)]
-    for key in np.unique(rank[pred[kept]] * width + g[kept]).tolist():
+    for key in distinct(rank[pred[kept]] * width + g[kept]).tolist():
         waited[key // width].add(key % width)
     return waited
 
@@ -529,6 +531,8 @@ def step_bounds(sched: ScheduledDAG) -> tuple[tuple[int, int], ...]:
     predecessors sit in, or one where that is less."""
     import numpy as np  # not loaded by building the CLI's parser
 
+    from common.arrays import distinct
+
     dag = sched.dag
     plans = [plan for tbs in sched.threadblocks for plan in tbs]
     least = np.fromiter(map(len, (plan.instrs for plan in plans)), np.int64, len(plans))
@@ -538,7 +542,7 @@ def step_bounds(sched: ScheduledDAG) -> tuple[tuple[int, int], ...]:
     tb_of[run] = owner
     pred, succ = _SAME_DAG.get([dag], "waits", lambda: _waiting_edges(dag))
     crossing = tb_of[pred] != tb_of[succ]
-    pairs = np.unique(succ[crossing] * max(len(plans), 1) + tb_of[pred[crossing]])  # (instruction, other tb)
+    pairs = distinct(succ[crossing] * max(len(plans), 1) + tb_of[pred[crossing]])  # (instruction, other tb)
     waits = np.bincount(pairs // max(len(plans), 1), minlength=len(dag.instrs))
     most = np.bincount(owner, weights=np.maximum(waits[run], 1), minlength=len(plans)).astype(np.int64)
     out, start = [], 0

@@ -108,8 +108,10 @@ def _crowded(a: np.ndarray, b: np.ndarray, inst: np.ndarray, ranks: int) -> bool
     trees a rank's flows spread over three channels so)."""
     import numpy as np
 
+    from common.arrays import distinct
+
     for me, peer in ((a, b), (b, a)):
-        links = np.unique((inst * ranks + me) * ranks + peer)
+        links = distinct((inst * ranks + me) * ranks + peer)
         if np.bincount(links // ranks).max(initial=0) > MAX_PEERS_PER_CHANNEL:
             return True
     return False

@@ -117,12 +117,14 @@ def _peers(dag: InstrDAG, rank: np.ndarray, size: int) -> np.ndarray:
     Merging keeps them: it joins instructions between the same two ranks only."""
     import numpy as np
 
+    from common.arrays import distinct
+
     peers = np.zeros(size, np.int64)
     for peer_of in (_SEND_TO, _RECV_FROM):
         has, peer = optional(list(map(peer_of, dag.instrs)))
         if has.any():
             base = int(peer[has].max()) + 1
-            pairs = np.unique(rank[has] * base + peer[has])  # each (rank, peer) once
+            pairs = distinct(rank[has] * base + peer[has])  # each (rank, peer) once
             peers = np.maximum(peers, np.bincount(pairs // base, minlength=size))
     return peers
 

@@ -248,7 +248,7 @@ def awaited(sched: ScheduledDAG) -> list[set[int]]:
     for it, so the first such instruction in the order knows nothing of it and keeps its wait.
     Found by NumPy over the DAG's edges (a tuple per instruction cost a second per layout judged
     at 512 ranks)."""
-    import numpy as np
+    from common.arrays import distinct
 
     dag = sched.dag
     _, _, tb_of = _laid_out(sched)
@@ -256,7 +256,7 @@ def awaited(sched: ScheduledDAG) -> list[set[int]]:
     crossing = tb_of[pred] != tb_of[succ]
     width = int(tb_of.max(initial=0)) + 1
     out: list[set[int]] = [set() for _ in sched.threadblocks]
-    for code in np.unique(ranks[succ[crossing]] * width + tb_of[pred[crossing]]).tolist():
+    for code in distinct(ranks[succ[crossing]] * width + tb_of[pred[crossing]]).tolist():
         out[code // width].add(code % width)
     return out
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common.arrays import distinct
 from synth.algorithm import Send
 from synth.baselines.rails import off_diagonal
 from synth.cost import SimResult, algbw_GBps, calls_apart, chunk_bytes, feed
@@ -199,9 +200,9 @@ def _alike(routes: Routes, groups: list[np.ndarray]) -> bool:
         shape = _shapes(routes, pairs)
         if any(not np.array_equal(a, b) for a, b in zip(shape, base, strict=True)):
             return False
-        seen.append(np.unique(routes.edges_of(pairs)[0]))
+        seen.append(distinct(routes.edges_of(pairs)[0]))
     every = np.concatenate(seen)
-    return len(np.unique(every)) == len(every)
+    return len(distinct(every)) == len(every)
 
 
 def _machines_alike(rails: Rails, routes: Routes) -> bool:

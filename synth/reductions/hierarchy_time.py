@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common.arrays import distinct
 from common.memo import SameObjects
 from synth.algorithm import Send
 from synth.collectives import make_collective
@@ -278,7 +279,7 @@ class _Ways:
         unsplit: list[tuple[int, ...]] = []
         n, kind = logical.num_ranks, logical.graph.kind
         pairs = (
-            np.unique(np.concatenate([b[:, 1] * n + b[:, 2] for b in rails]))
+            distinct(np.concatenate([b[:, 1] * n + b[:, 2] for b in rails]))
             if rails
             else np.zeros(0, np.int64)
         )
@@ -400,7 +401,7 @@ def _inner_routes(
     pair (by place), each edge as its first place in the machine's list, rate, count, latency."""
     n, g = run.num_ranks, run.size
     pairs = (
-        np.unique(np.concatenate([b[:, 1] * n + b[:, 2] for b in inner])) if inner else np.zeros(0, np.int64)
+        distinct(np.concatenate([b[:, 1] * n + b[:, 2] for b in inner])) if inner else np.zeros(0, np.int64)
     )
     edges: dict[int, dict[Edge, int]] = {}
     shapes: dict[int, list] = {}

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common.arrays import distinct
 from common.units import BYTES_PER_US_PER_GBPS
 from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.collectives import SLOTS, make_collective
@@ -92,7 +93,7 @@ def _calls_us(packing: Packing, allocation: Allocation, params: Params) -> float
         return 0.0
     rows = _sends(packing, allocation)
     n = int(max(rows[:, 2].max(), rows[:, 3].max())) + 1
-    calls = np.unique((rows[:, 0] * n + rows[:, 2]) * n + rows[:, 3])
+    calls = distinct((rows[:, 0] * n + rows[:, 2]) * n + rows[:, 3])
     return float(np.bincount(calls % (n * n)).max()) * params.send_us
 
 
