@@ -95,6 +95,13 @@ class _Scheduler:
         self.sent: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # counted, in order, per pair
         self.taken = [False] * len(dag.instrs)
         self.order: list[int] = []
+        self.blocked: dict[int, int] = {}
+        """Ready instructions that cannot be taken as things stand, with the wake-up their
+        watches carry: each waits, out of the ready heap, until a pair or an instruction that
+        :meth:`_chains` read for it changes (:meth:`_block`, :meth:`_wake`)."""
+        self.watching: dict[object, list[tuple[int, int]]] = defaultdict(list)
+        """Per pair (a tuple) or instruction (an int), the (instruction, wake-up) watching it."""
+        self.wakes = 0
 
     def _pair(self, i: int) -> tuple[int, int, int]:
         ins = self.dag.instrs[i]
@@ -150,43 +157,99 @@ class _Scheduler:
     def _take(self, chain: list[int], ready: list) -> None:
         instrs, succs = self.dag.instrs, self.dag.succs
         waiting, key, counted = self.waiting, self.key, self.counted
+        watched = self.watching
         for k, i in enumerate(chain):
             ins = instrs[i]
             if ins.recv_match in counted:
                 counted.discard(ins.recv_match)
-                self.in_flight[self._pair(ins.recv_match)] -= ins.count
+                pair = self._pair(ins.recv_match)
+                self.in_flight[pair] -= ins.count
+                if pair in watched:
+                    self._wake(pair, ready)
             if ins.send_to is not None and k == len(chain) - 1:
+                pair = self._pair(i)
                 counted.add(i)
-                self.in_flight[self._pair(i)] += ins.count
-                self.sent[self._pair(i)].append(i)
+                self.in_flight[pair] += ins.count
+                self.sent[pair].append(i)
+                if pair in watched:
+                    self._wake(pair, ready)
             self.taken[i] = True
+            self.blocked.pop(i, None)  # a receive drained ahead of its turn
             self.order.append(i)
+            if i in watched:
+                self._wake(i, ready)
             after = chain[k + 1] if k + 1 < len(chain) else None  # taken next, not made ready
             for e in succs[i]:
                 j = e.succ
                 waiting[j] -= 1
+                if j in watched:
+                    self._wake(j, ready)
                 if waiting[j] == 0 and j != after:
                     heapq.heappush(ready, (key[j], j))
 
+    def _block(self, i: int) -> None:
+        """Hold ready ``i``, which :meth:`_chains` just refused, until something it read changes:
+        its connection's calls in flight (and the calls sent on it), and for each receive it
+        looked at (to drain, or to chain) that receive's waits, whether it is taken and its own
+        connection. Nothing else decides :meth:`_chains`, so until then it would refuse again."""
+        self.wakes += 1
+        wake = self.wakes
+        self.blocked[i] = wake
+        for watched in self._reads(i):
+            self.watching[watched].append((i, wake))
+
+    def _reads(self, i: int) -> list:
+        """The pairs and instructions :meth:`_chains` read in refusing ``i`` (see :meth:`_block`)."""
+        instrs = self.dag.instrs
+        reads: list = [self._pair(i)]
+        if self.drain:
+            for s in self.sent[reads[0]]:  # as _drained read them: in order, up to the first refusal
+                r = instrs[s].send_match
+                reads.append(r)
+                if instrs[r].send_to is not None:
+                    reads.append(self._pair(r))
+                if self.waiting[r] or self.taken[r] or not self._fits(r):
+                    break
+        j, ranks = i, {instrs[i].rank}
+        while not self._fits(j):  # as _chain walked: up to where it stopped
+            r = instrs[j].send_match
+            reads.append(r)
+            if self.waiting[r] != 1 or instrs[r].rank in ranks:
+                break
+            if instrs[r].send_to is not None:
+                reads.append(self._pair(r))
+            ranks.add(instrs[r].rank)
+            j = r
+        return reads
+
+    def _wake(self, watched: object, ready: list) -> None:
+        """Return to the ready heap what waits on ``watched``, which just changed."""
+        for i, wake in self.watching.pop(watched):
+            if self.blocked.get(i) == wake:
+                del self.blocked[i]
+                heapq.heappush(ready, (self.key[i], i))
+
     def run(self) -> tuple[int, ...]:
+        """Take, each time, the first ready instruction by the key that :meth:`_chains` accepts,
+        with its chains; where it accepts none, the first ready one alone. A refused instruction
+        is held out of the heap until what refused it changes (:meth:`_block`), so a connection
+        with hundreds of sends waiting for room is not asked again after every take (the 128-GPU
+        DGX A100 reducescatter's order took minutes so)."""
         ready = [(self.key[i], i) for i in range(len(self.dag.instrs)) if self.waiting[i] == 0]
         heapq.heapify(ready)
-        while ready:
-            skipped = []
+        while ready or self.blocked:
             chains = None
             while ready and chains is None:
-                item = heapq.heappop(ready)
-                if self.taken[item[1]]:  # drained ahead of its turn
+                i = heapq.heappop(ready)[1]
+                if self.taken[i]:  # drained ahead of its turn
                     continue
-                chains = self._chains(item[1])
+                chains = self._chains(i)
                 if chains is None:
-                    skipped.append(item)
-            if chains is None:
-                if not skipped:
-                    break
-                chains = [[skipped.pop(0)[1]]]  # nothing fits: take the best send anyway (the checker will object)
-            for item in skipped:
-                heapq.heappush(ready, item)
+                    self._block(i)
+            if chains is None:  # nothing fits: take the best send anyway (the checker will object)
+                i = min(self.blocked, key=self.key.__getitem__)
+                del self.blocked[i]
+                chains = [[i]]
             for chain in chains:
                 self._take(chain, ready)
         return tuple(self.order)
