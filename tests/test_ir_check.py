@@ -241,3 +241,31 @@ def test_an_ir_that_passed_is_not_checked_again_for_the_same_rules(monkeypatch):
         with pytest.raises(IRCheckError, match="channel -1"):
             check_ir(broken, "azure")
     assert len(looked) == 7
+
+
+def test_threadblocks_found_sound_are_not_judged_again_for_the_same_buffers(monkeypatch):
+    """The compiler checks the IR it keeps and the IR simulator loads that IR again (over a second
+    each at 512 ranks): sound for some buffers, final or not, it is sound for them again; judged
+    for other buffers, or broken, it is judged again, and its problems are found each time."""
+    import codegen.rules.structure as structure
+    from codegen.rules import declared_sizes, load_problems, threadblock_problems
+
+    judged: list[bool] = []
+    judge = structure._threadblock_problems
+    monkeypatch.setattr(
+        structure,
+        "_threadblock_problems",
+        lambda ir, sizes, final: judged.append(final) or judge(ir, sizes, final),
+    )
+    ir = compile_program(ring_allreduce.program(4))
+    assert judged == [True]  # the compiler's check
+    assert load_problems(ir, declared_sizes(ir)) == [] and threadblock_problems(ir) == []
+    assert judged == [True]
+    smaller = [{**held, Buffer.INPUT: held[Buffer.INPUT] - 1} for held in declared_sizes(ir)]
+    assert any("outside the buffer" in str(p) for p in load_problems(ir, smaller))
+    broken = _edit(ir, 0, 0, channel=-1)
+    for _ in range(2):
+        assert [str(p) for p in threadblock_problems(broken)] == [
+            "rank 0, threadblock 0: channel -1: expected >= 0"
+        ]
+    assert judged == [True, False, False, False]

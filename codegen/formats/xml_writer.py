@@ -12,6 +12,9 @@ writes ``i``/-1 and ``o``/-1, as the reference compiler does); for ``rrc``, ``rr
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import not_
+
 from codegen.check import check_ir
 from codegen.errors import CodegenError, IRCheckError
 from codegen.ir import IR, Op, OpType, Ref
@@ -19,6 +22,7 @@ from codegen.rules import Dialect, get_dialect, unlimited_window_problems
 from synth.collectives import ROOTED
 
 __all__ = ["write_xml"]
+
 
 def _attrs(pairs: list[tuple[str, object]]) -> str:
     return " ".join(f'{k}="{v}"' for k, v in pairs)
@@ -32,30 +36,55 @@ def _operands(op: Op) -> tuple[Ref | None, Ref | None]:
     return src or dst, dst or src
 
 
-def _step(op: Op) -> str:
-    """One ``<step>`` element's attributes after its number, ``s``: one f-string (the buffers and
-    types print as their values, being ``StrEnum`` members)."""
+def _head(op: Op) -> str:
+    """A ``<step>`` element's attributes after its number ``s`` up to its dependency: one f-string
+    (the buffers and types print as their values, being ``StrEnum`` members)."""
     src, dst = _operands(op)
-    dep = op.deps[0] if op.deps else None
     return (
         f'type="{op.type}" srcbuf="{src.buffer if src else "i"}" '
         f'srcoff="{src.index if src else -1}" dstbuf="{dst.buffer if dst else "o"}" '
-        f'dstoff="{dst.index if dst else -1}" cnt="{0 if op.type is OpType.NOP else op.count}" '
-        f'depid="{dep.tb if dep else -1}" deps="{dep.op if dep else -1}" hasdep="{int(op.has_dep)}"/>'
+        f'dstoff="{dst.index if dst else -1}" cnt="{0 if op.type is OpType.NOP else op.count}"'
     )
 
 
-def _steps(ops: tuple[Op, ...], printed: dict[int, str]) -> list[str]:
+def _step(op: Op, heads: dict[tuple, str]) -> str:
+    """One ``<step>`` element's attributes after its number: its head, printed once per IR for the
+    ops alike but for their dependency and mark (kept in ``heads`` by the ids of the type and the
+    operands, which the IR holds alive, and the count: most ops with a dependency are an object of
+    their own), then those."""
+    key = (id(op.type), id(op.src), id(op.dst), op.count)
+    head = heads.get(key)
+    if head is None:
+        head = heads[key] = _head(op)
+    dep = op.deps[0] if op.deps else None
+    if dep is None:
+        return f'{head} depid="-1" deps="-1" hasdep="{1 if op.has_dep else 0}"/>'
+    return f'{head} depid="{dep.tb}" deps="{dep.op}" hasdep="{1 if op.has_dep else 0}"/>'
+
+
+def _steps(ops: tuple[Op, ...], printed: dict[int, str], heads: dict[tuple, str]) -> list[str]:
     """The ``<step>`` lines of a threadblock's ops. Each op's attributes are printed once per IR,
     kept in ``printed`` by the op's id: the IR shares one op among the steps written alike (a few
-    thousand for half a million steps at 512 ranks) and holds it alive."""
-    out = []
-    for k, op in enumerate(ops):
-        text = printed.get(id(op))
-        if text is None:
-            text = printed[id(op)] = _step(op)
-        out.append(f'      <step s="{k}" {text}')
-    return out
+    thousand for half a million steps at 512 ranks) and holds it alive. The texts are looked up,
+    the ops not printed yet found, and the texts joined to the steps' numbers through ``map`` and
+    ``compress``: no Python step per step."""
+    texts = list(map(printed.get, map(id, ops)))
+    for k in list(compress(range(len(ops)), map(not_, texts))):  # the ops not printed before
+        op = ops[k]
+        text = printed.get(id(op))  # (an op twice in the threadblock: printed at its first)
+        texts[k] = printed[id(op)] = _step(op, heads) if text is None else text
+    return list(map(str.__add__, _numbered(len(ops)), texts))
+
+
+_NUMBERED: list[str] = []
+"""``<step s="k" `` for k = 0, 1, ...: the start of each step's line, made once per process."""
+
+
+def _numbered(n: int) -> list[str]:
+    """The starts of the lines of steps 0 .. n - 1."""
+    if len(_NUMBERED) < n:
+        _NUMBERED.extend(f'      <step s="{k}" ' for k in range(len(_NUMBERED), n))
+    return _NUMBERED[:n]
 
 
 def write_xml(ir: IR, dialect: str | Dialect = "azure") -> str:
@@ -84,13 +113,14 @@ def write_xml(ir: IR, dialect: str | Dialect = "azure") -> str:
         head.append(("root", ir.root))
     lines = [f"<algo {_attrs(head)}>"]
     printed: dict[int, str] = {}
+    heads: dict[tuple, str] = {}
     for gpu in ir.gpus:
         sizes = [("id", gpu.rank), ("i_chunks", gpu.input_chunks), ("o_chunks", gpu.output_chunks)]
         lines.append(f"  <gpu {_attrs([*sizes, ('s_chunks', gpu.scratch_chunks)])}>")
         for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
             peers = [("id", tb.id), ("send", _peer(tb.send)), ("recv", _peer(tb.recv)), ("chan", tb.channel)]
             lines.append(f"    <tb {_attrs(peers)}>")
-            lines.extend(_steps(tb.ops, printed))
+            lines.extend(_steps(tb.ops, printed, heads))
             lines.append("    </tb>")
         lines.append("  </gpu>")
     lines.append("</algo>")

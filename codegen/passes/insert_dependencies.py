@@ -14,6 +14,7 @@ The IR may hold several dependencies per op; ``fold_deps_into_nops`` makes it on
 from __future__ import annotations
 
 import itertools
+from itertools import islice, repeat
 from operator import attrgetter
 
 from codegen.chunk_dag import DepKind
@@ -95,18 +96,19 @@ def _waits(sched: ScheduledDAG, laid: tuple) -> dict[int, tuple[Dep, ...]]:
     only for others on its rank."""
     dag = sched.dag
     preds = _SAME_DAG.get([dag], "preds", lambda: _preds(dag))
-    by_rank = _SAME_DAG.get([dag], "waiting", lambda: _waiting(dag, preds))
-    layout = _layout(sched, laid, _SAME_DAG.get([dag], "waits", lambda: _has_waits(preds)))
+    has_waits = _SAME_DAG.get([dag], "waits", lambda: _has_waits(preds))
+    by_rank = _SAME_DAG.get([dag], "waiting", lambda: _waiting(dag, has_waits))
+    layout = _layout(sched, laid, has_waits)
     row_of = [0] * (len(dag.instrs) + 1)  # per instruction its clock's row on its rank; [-1]: none's
     deps: dict[int, tuple[Dep, ...]] = {}
     made: dict[tuple, tuple[Dep, ...]] = {}  # one tuple per list of waits: they are frozen (see _ops)
     for rank, waiting in by_rank:
         width = len(sched.threadblocks[rank])
         for i, kept in _rank_waits(waiting, width, preds, layout, row_of):
-            key = tuple(kept)
-            if key not in made:
-                made[key] = tuple(Dep(*d) for d in kept)
-            deps[i] = made[key]
+            found = made.get(kept)
+            if found is None:
+                found = made[kept] = tuple(Dep(*d) for d in kept)
+            deps[i] = found
     return deps
 
 
@@ -116,11 +118,14 @@ def _rank_waits(waiting: list[int], width: int, preds, layout: tuple, row_of: li
     last step known complete (-1: none; its own threadblock's entry is stale, never read): a row of
     a table, ``row_of`` per instruction (row 0 knows nothing), shared with the op before it in its
     threadblock where it keeps no new wait. Clocks merge by NumPy (as dicts merged in Python they
-    were most of a 512-rank allreduce's compile tail: 22 s of 38)."""
+    were most of a 512-rank allreduce's compile tail: 22 s of 38), on row views made once per
+    table; single entries are read and written through a ``memoryview`` as Python ints (a NumPy
+    scalar and a view per access were most of this loop)."""
     import numpy as np
 
     tb_of, step_of, anchor, prior = layout
     table = np.full((len(waiting) + 1, width), -1, dtype=np.int32)
+    clocks, known, maximum = list(table), memoryview(table), np.maximum
     rows = 1
     for i in waiting:
         b = row_of[prior[i]]
@@ -128,19 +133,17 @@ def _rank_waits(waiting: list[int], width: int, preds, layout: tuple, row_of: li
         if len(ps) == 1:  # most instructions: as below, without the lists and the dict of _wanted
             p = ps[0]
             t, s = tb_of[p], step_of[p]
-            if t == tb_of[i] or table[b, t] >= s:
+            if t == tb_of[i] or known[b, t] >= s:
                 row_of[i] = b
                 continue
-            clock = table[rows]
-            np.maximum(table[b], table[row_of[anchor[p]]], out=clock)
-            if clock[t] < s:
-                clock[t] = s
+            maximum(clocks[b], clocks[row_of[anchor[p]]], out=clocks[rows])
+            if known[rows, t] < s:
+                known[rows, t] = s
             row_of[i] = rows
             rows += 1
-            yield i, [(t, s)]
+            yield i, ((t, s),)
             continue
-        base = table[b]
-        needed = [(t, s, p) for t, (s, p) in _wanted(tb_of[i], ps, tb_of, step_of).items() if base[t] < s]
+        needed = [(t, s, p) for t, (s, p) in _wanted(tb_of[i], ps, tb_of, step_of).items() if known[b, t] < s]
         if not needed:
             row_of[i] = b
             continue
@@ -148,22 +151,22 @@ def _rank_waits(waiting: list[int], width: int, preds, layout: tuple, row_of: li
             needed = [
                 (t, s, p)
                 for t, s, p in needed
-                if not any(table[row_of[anchor[q]], t] >= s for u, _, q in needed if u != t)
+                if not any(known[row_of[anchor[q]], t] >= s for u, _, q in needed if u != t)
             ]
             if not needed:  # each implied by another (none in a DAG): as the clock before
                 row_of[i] = b
-                yield i, []
+                yield i, ()
                 continue
-        clock = table[rows]
+        base = clocks[b]
         for _, _, p in needed:
-            np.maximum(base, table[row_of[anchor[p]]], out=clock)
-            base = clock
+            maximum(base, clocks[row_of[anchor[p]]], out=clocks[rows])
+            base = clocks[rows]
         for t, s, _ in needed:
-            if clock[t] < s:
-                clock[t] = s
+            if known[rows, t] < s:
+                known[rows, t] = s
         row_of[i] = rows
         rows += 1
-        yield i, sorted((t, s) for t, s, _ in needed)
+        yield i, tuple(sorted((t, s) for t, s, _ in needed))
 
 
 def _wanted(tb: int, preds: tuple[int, ...], tb_of: list[int], step_of: list[int]) -> dict[int, tuple[int, int]]:
@@ -179,14 +182,29 @@ def _wanted(tb: int, preds: tuple[int, ...], tb_of: list[int], step_of: list[int
     return wanted
 
 
-def _waiting(dag: InstrDAG, preds: list[tuple[int, ...]]) -> list[tuple[int, list[int]]]:
-    """Per rank with instructions that have predecessors to wait for, those in the DAG's order."""
-    out: dict[int, list[int]] = {}
-    instrs = dag.instrs
-    for i in dag.order:
-        if preds[i]:
-            out.setdefault(instrs[i].rank, []).append(i)
-    return sorted(out.items())
+def _waiting(dag: InstrDAG, has_waits) -> list[tuple[int, list[int]]]:
+    """Per rank with instructions that have predecessors to wait for (``has_waits``: per
+    instruction, :func:`_has_waits`), those in the DAG's order: picked and grouped by rank by NumPy
+    (a million instructions at 512 ranks)."""
+    import numpy as np
+
+    order = np.asarray(dag.order, dtype=np.int64).reshape(len(dag.order))
+    picked = order[has_waits[order]]
+    ranks = _ranks(dag)[picked]
+    by_rank = np.argsort(ranks, kind="stable")  # each rank's in the DAG's order
+    ranks, picked = ranks[by_rank], picked[by_rank].tolist()
+    if not picked:
+        return []
+    starts = np.flatnonzero(np.diff(ranks, prepend=-1)).tolist()  # where each rank's begin
+    ends = [*starts[1:], len(picked)]
+    return [(r, picked[a:b]) for r, a, b in zip(ranks[starts].tolist(), starts, ends, strict=True)]
+
+
+def _ranks(dag: InstrDAG):
+    """Each instruction's rank, as a NumPy array (read through ``map``)."""
+    import numpy as np
+
+    return np.fromiter(map(_RANK, dag.instrs), dtype=np.int64, count=len(dag.instrs))
 
 
 def _layout(sched: ScheduledDAG, laid: tuple, has_waits) -> tuple[list[int], ...]:
@@ -264,20 +282,31 @@ def awaited(sched: ScheduledDAG) -> list[set[int]]:
 def _wait_edges(dag: InstrDAG):
     """The edges an instruction may wait on (all but a receive's on its send): their ends, and each
     instruction's rank, as NumPy arrays."""
+    pred, succ = dag.ends
+    kept = _waitable(dag)
+    return pred[kept], succ[kept], _ranks(dag)
+
+
+def _waitable(dag: InstrDAG):
+    """Per edge of ``dag``, whether its successor may wait on it (all but a receive's on its send),
+    as a NumPy array: the kinds compared in C (``DepKind`` is a ``str``)."""
     import numpy as np
 
-    match = DepKind.MATCH
-    kept = [(e.pred, e.succ) for e in dag.edges if e.kind is not match]
-    ends = np.array(kept, dtype=np.int64).reshape(-1, 2)
-    ranks = np.fromiter((ins.rank for ins in dag.instrs), dtype=np.int64, count=len(dag.instrs))
-    return ends[:, 0].copy(), ends[:, 1].copy(), ranks
+    return np.fromiter(map(DepKind.MATCH.__ne__, map(_KIND, dag.edges)), dtype=bool, count=len(dag.edges))
 
 
 def _preds(dag: InstrDAG) -> list[tuple[int, ...]]:
-    """Per instruction the predecessors it may wait for (all but a receive's send), once per DAG
-    (tuples: those with none share the empty one)."""
-    match = DepKind.MATCH
-    return [tuple([e.pred for e in edges if e.kind is not match]) if edges else () for edges in dag.preds]
+    """Per instruction the predecessors it may wait for (all but a receive's send), in the order of
+    the DAG's edges, once per DAG (tuples: those with none share the empty one). Grouped by NumPy,
+    and each tuple cut from one run of them in C (a million instructions at 512 ranks)."""
+    import numpy as np
+
+    pred, succ = _wait_edges(dag)[:2]
+    by_succ = np.argsort(succ, kind="stable")
+    run = iter(pred[by_succ].tolist())
+    counts = np.bincount(succ, minlength=len(dag.instrs)).tolist()
+    return list(map(tuple, map(islice, repeat(run), counts)))
 
 
 _TYPE, _SRC, _DST, _COUNT = attrgetter("type"), attrgetter("src"), attrgetter("dst"), attrgetter("count")
+_RANK, _KIND = attrgetter("rank"), attrgetter("kind")

@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 from codegen.ir import IR, Buffer, Gpu, Op, OpType, Ref, Threadblock
 from codegen.protocols import PROTOCOLS
 from codegen.rules.problem import Problem
+from common.memo import Marks
 from synth.collectives import ROOTED
 
 __all__ = [
@@ -148,8 +150,26 @@ def _declared_size_problems(ir: IR) -> list[Problem]:
 def threadblock_problems(ir: IR, sizes: Sizes | None = None, final: bool = False) -> list[Problem]:
     """Threadblock ids, peers, connections, channels, and every op against its threadblock and
     the buffers (``sizes``, default the declared ones) of its rank; ``final``: ``has_dep`` on every
-    step another threadblock waits for (the runtime publishes progress only after such steps)."""
+    step another threadblock waits for (the runtime publishes progress only after such steps).
+    An IR found sound before for the same buffers, and ``final`` or not then, is sound again."""
     sizes = declared_sizes(ir) if sizes is None else sizes
+    held = tuple(tuple(m.items()) for m in sizes)
+    if _SOUND.holds(ir, (held, True)) or _SOUND.holds(ir, (held, final)):
+        return []
+    out = _threadblock_problems(ir, sizes, final)
+    if not out:
+        _SOUND.add(ir, (held, final))
+    return out
+
+
+_SOUND = Marks()
+"""The IRs :func:`threadblock_problems` found sound, each with the buffers and ``final`` it judged
+them for (``final`` judges all that a judgement without it does, and more): the compiler checks the
+IR it keeps, and the IR simulator loads that IR again (over a second each at 512 ranks)."""
+
+
+def _threadblock_problems(ir: IR, sizes: Sizes, final: bool) -> list[Problem]:
+    """:func:`threadblock_problems`, judged."""
     suspects = _suspects(ir, sizes, final)  # None: every step is judged
     out = []
     for at, gpu in enumerate(ir.gpus):
@@ -184,8 +204,9 @@ def _suspects(ir: IR, sizes: Sizes, final: bool) -> dict[int, dict[int, list[int
     """Gpu (its place in ``ir.gpus``) -> threadblock id -> the steps that may break an op rule
     (:func:`_fine` says which do) or, ``final``, lack the ``has_dep`` another step awaits: every
     step judged at once by NumPy, each distinct ``Op`` object read once. Worth it where steps share
-    their ops (an IR read from XML: half a million steps are some 30,000 ops at 512 ranks); None
-    where most steps have their own (a compiled IR), whose steps :func:`_fine` judges faster."""
+    their ops (an IR read from XML: half a million steps are some 30,000 ops at 512 ranks; a
+    compiled IR: a third of its steps are ops of their own, of a few thousand shapes); None where
+    nearly every step has its own, whose steps :func:`_fine` judges about as fast."""
     import numpy as np  # not loaded by building the CLI's parser
 
     tbs = [(at, gpu.rank, tb) for at, gpu in enumerate(ir.gpus) for tb in gpu.threadblocks]
@@ -193,7 +214,7 @@ def _suspects(ir: IR, sizes: Sizes, final: bool) -> dict[int, dict[int, list[int
     if not ops:
         return {}
     ids = np.fromiter(map(id, ops), np.int64, len(ops))
-    if 4 * _distinct_estimate(ids) > len(ops):
+    if 5 * _distinct_estimate(ids) > 4 * len(ops):
         return None
     lens = np.fromiter((len(tb.ops) for _, _, tb in tbs), np.int64, len(tbs))
     tb_of = np.repeat(np.arange(len(tbs)), lens)
@@ -382,25 +403,33 @@ class _OpTable:
     whether it sends or receives (needing that peer), a bad count or a used operand missing
     (``bad``), each operand's buffer (-1: none; 0, 1, 2: input, output, scratch) and the chunks it
     spans, its dependencies (``ndeps`` of them from ``dep_first`` in ``dep_tb``, ``dep_op``) and
-    ``has_dep``."""
+    ``has_dep``. The ops alike but for their dependencies and mark (a compiled IR's ops with a
+    dependency are an object each: a third of its steps) share their shape's row, read once per
+    shape; the dependencies and marks are read through ``map``, in C."""
 
     def __init__(self, ops: list[Op], ids: Any) -> None:
         import numpy as np
 
         _, at, self.which = np.unique(ids, return_index=True, return_inverse=True)
         distinct = [ops[i] for i in at.tolist()]
-        rows = np.array([_row(op) for op in distinct], np.int64).reshape(-1, 11)
+        types, srcs, dsts = (map(id, map(get, distinct)) for get in (_TYPE, _SRC, _DST))
+        keys = list(zip(types, srcs, dsts, map(_COUNT, distinct), strict=True))  # by ids: alive in ops
+        shapes = dict(zip(keys, distinct, strict=True))  # one op of each shape
+        number = {key: k for k, key in enumerate(shapes)}
+        shape = np.fromiter(map(number.__getitem__, keys), np.int64, len(keys))
+        rows = np.array([_row(op) for op in shapes.values()], np.int64).reshape(-1, 9)[shape]
         self.sends, self.receives, self.bad = rows[:, 0] > 0, rows[:, 1] > 0, rows[:, 2] > 0
         self.src_buf, self.src_lo, self.src_hi = rows[:, 3], rows[:, 4], rows[:, 5]
         self.dst_buf, self.dst_lo, self.dst_hi = rows[:, 6], rows[:, 7], rows[:, 8]
-        self.ndeps, self.has_dep = rows[:, 9], rows[:, 10] > 0
+        self.ndeps = np.fromiter(map(len, map(_DEPS, distinct)), np.int64, len(distinct))
+        self.has_dep = np.fromiter(map(_HAS_DEP, distinct), bool, len(distinct))
         self.dep_first = np.cumsum(self.ndeps) - self.ndeps
-        deps = [d for op in distinct for d in op.deps]
-        self.dep_tb = np.fromiter((_clamp(d.tb) for d in deps), np.int64, len(deps))
-        self.dep_op = np.fromiter((_clamp(d.op) for d in deps), np.int64, len(deps))
+        deps = list(chain.from_iterable(map(_DEPS, distinct)))
+        self.dep_tb, self.dep_op = _ints(list(map(_TB, deps))), _ints(list(map(_OP, deps)))
 
 
 def _row(op: Op) -> tuple[Any, ...]:
+    """What :func:`_fine` asks of ``op`` but its dependencies and mark."""
     kind, span = op.type, max(op.count, 1)
     bad = op.count < 1 and kind is not OpType.NOP
     operands = []
@@ -412,7 +441,20 @@ def _row(op: Op) -> tuple[Any, ...]:
             b = ref.buffer  # by identity: a StrEnum's hash is a Python call
             code = 0 if b is Buffer.INPUT else 1 if b is Buffer.OUTPUT else 2
             operands += (code, _clamp(ref.index), _clamp(ref.index + span))
-    return (kind.sends, kind.receives, bad, *operands, len(op.deps), op.has_dep)
+    return (kind.sends, kind.receives, bad, *operands)
+
+
+def _ints(values: list[int]) -> Any:
+    """``values`` as an int64 array, each :func:`_clamp`-ed (one pass in C where none needs it)."""
+    import numpy as np
+
+    if values and not -_LARGE <= min(values) <= max(values) <= _LARGE:
+        values = [_clamp(v) for v in values]
+    return np.array(values, np.int64).reshape(len(values))
+
+
+_TYPE, _SRC, _DST, _COUNT = attrgetter("type"), attrgetter("src"), attrgetter("dst"), attrgetter("count")
+_DEPS, _HAS_DEP, _TB, _OP = attrgetter("deps"), attrgetter("has_dep"), attrgetter("tb"), attrgetter("op")
 
 
 _LARGE = 1 << 62
