@@ -159,3 +159,19 @@ def test_the_algorithm_models_sorted_dependencies_are_the_loops(collective):
             waits, dependents = cost._dependencies(order, groups, group_of)
             assert (waits, dependents) == cost._dependencies_in_order(order, groups, group_of)
             assert order is not sends or sum(waits) > 0
+
+
+def test_merged_sends_spread_round_robin_over_a_connections_parallel_links():
+    # sends that cost time are merged per step, connection and recorded start, one call per
+    # parallel link in turn (synth.cost._groups); groups are numbered in the order of their first send
+    import importlib
+
+    from synth.algorithm import Send
+
+    cost = importlib.import_module("synth.cost")
+    sends = [(0, Send(c, 0, 1)) for c in range(7)]
+    sends += [(0, Send(7, 1, 0)), (0, Send(8, 0, 1, start_us=2.0)), (1, Send(9, 0, 1))]
+    groups, group_of = cost._groups(sends, lambda src, dst: 3 if (src, dst) == (0, 1) else 1)
+    assert groups == [[0, 3, 6], [1, 4], [2, 5], [7], [8], [9]]
+    assert group_of == [0, 1, 2, 0, 1, 2, 0, 3, 4, 5]
+    assert cost._groups(sends, None) == ([[i] for i in range(10)], list(range(10)))
