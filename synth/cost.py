@@ -241,10 +241,11 @@ def _columns(sends: list[tuple[int, Send]]) -> tuple[np.ndarray, ...]:
 
 
 _Shape = tuple[list[list[int]], list[int], list[int], list[list[int]], list[tuple[int, int, int]], list[int]]
-"""A list of sends as the engine runs them: its groups, each send's group, per group how many
-groups it waits for and which groups wait for it, and the distinct ``(src, dst, sends)`` the groups
-move with each group's place among them (the same for every size and model: a run asks the
-network for each distinct transfer once, not once per group, a quarter of a million at 512 ranks)."""
+"""A list of sends as the engine runs them: its groups, each send's group, per group (and per slot
+node after them: :func:`_dependencies`) how many it waits for and which wait for it, and the
+distinct ``(src, dst, sends)`` the groups move with each group's place among them (the same for
+every size and model: a run asks the network for each distinct transfer once, not once per group,
+a quarter of a million at 512 ranks)."""
 
 
 def feed(
@@ -286,17 +287,21 @@ def _run(
     shape: _Shape,
     ready: Sequence[float] | None,
 ) -> tuple[list[float], list[float]]:
-    """:func:`feed`'s engine run of ``sends`` grouped as ``shape`` says."""
+    """:func:`feed`'s engine run of ``sends`` grouped as ``shape`` says: a group is handed to the
+    engine when the last group it waits for starts, directly or through slot nodes (a node is met,
+    and hands on its latest arrival, in the call that starts its last write), ready at the latest
+    arrival among them, as without the nodes (a maximum is the same taken in steps)."""
     groups, group_of, waits, dependents, links, link_of = shape
     waiting = list(waits)
     distinct = [network.transfer(src, dst, nbytes * n) for src, dst, n in links]
     transfers = [distinct[x] for x in link_of]
     delays = [t.delay_us for t in transfers]
-    ready_at = [0.0] * len(groups)
+    size = len(groups)
+    ready_at = [0.0] * len(waiting)  # groups, then the slots' nodes (:func:`_dependencies`)
     for i, at in enumerate(ready or ()):
         ready_at[group_of[i]] = max(ready_at[group_of[i]], at)
-    started = [0.0] * len(groups)
-    arrived = [0.0] * len(groups)
+    started = [0.0] * size
+    arrived = [0.0] * size
     engine = Engine(network)
     submit = engine.submit
 
@@ -308,10 +313,29 @@ def _run(
                 ready_at[d] = arrive
             waiting[d] -= 1
             if waiting[d] == 0:
-                submit(d, ready_at[d], transfers[d], d)
+                if d < size:
+                    submit(d, ready_at[d], transfers[d], d)
+                else:
+                    met(d)
 
-    for i, count in enumerate(waiting):
-        if count == 0:
+    def met(node: int) -> None:
+        """Every write ``node`` waits for has started: hand its latest arrival on, at once."""
+        met = [node]
+        while met:
+            x = met.pop()
+            at = ready_at[x]
+            for d in dependents[x]:
+                if at > ready_at[d]:
+                    ready_at[d] = at
+                waiting[d] -= 1
+                if waiting[d] == 0:
+                    if d < size:
+                        submit(d, ready_at[d], transfers[d], d)
+                    else:
+                        met.append(d)
+
+    for i in range(size):
+        if waiting[i] == 0:
             submit(i, ready_at[i], transfers[i], i)
     engine.run(on_start)
     return [started[g] for g in group_of], [arrived[g] for g in group_of]
@@ -359,10 +383,13 @@ def _dependencies(
     group_of: list[int],
     columns: tuple[np.ndarray, ...] | None = None,
 ) -> tuple[list[int], list[list[int]]]:
-    """Per group, how many groups it waits for and which groups wait for it (each in increasing
-    order): a send reads its chunk at its source once every earlier step's write there has arrived.
-    Sends in step order are matched to those writes by sorting (NumPy: 1.3 s -> 0.2 s for the
-    512-rank trees' quarter of a million sends); any other order keeps to a loop."""
+    """Per group, how many it waits for and which wait for it (each in increasing order): a send
+    reads its chunk at its source once every earlier step's write there has arrived. Sends in step
+    order are matched to those writes by sorting (NumPy), through a node per slot and reading step
+    (ids from ``len(groups)`` on): the node waits for the slot's writes since its previous node and
+    for that node, and the slot's readers at that step wait for it, as each reader waits for every
+    write before its step (the 512-rank trees allreduce: 4.5 million (write, reader) pairs, 65,024
+    nodes). Any other order keeps to a loop, one group waiting for another directly."""
     n = len(sends)
     step, chunk, src, dst = _columns(sends) if columns is None else columns
     if not n or np.any(step[1:] < step[:-1]):
@@ -373,14 +400,33 @@ def _dependencies(
     written = written[order]
     read = (src * chunks + chunk) * steps
     first = np.searchsorted(written, read, "left")  # the slot's first write
-    count = np.searchsorted(written, read + step, "left") - first  # its writes of earlier steps
-    readers = np.repeat(np.arange(n), count)
-    writes = order[np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))]
-    of = np.asarray(group_of, np.int64)
-    size = len(groups)
-    pairs = distinct(of[writes] * size + of[readers])  # (writer group, reader group), by writer
-    waiting = np.bincount(pairs % size, minlength=size).tolist()
-    return waiting, _split(pairs // size, (pairs % size).tolist(), size)
+    end = np.searchsorted(written, read + step, "left")  # past its writes of earlier steps
+    readers = np.flatnonzero(end > first)
+    ends, node = np.unique(end[readers], return_inverse=True)  # a node per (slot, writes before)
+    starts = np.empty(len(ends), np.int64)
+    starts[node.reshape(-1)] = first[readers]
+    chained = np.zeros(len(ends), bool)  # the node after another of its slot waits for that one
+    chained[1:] = starts[1:] == starts[:-1]
+    since = np.where(chained, np.concatenate(([0], ends[:-1])), starts)
+    size, of = len(groups), np.asarray(group_of, np.int64)
+    total = size + len(ends)
+    feeds = _ranges(since, ends - since)  # the writes each node waits for, node by node
+    pairs = distinct(
+        np.concatenate(
+            (
+                of[order[feeds]] * total + size + np.repeat(np.arange(len(ends)), ends - since),
+                (size + np.flatnonzero(chained) - 1) * total + size + np.flatnonzero(chained),
+                (size + node.reshape(-1)) * total + of[readers],
+            )
+        )
+    )
+    waiting = np.bincount(pairs % total, minlength=total).tolist()
+    return waiting, _split(pairs // total, (pairs % total).tolist(), total)
+
+
+def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``start[i], ..., start[i] + count[i] - 1`` for each ``i``, one after another."""
+    return np.repeat(start - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
 
 
 def _split(keys: np.ndarray, values: list[int], size: int) -> list[list[int]]:
