@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -240,10 +241,11 @@ def _columns(sends: list[tuple[int, Send]]) -> tuple[np.ndarray, ...]:
 
 
 _Shape = tuple[list[list[int]], list[int], list[int], list[list[int]], list[tuple[int, int, int]], list[int]]
-"""A list of sends as the engine runs them: its groups, each send's group, per group how many
-groups it waits for and which groups wait for it, and the distinct ``(src, dst, sends)`` the groups
-move with each group's place among them (the same for every size and model: a run asks the
-network for each distinct transfer once, not once per group, a quarter of a million at 512 ranks)."""
+"""A list of sends as the engine runs them: its groups, each send's group, per group (and per slot
+node after them: :func:`_dependencies`) how many it waits for and which wait for it, and the
+distinct ``(src, dst, sends)`` the groups move with each group's place among them (the same for
+every size and model: a run asks the network for each distinct transfer once, not once per group,
+a quarter of a million at 512 ranks)."""
 
 
 def feed(
@@ -269,7 +271,7 @@ def _shape(
     columns: tuple[np.ndarray, ...] | None = None,
 ) -> _Shape:
     """The groups and dependencies of ``sends`` (``columns``: theirs, where known)."""
-    groups, group_of = _groups(sends, network.connection_servers if merge else None)
+    groups, group_of = _groups(sends, network.connection_servers if merge else None, columns)
     waiting, dependents = _dependencies(sends, groups, group_of, columns)
     distinct: dict[tuple[int, int, int], int] = {}
     link_of = [
@@ -285,17 +287,21 @@ def _run(
     shape: _Shape,
     ready: Sequence[float] | None,
 ) -> tuple[list[float], list[float]]:
-    """:func:`feed`'s engine run of ``sends`` grouped as ``shape`` says."""
+    """:func:`feed`'s engine run of ``sends`` grouped as ``shape`` says: a group is handed to the
+    engine when the last group it waits for starts, directly or through slot nodes (a node is met,
+    and hands on its latest arrival, in the call that starts its last write), ready at the latest
+    arrival among them, as without the nodes (a maximum is the same taken in steps)."""
     groups, group_of, waits, dependents, links, link_of = shape
     waiting = list(waits)
     distinct = [network.transfer(src, dst, nbytes * n) for src, dst, n in links]
     transfers = [distinct[x] for x in link_of]
     delays = [t.delay_us for t in transfers]
-    ready_at = [0.0] * len(groups)
+    size = len(groups)
+    ready_at = [0.0] * len(waiting)  # groups, then the slots' nodes (:func:`_dependencies`)
     for i, at in enumerate(ready or ()):
         ready_at[group_of[i]] = max(ready_at[group_of[i]], at)
-    started = [0.0] * len(groups)
-    arrived = [0.0] * len(groups)
+    started = [0.0] * size
+    arrived = [0.0] * size
     engine = Engine(network)
     submit = engine.submit
 
@@ -307,39 +313,68 @@ def _run(
                 ready_at[d] = arrive
             waiting[d] -= 1
             if waiting[d] == 0:
-                submit(d, ready_at[d], transfers[d], d)
+                if d < size:
+                    submit(d, ready_at[d], transfers[d], d)
+                else:
+                    met(d)
 
-    for i, count in enumerate(waiting):
-        if count == 0:
+    def met(node: int) -> None:
+        """Every write ``node`` waits for has started: hand its latest arrival on, at once."""
+        met = [node]
+        while met:
+            x = met.pop()
+            at = ready_at[x]
+            for d in dependents[x]:
+                if at > ready_at[d]:
+                    ready_at[d] = at
+                waiting[d] -= 1
+                if waiting[d] == 0:
+                    if d < size:
+                        submit(d, ready_at[d], transfers[d], d)
+                    else:
+                        met.append(d)
+
+    for i in range(size):
+        if waiting[i] == 0:
             submit(i, ready_at[i], transfers[i], i)
     engine.run(on_start)
     return [started[g] for g in group_of], [arrived[g] for g in group_of]
 
 
 def _groups(
-    sends: list[tuple[int, Send]], servers: Callable[[int, int], int] | None
+    sends: list[tuple[int, Send]],
+    servers: Callable[[int, int], int] | None,
+    columns: tuple[np.ndarray, ...] | None = None,
 ) -> tuple[list[list[int]], list[int]]:
     """Sends that travel as one call: where sends cost time and the compiler merges them
     (``servers`` given), those of a step with one connection and the same recorded start (or none),
-    spread round robin over the connection's ``servers(src, dst)`` parallel links, as the compiler's ``aggregate_chunks``
-    merges ops that can run at the same time; otherwise each send alone. Groups are in the order
-    of their first send."""
-    if servers is None:
-        return [[i] for i in range(len(sends))], list(range(len(sends)))
-    groups: list[list[int]] = []
-    group_of = [0] * len(sends)
-    open_: dict[tuple, list[int]] = {}
-    for i, (k, send) in enumerate(sends):
-        lanes = open_.setdefault((k, send.src, send.dst, send.start_us), [])
-        if len(lanes) >= servers(send.src, send.dst):
-            g = lanes[sum(len(groups[x]) for x in lanes) % len(lanes)]
-        else:
-            g = len(groups)
-            groups.append([])
-            lanes.append(g)
-        groups[g].append(i)
-        group_of[i] = g
-    return groups, group_of
+    spread round robin over the connection's ``servers(src, dst)`` parallel links, as the compiler's
+    ``aggregate_chunks`` merges ops that can run at the same time; otherwise each send alone. Groups
+    are in the order of their first send. By sorting, asking ``servers`` once per connection, not
+    once per send (:func:`Network.connection_servers` walks the link's path)."""
+    n = len(sends)
+    if servers is None or not n:
+        return [[i] for i in range(n)], list(range(n))
+    step, _, src, dst = _columns(sends) if columns is None else columns
+    ranks = int(max(src.max(), dst.max())) + 1
+    pair, link = np.unique(src * ranks + dst, return_inverse=True)
+    lanes = np.array([servers(*divmod(p, ranks)) for p in pair.tolist()], np.int64)[link.reshape(-1)]
+    starts: dict[float | None, int] = {}
+    start = np.fromiter((starts.setdefault(s.start_us, len(starts)) for _, s in sends), np.int64, n)
+    _, key = np.unique((step * len(starts) + start) * len(pair) + link.reshape(-1), return_inverse=True)
+    key = key.reshape(-1)
+    order = np.argsort(key, kind="stable")  # each key's sends in send order
+    count = np.bincount(key)
+    first = (np.cumsum(count) - count)[key]  # where a send's key starts in ``order``
+    place = np.empty(n, np.int64)
+    place[order] = np.arange(n) - first[order]  # a send's place among its key's
+    lane = place % lanes
+    opens = place < lanes  # the first send of each lane opens its group, in send order
+    group = np.full(n, -1)
+    group[opens] = np.arange(int(opens.sum()))
+    group_of = group[order[first + lane]]
+    members = np.argsort(group_of, kind="stable")  # each group's sends in increasing order
+    return _split(group_of[members], members.tolist(), int(opens.sum())), group_of.tolist()
 
 
 def _dependencies(
@@ -348,10 +383,13 @@ def _dependencies(
     group_of: list[int],
     columns: tuple[np.ndarray, ...] | None = None,
 ) -> tuple[list[int], list[list[int]]]:
-    """Per group, how many groups it waits for and which groups wait for it (each in increasing
-    order): a send reads its chunk at its source once every earlier step's write there has arrived.
-    Sends in step order are matched to those writes by sorting (NumPy: 1.3 s -> 0.2 s for the
-    512-rank trees' quarter of a million sends); any other order keeps to a loop."""
+    """Per group, how many it waits for and which wait for it (each in increasing order): a send
+    reads its chunk at its source once every earlier step's write there has arrived. Sends in step
+    order are matched to those writes by sorting (NumPy), through a node per slot and reading step
+    (ids from ``len(groups)`` on): the node waits for the slot's writes since its previous node and
+    for that node, and the slot's readers at that step wait for it, as each reader waits for every
+    write before its step (the 512-rank trees allreduce: 4.5 million (write, reader) pairs, 65,024
+    nodes). Any other order keeps to a loop, one group waiting for another directly."""
     n = len(sends)
     step, chunk, src, dst = _columns(sends) if columns is None else columns
     if not n or np.any(step[1:] < step[:-1]):
@@ -362,17 +400,40 @@ def _dependencies(
     written = written[order]
     read = (src * chunks + chunk) * steps
     first = np.searchsorted(written, read, "left")  # the slot's first write
-    count = np.searchsorted(written, read + step, "left") - first  # its writes of earlier steps
-    readers = np.repeat(np.arange(n), count)
-    writes = order[np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))]
-    of = np.asarray(group_of, np.int64)
-    size = len(groups)
-    pairs = distinct(of[writes] * size + of[readers])  # (writer group, reader group), by writer
-    waiting = np.bincount(pairs % size, minlength=size).tolist()
-    dependents: list[list[int]] = [[] for _ in groups]
-    for before, g in zip((pairs // size).tolist(), (pairs % size).tolist(), strict=True):
-        dependents[before].append(g)
-    return waiting, dependents
+    end = np.searchsorted(written, read + step, "left")  # past its writes of earlier steps
+    readers = np.flatnonzero(end > first)
+    ends, node = np.unique(end[readers], return_inverse=True)  # a node per (slot, writes before)
+    starts = np.empty(len(ends), np.int64)
+    starts[node.reshape(-1)] = first[readers]
+    chained = np.zeros(len(ends), bool)  # the node after another of its slot waits for that one
+    chained[1:] = starts[1:] == starts[:-1]
+    since = np.where(chained, np.concatenate(([0], ends[:-1])), starts)
+    size, of = len(groups), np.asarray(group_of, np.int64)
+    total = size + len(ends)
+    feeds = _ranges(since, ends - since)  # the writes each node waits for, node by node
+    pairs = distinct(
+        np.concatenate(
+            (
+                of[order[feeds]] * total + size + np.repeat(np.arange(len(ends)), ends - since),
+                (size + np.flatnonzero(chained) - 1) * total + size + np.flatnonzero(chained),
+                (size + node.reshape(-1)) * total + of[readers],
+            )
+        )
+    )
+    waiting = np.bincount(pairs % total, minlength=total).tolist()
+    return waiting, _split(pairs // total, (pairs % total).tolist(), total)
+
+
+def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``start[i], ..., start[i] + count[i] - 1`` for each ``i``, one after another."""
+    return np.repeat(start - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+
+
+def _split(keys: np.ndarray, values: list[int], size: int) -> list[list[int]]:
+    """Per key ``0 .. size - 1``, its ``values`` (``keys`` sorted, one per value), by slicing: the
+    512-rank trees' allreduce has 4.5 million (writer, reader) pairs, 1.5 s appended one by one."""
+    bounds = np.searchsorted(keys, np.arange(size + 1)).tolist()
+    return [values[a:b] for a, b in pairwise(bounds)]
 
 
 def _dependencies_in_order(

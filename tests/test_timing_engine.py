@@ -156,6 +156,41 @@ def test_the_algorithm_models_sorted_dependencies_are_the_loops(collective):
     for order in (sends, sends[::-1]):
         for servers in (None, lambda src, dst: 2):
             groups, group_of = cost._groups(order, servers)
-            waits, dependents = cost._dependencies(order, groups, group_of)
+            waits, dependents = _through_nodes(*cost._dependencies(order, groups, group_of), len(groups))
             assert (waits, dependents) == cost._dependencies_in_order(order, groups, group_of)
             assert order is not sends or sum(waits) > 0
+    for params in (IDEAL, DEFAULT):  # and the model times the sends alike either way
+        network = Network(topo, params)
+        shape = cost._shape(sends, network, False)
+        loop = (*shape[:2], *cost._dependencies_in_order(sends, shape[0], shape[1]), *shape[4:])
+        assert cost._run(sends, network, 1e6, shape, None) == cost._run(sends, network, 1e6, loop, None)
+
+
+def _through_nodes(
+    waits: list[int], dependents: list[list[int]], size: int
+) -> tuple[list[int], list[list[int]]]:
+    """The groups each group waits for, through the slots' nodes (ids from ``size`` on), as the
+    loop's form: how many per group, and per group the groups that wait for it."""
+
+    def reached(x: int) -> set[int]:
+        return {g for d in dependents[x] for g in ([d] if d < size else reached(d))}
+
+    assert all(w > 0 for w in waits[size:])  # every node waits for a write
+    after = [sorted(reached(g)) for g in range(size)]
+    return [sum(g in a for a in after) for g in range(size)], after
+
+
+def test_merged_sends_spread_round_robin_over_a_connections_parallel_links():
+    # sends that cost time are merged per step, connection and recorded start, one call per
+    # parallel link in turn (synth.cost._groups); groups are numbered in the order of their first send
+    import importlib
+
+    from synth.algorithm import Send
+
+    cost = importlib.import_module("synth.cost")
+    sends = [(0, Send(c, 0, 1)) for c in range(7)]
+    sends += [(0, Send(7, 1, 0)), (0, Send(8, 0, 1, start_us=2.0)), (1, Send(9, 0, 1))]
+    groups, group_of = cost._groups(sends, lambda src, dst: 3 if (src, dst) == (0, 1) else 1)
+    assert groups == [[0, 3, 6], [1, 4], [2, 5], [7], [8], [9]]
+    assert group_of == [0, 1, 2, 0, 1, 2, 0, 3, 4, 5]
+    assert cost._groups(sends, None) == ([[i] for i in range(10)], list(range(10)))
