@@ -130,6 +130,7 @@ class ChunkProgram(BulkRecording):
         self.inplace = inplace
         self.model_timed = False  # set by codegen.lower: the ops' times are the Algorithm model's
         self.ports: tuple[tuple[int, int, int, float, int], ...] = ()  # set by codegen.lower (ProgramInfo.ports)
+        self.lowered: tuple[object, list[int]] | None = None  # set by codegen.lower: its steps, each op's send
         self._aliases = aliases_of(collective)
         self._sizes = {"input": collective.input_chunks, "output": collective.output_chunks}  # frozen: asked per copy
         # the logical links, asked per pair (it remembers each answer): not a set of all pairs, which

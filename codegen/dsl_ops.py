@@ -10,9 +10,10 @@ every error and its message are that path's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Self
 
 if TYPE_CHECKING:
     from codegen.dsl import Value
@@ -81,6 +82,7 @@ class BulkRecording:
     _ops: list[Op]
     _links: object
     _slices: list[dict[str, int]]
+    _token: object
 
     def copy_slots(
         self, copies: list[tuple[tuple[int, str, int], int, str, int, tuple[float, float] | None]]
@@ -134,6 +136,20 @@ class BulkRecording:
                 held = slices[rank]
                 held[target[1]] = max(held.get(target[1], 0), target[2] + 1)
             record(_new(Op, (kind, src, target, 1, operand, None, None, None, time)))
+
+    def with_times(self, times: Sequence[tuple[float, float] | None]) -> Self | None:
+        """A copy of this program with op ``i`` at ``times[i]``, its slots and what each holds as
+        they are: a schedule re-timed moves the same chunks between the same slots
+        (:func:`codegen.lower.lower_algorithm`'s ``like``). None where a time is not one
+        :meth:`record_slots` plainly accepts: the caller records the ops again, and has the error."""
+        if len(times) != len(self._ops) or not all(map(_plain_time, times)):
+            return None
+        out = copy.copy(self)
+        out._ops = [_new(Op, (*op[:8], time)) for op, time in zip(self._ops, times, strict=True)]
+        out._values = dict(self._values)
+        out._slices = [dict(held) for held in self._slices]
+        out._token = None
+        return out
 
     def _unlinked(self, ops: list[SlotOp]) -> set[tuple[int, int]]:
         """The ``(src rank, dst rank)`` pairs of ``ops`` without a link (asked once per pair, not per

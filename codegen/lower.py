@@ -29,6 +29,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from itertools import chain
+from operator import attrgetter
 
 from codegen.dsl import ChunkProgram
 from codegen.dsl_ops import SlotOp, slot
@@ -60,8 +62,12 @@ def lower_algorithm(
     instances: int = 1,
     protocol: str = "Simple",
     name: str | None = None,
+    like: ChunkProgram | None = None,
 ) -> ChunkProgram:
-    """A DSL program doing what ``algo`` does (checked symbolically before it is returned)."""
+    """A DSL program doing what ``algo`` does (checked symbolically before it is returned).
+    ``like``: a program lowered before with the same options from the same sends at other times
+    (a schedule and its re-timed copy, ``runtime.choice``); where it is a copy-only collective's,
+    its slots and operations are taken at this schedule's times rather than lowered again."""
     if topology is None:
         try:
             topology = load(algo.topology)
@@ -76,6 +82,9 @@ def lower_algorithm(
     times = _schedule_times(algo, topology)
     if times is not None and topology is not None:
         prog.ports = _ports(algo, topology)
+    again = _again(like, prog, algo, times) if like is not None else None
+    if again is not None:
+        return again
     if algo.collective.combining:
         _Combining(prog, algo, times).run()
     else:
@@ -172,6 +181,35 @@ def _ports(algo: Algorithm, topology: Topology) -> tuple[tuple[int, int, int, fl
     )
 
 
+def _again(like: ChunkProgram, prog: ChunkProgram, algo: Algorithm, times: Times) -> ChunkProgram | None:
+    """``like`` with ``algo``'s times, where it is what lowering ``algo`` into the empty ``prog``
+    makes but for them: a copy-only collective's program lowered (each op the initial copy or a
+    send, :attr:`ChunkProgram.lowered`) with the same options from the same sends."""
+    if like.lowered is None or algo.collective.combining:
+        return None
+    if like.topology is not prog.topology or like.collective is not prog.collective:
+        return None
+    if any(getattr(like, k) != getattr(prog, k) for k in ("name", "instances", "protocol", "inplace")):
+        return None
+    steps, sent = like.lowered
+    fields = attrgetter("chunk", "src", "dst", "op")
+    if len(steps) != len(algo.steps) or any(
+        list(map(fields, a.sends)) != list(map(fields, b.sends)) for a, b in zip(steps, algo.steps, strict=True)
+    ):
+        return None
+    if times is None:
+        at: list = [None] * len(sent)
+    else:
+        sends = list(chain.from_iterable(step.sends for step in algo.steps))
+        at = [(0.0, 0.0) if i < 0 else times(sends[i]) for i in sent]
+    again = like.with_times(at)
+    if again is None:  # a time the recording refuses: lowered again, to say why
+        return None
+    again.model_timed, again.ports, again.lowered = prog.model_timed, prog.ports, (algo.steps, sent)
+    again.verify()
+    return again
+
+
 class _Scratch:
     def __init__(self, n: int) -> None:
         self.next = [0] * n
@@ -192,25 +230,32 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
             if cid is not None:
                 out_slot.setdefault((r, cid), j)
     copy = prog.copy_slot  # the slots are the collective's and fresh scratch: no references made
+    sent: list[int] = []  # per copy recorded, the send it makes (-1: a rank's own chunk)
     for r in range(n):
         for j, cid in enumerate(coll.inputs[r]):
             if cid is not None:
                 where[(r, cid)] = (r, "input", j)
                 if (r, cid) in out_slot:
                     copy((r, "input", j), r, "output", out_slot[(r, cid)], None if times is None else (0.0, 0.0))
+                    sent.append(-1)
+    at = 0  # the steps' first send's place among all sends
     for step in algo.steps:  # the step's copies recorded in one call (ChunkProgram.record_slots)
         got, copies = [], []
-        for s in step.sends:
+        for k, s in enumerate(step.sends, at):
             key = (s.dst, s.chunk)  # made once per send: 261,632 of them at 512 ranks
             if key in where:
                 continue  # the receiver holds it already: nothing to move
             j = out_slot.get(key)
             buffer, index = ("output", j) if j is not None else scratch.take(s.dst)
             got.append(key)
+            sent.append(k)
             dst = slot((s.dst, buffer, index))
             copies.append(("copy", where[(s.src, s.chunk)], dst, None, None if times is None else times(s)))
         prog.record_slots(copies)
         where.update(zip(got, (c[2] for c in copies), strict=True))
+        at += len(step.sends)
+    if len(sent) == prog.num_ops:  # each copy recorded as one op (in place, some are not)
+        prog.lowered = (algo.steps, sent)
 
 
 class _Combining:
