@@ -326,6 +326,7 @@ class ChunkProgram(BulkRecording):
         wanted: dict[int, Value] = {}  # per address: at 512 ranks an allreduce's 262,144 output
         # slots want 512 sums of 512 contributions each, sorted once each, not once per slot; a slot
         # holding the very tuple found right before (copies share it) is not compared again
+        held = self._values.get if not self.inplace else lambda key: self._value(_Slot(*key))
         for r in range(self.num_ranks):
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is None:
@@ -333,7 +334,7 @@ class ChunkProgram(BulkRecording):
                 expected = wanted.get(addr)
                 if expected is None:
                     expected = wanted[addr] = tuple(sorted(coll.contributions[addr])) if coll.combining else (addr,)
-                got = self._value(_Slot(r, "output", j))
+                got = held((r, "output", j))  # out of place, a slot is named as it lies
                 if got is expected:
                     continue
                 if got != expected:

@@ -276,6 +276,8 @@ class _Combining:
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is not None:
                     self.out_slot.setdefault((r, addr), j)
+        if not prog.inplace:  # each output's home is its slot: found once here, not per first send
+            self.homes = {key: ("output", j) for key, j in self.out_slot.items()}
 
     def home(self, rank: int, addr: int) -> Where:
         key = (rank, addr)
