@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from itertools import chain
+from itertools import chain, compress, repeat
 from operator import attrgetter
 
 from codegen.dsl import ChunkProgram
@@ -210,6 +210,14 @@ def _again(like: ChunkProgram, prog: ChunkProgram, algo: Algorithm, times: Times
     return again
 
 
+_CHUNK, _SRC, _DST = attrgetter("chunk"), attrgetter("src"), attrgetter("dst")
+
+
+def _outputs(got: list[tuple[int, int]], out_slot: dict[tuple[int, int], int]) -> Iterable:
+    """``((rank, chunk), output slot or None)`` of each of ``got``."""
+    return zip(got, map(out_slot.get, got), strict=True)
+
+
 class _Scratch:
     def __init__(self, n: int) -> None:
         self.next = [0] * n
@@ -238,22 +246,19 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
                 if (r, cid) in out_slot:
                     copy((r, "input", j), r, "output", out_slot[(r, cid)], None if times is None else (0.0, 0.0))
                     sent.append(-1)
-    at = 0  # the steps' first send's place among all sends
-    for step in algo.steps:  # the step's copies recorded in one call (ChunkProgram.record_slots)
-        got, copies = [], []
-        for k, s in enumerate(step.sends, at):
-            key = (s.dst, s.chunk)  # made once per send: 261,632 of them at 512 ranks
-            if key in where:
-                continue  # the receiver holds it already: nothing to move
-            j = out_slot.get(key)
-            buffer, index = ("output", j) if j is not None else scratch.take(s.dst)
-            got.append(key)
-            sent.append(k)
-            dst = slot((s.dst, buffer, index))
-            copies.append(("copy", where[(s.src, s.chunk)], dst, None, None if times is None else times(s)))
-        prog.record_slots(copies)
-        where.update(zip(got, (c[2] for c in copies), strict=True))
-        at += len(step.sends)
+    at = 0  # the step's first send's place among all sends
+    for step in algo.steps:  # the step's copies made a field at a time, recorded in one call
+        keys = list(zip(map(_DST, step.sends), map(_CHUNK, step.sends), strict=True))
+        fresh = [key not in where for key in keys]  # else the receiver holds it already: no move
+        moved, got = list(compress(step.sends, fresh)), list(compress(keys, fresh))
+        take = scratch.take  # where the receiver has no output slot for the chunk (j None)
+        dsts = [slot((d, "output", j) if j is not None else (d, *take(d))) for (d, _), j in _outputs(got, out_slot)]
+        srcs = list(map(where.__getitem__, zip(map(_SRC, moved), map(_CHUNK, moved), strict=True)))
+        when = map(times, moved) if times is not None else repeat(None)
+        prog.record_slots(list(zip(repeat("copy"), srcs, dsts, repeat(None), when)))
+        sent.extend(compress(range(at, at + len(keys)), fresh))
+        where.update(zip(got, dsts, strict=True))
+        at += len(keys)
     if len(sent) == prog.num_ops:  # each copy recorded as one op (in place, some are not)
         prog.lowered = (algo.steps, sent)
 
