@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from codegen.chunk_dag import ChunkDAG, ChunkOp, Loc, ProgramInfo, aliases_of, build_chunk_dag
 from codegen.chunk_deps import plain_deps
-from codegen.dsl_ops import BulkRecording, is_time
+from codegen.dsl_ops import BulkRecording, is_time, slot
 from codegen.dsl_ops import Op as _Op
 from codegen.dsl_ops import Slot as _Slot
 from codegen.errors import DslError
@@ -140,10 +140,11 @@ class ChunkProgram(BulkRecording):
         self._slices: list[dict[str, int]] = [{} for _ in range(collective.num_ranks)]
         self._values: dict[tuple[int, str, int], Value] = {}
         self._verified = -1  # the ops recorded when verify() last passed (lowering, then the compiler, verify)
+        canon = slot if not inplace else lambda key: self._canon(_Slot(*key))  # out of place: as named
         for r in range(collective.num_ranks):
             for j, cid in enumerate(collective.inputs[r]):
                 if cid is not None:
-                    self._values[self._canon(_Slot(r, "input", j))] = (cid,)
+                    self._values[canon((r, "input", j))] = (cid,)
         self._token: Token | None = None
 
     # -- context ---------------------------------------------------------------------------

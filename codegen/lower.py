@@ -29,13 +29,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from itertools import chain, compress, repeat
+from itertools import chain, compress, islice, repeat
 from operator import attrgetter
 
 from codegen.dsl import ChunkProgram
 from codegen.dsl_ops import SlotOp, slot
 from common.gc_pause import gc_paused
-from synth.algorithm import Algorithm, Provenance, Send, Step
+from synth.algorithm import Algorithm, Provenance, Send, Step, made_sends
 from synth.cost import chunk_bytes, model_ordered, start_times
 from synth.timing import IDEAL, Params, model_params
 from topologies import Topology, TopologyError, load
@@ -133,10 +133,13 @@ def _started(algo: Algorithm, starts: Iterable[float]) -> tuple[Step, ...]:
     """``algo``'s steps with each send started at the next of ``starts`` (a ``Send`` made
     directly: ``dataclasses.replace`` per send was a second of a 512-rank lowering)."""
     at = iter(starts)
-    return tuple(
-        replace(step, sends=tuple(Send(x.chunk, x.src, x.dst, x.op, next(at)) for x in step.sends))
-        for step in algo.steps
-    )
+    return tuple(replace(step, sends=_sends_at(step.sends, list(islice(at, len(step.sends))))) for step in algo.steps)
+
+
+def _sends_at(sends: tuple[Send, ...], starts: list[float]) -> tuple[Send, ...]:
+    """``sends`` started at ``starts``, made a field at a time (:func:`synth.algorithm.made_sends`)."""
+    columns = [list(map(attrgetter(name), sends)) for name in ("chunk", "src", "dst", "op")]
+    return made_sends(*columns, starts)
 
 
 def _whole(x: float) -> float | int:

@@ -13,6 +13,7 @@ import json
 import math
 import re
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from itertools import repeat
@@ -28,7 +29,7 @@ from synth.errors import AlgorithmFormatError
 if TYPE_CHECKING:
     from topologies.model import Topology
 
-__all__ = ["FORMAT", "OPS", "Algorithm", "Provenance", "Send", "Step", "algorithm_name"]
+__all__ = ["FORMAT", "OPS", "Algorithm", "Provenance", "Send", "Step", "algorithm_name", "made_sends"]
 
 FORMAT = "xccl-algorithm/1"
 OPS = ("copy", "reduce")
@@ -235,10 +236,12 @@ def _plain_sends(sends: list) -> tuple[Send, ...] | None:
         if not finite or min(starts) < 0:
             return None
         starts = tuple(map(float, starts))
-    return _made_sends(*columns[:4], starts)
+    return made_sends(*columns[:4], starts)
 
 
-def _made_sends(chunks, srcs, dsts, ops, starts) -> tuple[Send, ...]:
+def made_sends(
+    chunks: Sequence[int], srcs: Sequence[int], dsts: Sequence[int], ops: Sequence[str], starts: Sequence[float | None]
+) -> tuple[Send, ...]:
     """``Send(chunk, src, dst, op, start)`` of each, every field set through its slot as the frozen
     ``__init__`` sets it, but a column at a time in C rather than one call per send."""
     made = tuple(map(object.__new__, repeat(Send, len(chunks))))
