@@ -171,7 +171,7 @@ class BulkRecording:
         they are: a schedule re-timed moves the same chunks between the same slots
         (:func:`codegen.lower.lower_algorithm`'s ``like``). None where a time is not one
         :meth:`record_slots` plainly accepts: the caller records the ops again, and has the error."""
-        if len(times) != len(self._ops) or not all(map(_plain_time, times)):
+        if len(times) != len(self._ops) or not _plain_times(list(times)):
             return None
         out = copy.copy(self)
         out._ops = [_new(Op, (*op[:8], time)) for op, time in zip(self._ops, times, strict=True)]

@@ -267,58 +267,67 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
 
 
 class _Combining:
+    """The lowering of a combining collective. What it keeps per ``(rank, address)`` (where the
+    partial sum is, its home slot) lies in lists at ``rank * addresses + address``: dicts keyed by
+    the pairs, hashed three times per send, were half a 512-rank allreduce's lowering."""
+
     def __init__(self, prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
         self.prog = prog
         self.algo = algo
         self.times = times
         coll = algo.collective
-        n = coll.num_ranks
+        n, width = coll.num_ranks, coll.num_addresses
+        self.width = width
         self.scratch = _Scratch(n)
-        self.partial: dict[tuple[int, int], Where] = {}
-        self.out_slot: dict[tuple[int, int], int] = {}
-        self.homes: dict[tuple[int, int], Where] = {}
+        self.partial: list[Where | None] = [None] * (n * width)
+        self.out_slot: dict[int, int] = {}  # rank * width + address -> its first output slot
+        self.homes: list[Where | None] = [None] * (n * width)
         for r in range(n):
             for j, cid in enumerate(coll.inputs[r]):
                 if cid is not None:
-                    self.partial[(r, coll.chunks[cid].address)] = ("input", j)
+                    self.partial[r * width + coll.chunks[cid].address] = ("input", j)
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is not None:
-                    self.out_slot.setdefault((r, addr), j)
+                    self.out_slot.setdefault(r * width + addr, j)
         if not prog.inplace:  # each output's home is its slot: found once here, not per first send
-            self.homes = {key: ("output", j) for key, j in self.out_slot.items()}
+            for key, j in self.out_slot.items():
+                self.homes[key] = ("output", j)
 
     def home(self, rank: int, addr: int) -> Where:
-        key = (rank, addr)
-        if key not in self.homes:
-            if key in self.out_slot:
-                # in place the input slot is the output slot: reduce where the contribution lies
-                self.homes[key] = self.partial[key] if self.prog.inplace else ("output", self.out_slot[key])
+        key = rank * self.width + addr
+        found = self.homes[key]
+        if found is None:
+            j = self.out_slot.get(key)
+            if j is not None:  # in place the input slot is the output slot: reduce where the contribution lies
+                found = self.partial[key] if self.prog.inplace else ("output", j)
             else:
-                self.homes[key] = self.scratch.take(rank)
-        return self.homes[key]
+                found = self.scratch.take(rank)
+            self.homes[key] = found
+        return found
 
     def run(self) -> None:
         """Each step's operations recorded in one call (:meth:`ChunkProgram.record_slots`), then
         each output slot copied from where its partial ended, where that is not the slot."""
         timed = self.times is not None
         landed: dict[tuple[int, int], float] = {}  # (rank, address) -> when its partial was last written
-        partial = self.partial
+        partial, width = self.partial, self.width
         for step in self.algo.steps:
             order, diverted = _step_order(step.sends)
             whens = list(map(self.times, order)) if timed else [None] * len(order)
             if diverted:
                 ops = self.diverting(order, diverted, whens)
             else:  # every send reads its source before any send of the step writes it
-                data = [(s.src, *partial[(s.src, s.chunk)]) for s in order]
+                data = [(s.src, *partial[s.src * width + s.chunk]) for s in order]
                 ops = self.ops(zip(order, data, whens, strict=True))
             if timed:
                 landed.update(((s.dst, s.chunk), when[1]) for s, when in zip(order, whens, strict=True))
             self.prog.record_slots(ops)
         finals: list[SlotOp] = []
-        for (r, addr), j in sorted(self.out_slot.items()):
-            if partial[(r, addr)] != self.home(r, addr):
+        for key, j in sorted(self.out_slot.items()):  # by (rank, address)
+            r, addr = divmod(key, width)
+            if partial[key] != self.home(r, addr):
                 at = landed.get((r, addr), 0.0)
-                finals.append(("copy", (r, *partial[(r, addr)]), (r, "output", j), None, (at, at) if timed else None))
+                finals.append(("copy", (r, *partial[key]), (r, "output", j), None, (at, at) if timed else None))
         self.prog.record_slots(finals)
 
     def diverting(self, order: list[Send], diverted: set[Send], whens: list) -> list[SlotOp]:
@@ -326,7 +335,7 @@ class _Combining:
         after the step's other sends."""
         out, later = [], []
         for s, when in zip(order, whens, strict=True):
-            src = (s.src, *self.partial[(s.src, s.chunk)])
+            src = (s.src, *self.partial[s.src * self.width + s.chunk])
             if s in diverted:
                 temp = (s.dst, *self.scratch.take(s.dst))
                 out.append(("copy", src, temp, None, when))
@@ -338,12 +347,12 @@ class _Combining:
     def ops(self, moves: Iterable[tuple[Send, Slot, tuple[float, float] | None]]) -> list[SlotOp]:
         """Per ``(s, data, time)``: ``s.dst``'s partial of ``s.chunk`` := itself (op) ``data``
         (reduce) or ``data`` (copy)."""
-        partial, homes, home = self.partial, self.homes, self.home
+        partial, homes, home, width = self.partial, self.homes, self.home, self.width
         out: list[SlotOp] = []
         for s, data, time in moves:
             dst = s.dst
-            key = (dst, s.chunk)
-            target = homes.get(key) or home(*key)
+            key = dst * width + s.chunk
+            target = homes[key] or home(dst, s.chunk)
             held = partial[key]
             partial[key] = target
             if s.op == "copy":
