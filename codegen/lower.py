@@ -27,10 +27,10 @@ a multi-link connection (DGX-1's doubled NVLinks) one after the other on one thr
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import chain, compress, islice, repeat
-from operator import attrgetter
+from operator import add, attrgetter
 
 from codegen.dsl import ChunkProgram
 from codegen.dsl_ops import SlotOp, slot
@@ -40,7 +40,9 @@ from synth.cost import chunk_bytes, model_ordered, start_times
 from synth.timing import IDEAL, Params, model_params
 from topologies import Topology, TopologyError, load
 
-Times = Callable[[Send], tuple[float, float]] | None
+_CHUNK, _SRC, _DST, _START = (attrgetter(k) for k in ("chunk", "src", "dst", "start_us"))
+Times = Callable[[Sequence[Send]], list[tuple[float, float]]] | None
+"""(start, arrival) of each of a list of sends, or None for an untimed schedule."""
 
 __all__ = ["SCHEDULE_SIZE", "lower_algorithm", "retimed"]
 
@@ -159,13 +161,16 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
     params = _made_in(algo)
     delays: dict[tuple[int, int], float | None] = {}  # per connection: every send moves one chunk
 
-    def times(s: Send) -> tuple[float, float]:
-        pair = (s.src, s.dst)
-        if pair not in delays:
+    def times(sends: Sequence[Send]) -> list[tuple[float, float]]:
+        """Each send's, a field at a time (one call per send was a second at 512 ranks)."""
+        pairs = list(zip(map(_SRC, sends), map(_DST, sends), strict=True))
+        for pair in set(pairs).difference(delays):
             link = logical.links.get(pair) if logical is not None else None
             delays[pair] = None if link is None else params.delay_us(link, nbytes)
-        delay = delays[pair]
-        return (s.start_us, s.start_us if delay is None else s.start_us + delay)
+        starts, found = list(map(_START, sends)), list(map(delays.__getitem__, pairs))
+        if None in found:  # a pair without a link (a topology file we cannot find): lands at once
+            return [(t, t if d is None else t + d) for t, d in zip(starts, found, strict=True)]
+        return list(zip(starts, map(add, starts, found), strict=True))
 
     return times
 
@@ -204,7 +209,8 @@ def _again(like: ChunkProgram, prog: ChunkProgram, algo: Algorithm, times: Times
         at: list = [None] * len(sent)
     else:
         sends = list(chain.from_iterable(step.sends for step in algo.steps))
-        at = [(0.0, 0.0) if i < 0 else times(sends[i]) for i in sent]
+        whens = iter(times([sends[i] for i in sent if i >= 0]))
+        at = [(0.0, 0.0) if i < 0 else next(whens) for i in sent]
     again = like.with_times(at)
     if again is None:  # a time the recording refuses: lowered again, to say why
         return None
@@ -213,7 +219,6 @@ def _again(like: ChunkProgram, prog: ChunkProgram, algo: Algorithm, times: Times
     return again
 
 
-_CHUNK, _SRC, _DST = attrgetter("chunk"), attrgetter("src"), attrgetter("dst")
 
 
 def _outputs(got: list[tuple[int, int]], out_slot: dict[tuple[int, int], int]) -> Iterable:
@@ -257,7 +262,7 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
         take = scratch.take  # where the receiver has no output slot for the chunk (j None)
         dsts = [slot((d, "output", j) if j is not None else (d, *take(d))) for (d, _), j in _outputs(got, out_slot)]
         srcs = list(map(where.__getitem__, zip(map(_SRC, moved), map(_CHUNK, moved), strict=True)))
-        when = map(times, moved) if times is not None else repeat(None)
+        when = times(moved) if times is not None else repeat(None)
         prog.record_slots(list(zip(repeat("copy"), srcs, dsts, repeat(None), when)))
         sent.extend(compress(range(at, at + len(keys)), fresh))
         where.update(zip(got, dsts, strict=True))
@@ -313,7 +318,7 @@ class _Combining:
         partial, width = self.partial, self.width
         for step in self.algo.steps:
             order, diverted = _step_order(step.sends)
-            whens = list(map(self.times, order)) if timed else [None] * len(order)
+            whens = self.times(order) if timed else [None] * len(order)
             if diverted:
                 ops = self.diverting(order, diverted, whens)
             else:  # every send reads its source before any send of the step writes it
