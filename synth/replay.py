@@ -10,6 +10,10 @@ then any link or shared resource loaded past its capacity times the step's round
 reaching a rank from several sends; at the end every postcondition. Where a collective does not
 combine, each address holds one chunk, so a copy can never discard a contribution (the verifier's
 other copy check) and holding is a bit.
+
+A combining collective is replayed on arrays first too (:func:`replayed_combining`: what each rank
+holds of each address as a packed bitset of contributions), but only to pass it: where any check
+fails there, :func:`synth.verify.final_state` replays it send by send to name the first fault.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ reduced in twice, no copy discards contributions, and at the end every postcondi
 
 A collective that does not combine is replayed on arrays instead (:mod:`synth.replay`: the same
 checks in the same order, with the same messages, on a boolean matrix of what each rank holds), so
-that a 16.8 M-send composed allgather is verified without a Python object per send.
+that a 16.8 M-send composed allgather is verified without a Python object per send. A combining
+one is replayed there first on packed bitsets (:func:`synth.replay.replayed_combining`); the replay
+below runs only where that one finds a fault, to name it.
 """
 
 from __future__ import annotations
