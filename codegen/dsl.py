@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from codegen.chunk_dag import ChunkDAG, ChunkOp, Loc, ProgramInfo, aliases_of, build_chunk_dag
 from codegen.chunk_deps import plain_deps
-from codegen.dsl_ops import BulkRecording, is_time
+from codegen.dsl_ops import BulkRecording, is_time, slot
 from codegen.dsl_ops import Op as _Op
 from codegen.dsl_ops import Slot as _Slot
 from codegen.errors import DslError
@@ -130,6 +130,7 @@ class ChunkProgram(BulkRecording):
         self.inplace = inplace
         self.model_timed = False  # set by codegen.lower: the ops' times are the Algorithm model's
         self.ports: tuple[tuple[int, int, int, float, int], ...] = ()  # set by codegen.lower (ProgramInfo.ports)
+        self.lowered: tuple[object, list[int]] | None = None  # set by codegen.lower: its steps, each op's send
         self._aliases = aliases_of(collective)
         self._sizes = {"input": collective.input_chunks, "output": collective.output_chunks}  # frozen: asked per copy
         # the logical links, asked per pair (it remembers each answer): not a set of all pairs, which
@@ -139,10 +140,11 @@ class ChunkProgram(BulkRecording):
         self._slices: list[dict[str, int]] = [{} for _ in range(collective.num_ranks)]
         self._values: dict[tuple[int, str, int], Value] = {}
         self._verified = -1  # the ops recorded when verify() last passed (lowering, then the compiler, verify)
+        canon = slot if not inplace else lambda key: self._canon(_Slot(*key))  # out of place: as named
         for r in range(collective.num_ranks):
             for j, cid in enumerate(collective.inputs[r]):
                 if cid is not None:
-                    self._values[self._canon(_Slot(r, "input", j))] = (cid,)
+                    self._values[canon((r, "input", j))] = (cid,)
         self._token: Token | None = None
 
     # -- context ---------------------------------------------------------------------------
@@ -325,6 +327,7 @@ class ChunkProgram(BulkRecording):
         wanted: dict[int, Value] = {}  # per address: at 512 ranks an allreduce's 262,144 output
         # slots want 512 sums of 512 contributions each, sorted once each, not once per slot; a slot
         # holding the very tuple found right before (copies share it) is not compared again
+        held = self._values.get if not self.inplace else lambda key: self._value(_Slot(*key))
         for r in range(self.num_ranks):
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is None:
@@ -332,7 +335,7 @@ class ChunkProgram(BulkRecording):
                 expected = wanted.get(addr)
                 if expected is None:
                     expected = wanted[addr] = tuple(sorted(coll.contributions[addr])) if coll.combining else (addr,)
-                got = self._value(_Slot(r, "output", j))
+                got = held((r, "output", j))  # out of place, a slot is named as it lies
                 if got is expected:
                     continue
                 if got != expected:

@@ -10,9 +10,12 @@ every error and its message are that path's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple
+from itertools import repeat
+from operator import eq, itemgetter, le
+from typing import TYPE_CHECKING, NamedTuple, Self
 
 if TYPE_CHECKING:
     from codegen.dsl import Value
@@ -53,6 +56,18 @@ slot: Callable[[tuple[int, str, int]], Slot] = partial(_new, Slot)
 """The :class:`Slot` of a ``(rank, buffer, index)`` tuple (a call in C)."""
 
 
+_op: Callable[[tuple], Op] = partial(_new, Op)
+_KIND, _SRC, _DST, _OTHER, _TIME = (itemgetter(k) for k in range(5))  # a SlotOp's fields
+_RANK, _BUFFER = itemgetter(0), itemgetter(1)
+
+
+def _slots(found: list[tuple[int, str, int]]) -> list[Slot]:
+    """``found`` as :class:`Slot` tuples (those that are kept: ``record_slots`` keeps them)."""
+    if set(map(type, found)) == {Slot}:
+        return found
+    return [s if type(s) is Slot else _new(Slot, s) for s in found]
+
+
 def is_time(time: object) -> bool:
     """``(start, arrival)``: two numbers, ``0 <= start <= arrival``."""
     if not isinstance(time, tuple) or len(time) != 2:
@@ -72,6 +87,19 @@ def _plain_time(time: object) -> bool:
     return type(start) is float and type(arrival) is float and 0 <= start <= arrival
 
 
+def _plain_times(times: list[object]) -> bool:
+    """Whether every one of ``times`` is one :func:`_plain_time` accepts, asked a field at a time
+    in C where all are None or all pairs."""
+    kinds = set(map(type, times))
+    if kinds <= {type(None)}:
+        return True
+    if kinds != {tuple} or set(map(len, times)) != {2}:
+        return all(map(_plain_time, times))
+    starts, arrivals = zip(*times, strict=True)
+    floats = set(map(type, starts)) == {float} == set(map(type, arrivals))
+    return floats and min(starts) >= 0 and all(map(le, starts, arrivals))
+
+
 class BulkRecording:
     """:class:`~codegen.dsl.ChunkProgram`'s recording of many operations in one call (a part of it:
     its ``copy_slot`` and ``reduce_slot`` are the per-call path this one hands over to)."""
@@ -81,6 +109,7 @@ class BulkRecording:
     _ops: list[Op]
     _links: object
     _slices: list[dict[str, int]]
+    _token: object
 
     def copy_slots(
         self, copies: list[tuple[tuple[int, str, int], int, str, int, tuple[float, float] | None]]
@@ -100,9 +129,11 @@ class BulkRecording:
             for op in ops:
                 self._record_one(op)
             return
+        if self._copied(ops):
+            return
         values, record, slices = self._values, self._ops.append, self._slices
         unlinked = self._unlinked(ops)
-        odd_times = not all(_plain_time(op[4]) for op in ops)  # asked per op only where one is
+        odd_times = not _plain_times(list(map(_TIME, ops)))  # asked per op only where one is
         for op in ops:
             kind, src, a, b, time = op
             target = a if b is None else b
@@ -134,6 +165,48 @@ class BulkRecording:
                 held = slices[rank]
                 held[target[1]] = max(held.get(target[1], 0), target[2] + 1)
             record(_new(Op, (kind, src, target, 1, operand, None, None, None, time)))
+
+    def with_times(self, times: Sequence[tuple[float, float] | None]) -> Self | None:
+        """A copy of this program with op ``i`` at ``times[i]``, its slots and what each holds as
+        they are: a schedule re-timed moves the same chunks between the same slots
+        (:func:`codegen.lower.lower_algorithm`'s ``like``). None where a time is not one
+        :meth:`record_slots` plainly accepts: the caller records the ops again, and has the error."""
+        if len(times) != len(self._ops) or not _plain_times(list(times)):
+            return None
+        out = copy.copy(self)
+        out._ops = [_new(Op, (*op[:8], time)) for op, time in zip(self._ops, times, strict=True)]
+        out._values = dict(self._values)
+        out._slices = [dict(held) for held in self._slices]
+        out._token = None
+        return out
+
+    def _copied(self, ops: list[SlotOp]) -> bool:
+        """Record ``ops`` a field at a time in C where they are copies that :meth:`record_slots`
+        would record one by one, each plainly (data at the source, a link, a float time, no input
+        written, not onto itself) and none reading a slot another writes (so that the reads may
+        all come first); else record nothing and say so. A lowered copy-only Algorithm's steps
+        (an allgather's 262,144 copies at 512 ranks) are such batches."""
+        if not ops or set(map(_KIND, ops)) != {"copy"} or set(map(_OTHER, ops)) != {None}:
+            return False
+        srcs, dsts, times = list(map(_SRC, ops)), list(map(_DST, ops)), list(map(_TIME, ops))
+        values = self._values
+        held = list(map(values.get, srcs))
+        if None in held or "input" in set(map(_BUFFER, dsts)) or not _plain_times(times):
+            return False
+        if any(map(eq, srcs, dsts)) or not set(dsts).isdisjoint(srcs):
+            return False
+        if self._links is not None:
+            pairs = set(zip(map(_RANK, srcs), map(_RANK, dsts), strict=True))
+            if any(p[0] != p[1] and p not in self._links for p in pairs):  # a rank's own copy needs none
+                return False
+        srcs, dsts = _slots(srcs), _slots(dsts)
+        values.update(zip(dsts, held, strict=True))
+        slices = self._slices
+        for rank, buffer, index in (d for d in dsts if d[1] != "output"):
+            slices[rank][buffer] = max(slices[rank].get(buffer, 0), index + 1)
+        none = repeat(None)
+        self._ops.extend(map(_op, zip(repeat("copy"), srcs, dsts, repeat(1), none, none, none, none, times)))
+        return True
 
     def _unlinked(self, ops: list[SlotOp]) -> set[tuple[int, int]]:
         """The ``(src rank, dst rank)`` pairs of ``ops`` without a link (asked once per pair, not per

@@ -27,18 +27,22 @@ a multi-link connection (DGX-1's doubled NVLinks) one after the other on one thr
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from itertools import chain, compress, islice, repeat
+from operator import add, attrgetter
 
 from codegen.dsl import ChunkProgram
 from codegen.dsl_ops import SlotOp, slot
 from common.gc_pause import gc_paused
-from synth.algorithm import Algorithm, Provenance, Send, Step
+from synth.algorithm import Algorithm, Provenance, Send, Step, made_sends
 from synth.cost import chunk_bytes, model_ordered, start_times
 from synth.timing import IDEAL, Params, model_params
 from topologies import Topology, TopologyError, load
 
-Times = Callable[[Send], tuple[float, float]] | None
+_CHUNK, _SRC, _DST, _START = (attrgetter(k) for k in ("chunk", "src", "dst", "start_us"))
+Times = Callable[[Sequence[Send]], list[tuple[float, float]]] | None
+"""(start, arrival) of each of a list of sends, or None for an untimed schedule."""
 
 __all__ = ["SCHEDULE_SIZE", "lower_algorithm", "retimed"]
 
@@ -60,8 +64,12 @@ def lower_algorithm(
     instances: int = 1,
     protocol: str = "Simple",
     name: str | None = None,
+    like: ChunkProgram | None = None,
 ) -> ChunkProgram:
-    """A DSL program doing what ``algo`` does (checked symbolically before it is returned)."""
+    """A DSL program doing what ``algo`` does (checked symbolically before it is returned).
+    ``like``: a program lowered before with the same options from the same sends at other times
+    (a schedule and its re-timed copy, ``runtime.choice``); where it is a copy-only collective's,
+    its slots and operations are taken at this schedule's times rather than lowered again."""
     if topology is None:
         try:
             topology = load(algo.topology)
@@ -76,6 +84,9 @@ def lower_algorithm(
     times = _schedule_times(algo, topology)
     if times is not None and topology is not None:
         prog.ports = _ports(algo, topology)
+    again = _again(like, prog, algo, times) if like is not None else None
+    if again is not None:
+        return again
     if algo.collective.combining:
         _Combining(prog, algo, times).run()
     else:
@@ -124,10 +135,13 @@ def _started(algo: Algorithm, starts: Iterable[float]) -> tuple[Step, ...]:
     """``algo``'s steps with each send started at the next of ``starts`` (a ``Send`` made
     directly: ``dataclasses.replace`` per send was a second of a 512-rank lowering)."""
     at = iter(starts)
-    return tuple(
-        replace(step, sends=tuple(Send(x.chunk, x.src, x.dst, x.op, next(at)) for x in step.sends))
-        for step in algo.steps
-    )
+    return tuple(replace(step, sends=_sends_at(step.sends, list(islice(at, len(step.sends))))) for step in algo.steps)
+
+
+def _sends_at(sends: tuple[Send, ...], starts: list[float]) -> tuple[Send, ...]:
+    """``sends`` started at ``starts``, made a field at a time (:func:`synth.algorithm.made_sends`)."""
+    columns = [list(map(attrgetter(name), sends)) for name in ("chunk", "src", "dst", "op")]
+    return made_sends(*columns, starts)
 
 
 def _whole(x: float) -> float | int:
@@ -147,13 +161,16 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
     params = _made_in(algo)
     delays: dict[tuple[int, int], float | None] = {}  # per connection: every send moves one chunk
 
-    def times(s: Send) -> tuple[float, float]:
-        pair = (s.src, s.dst)
-        if pair not in delays:
+    def times(sends: Sequence[Send]) -> list[tuple[float, float]]:
+        """Each send's, a field at a time (one call per send was a second at 512 ranks)."""
+        pairs = list(zip(map(_SRC, sends), map(_DST, sends), strict=True))
+        for pair in set(pairs).difference(delays):
             link = logical.links.get(pair) if logical is not None else None
             delays[pair] = None if link is None else params.delay_us(link, nbytes)
-        delay = delays[pair]
-        return (s.start_us, s.start_us if delay is None else s.start_us + delay)
+        starts, found = list(map(_START, sends)), list(map(delays.__getitem__, pairs))
+        if None in found:  # a pair without a link (a topology file we cannot find): lands at once
+            return [(t, t if d is None else t + d) for t, d in zip(starts, found, strict=True)]
+        return list(zip(starts, map(add, starts, found), strict=True))
 
     return times
 
@@ -170,6 +187,43 @@ def _ports(algo: Algorithm, topology: Topology) -> tuple[tuple[int, int, int, fl
         (a, b, ids.setdefault(e, len(ids)), logical.links[(a, b)].alpha_us, logical.resources[e].count)
         for (a, b), e in edges.items()
     )
+
+
+def _again(like: ChunkProgram, prog: ChunkProgram, algo: Algorithm, times: Times) -> ChunkProgram | None:
+    """``like`` with ``algo``'s times, where it is what lowering ``algo`` into the empty ``prog``
+    makes but for them: a copy-only collective's program lowered (each op the initial copy or a
+    send, :attr:`ChunkProgram.lowered`) with the same options from the same sends."""
+    if like.lowered is None or algo.collective.combining:
+        return None
+    if like.topology is not prog.topology or like.collective is not prog.collective:
+        return None
+    if any(getattr(like, k) != getattr(prog, k) for k in ("name", "instances", "protocol", "inplace")):
+        return None
+    steps, sent = like.lowered
+    fields = attrgetter("chunk", "src", "dst", "op")
+    if len(steps) != len(algo.steps) or any(
+        list(map(fields, a.sends)) != list(map(fields, b.sends)) for a, b in zip(steps, algo.steps, strict=True)
+    ):
+        return None
+    if times is None:
+        at: list = [None] * len(sent)
+    else:
+        sends = list(chain.from_iterable(step.sends for step in algo.steps))
+        whens = iter(times([sends[i] for i in sent if i >= 0]))
+        at = [(0.0, 0.0) if i < 0 else next(whens) for i in sent]
+    again = like.with_times(at)
+    if again is None:  # a time the recording refuses: lowered again, to say why
+        return None
+    again.model_timed, again.ports, again.lowered = prog.model_timed, prog.ports, (algo.steps, sent)
+    again.verify()
+    return again
+
+
+
+
+def _outputs(got: list[tuple[int, int]], out_slot: dict[tuple[int, int], int]) -> Iterable:
+    """``((rank, chunk), output slot or None)`` of each of ``got``."""
+    return zip(got, map(out_slot.get, got), strict=True)
 
 
 class _Scratch:
@@ -192,78 +246,93 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
             if cid is not None:
                 out_slot.setdefault((r, cid), j)
     copy = prog.copy_slot  # the slots are the collective's and fresh scratch: no references made
+    sent: list[int] = []  # per copy recorded, the send it makes (-1: a rank's own chunk)
     for r in range(n):
         for j, cid in enumerate(coll.inputs[r]):
             if cid is not None:
                 where[(r, cid)] = (r, "input", j)
                 if (r, cid) in out_slot:
                     copy((r, "input", j), r, "output", out_slot[(r, cid)], None if times is None else (0.0, 0.0))
-    for step in algo.steps:  # the step's copies recorded in one call (ChunkProgram.record_slots)
-        got, copies = [], []
-        for s in step.sends:
-            key = (s.dst, s.chunk)  # made once per send: 261,632 of them at 512 ranks
-            if key in where:
-                continue  # the receiver holds it already: nothing to move
-            j = out_slot.get(key)
-            buffer, index = ("output", j) if j is not None else scratch.take(s.dst)
-            got.append(key)
-            dst = slot((s.dst, buffer, index))
-            copies.append(("copy", where[(s.src, s.chunk)], dst, None, None if times is None else times(s)))
-        prog.record_slots(copies)
-        where.update(zip(got, (c[2] for c in copies), strict=True))
+                    sent.append(-1)
+    at = 0  # the step's first send's place among all sends
+    for step in algo.steps:  # the step's copies made a field at a time, recorded in one call
+        keys = list(zip(map(_DST, step.sends), map(_CHUNK, step.sends), strict=True))
+        fresh = [key not in where for key in keys]  # else the receiver holds it already: no move
+        moved, got = list(compress(step.sends, fresh)), list(compress(keys, fresh))
+        take = scratch.take  # where the receiver has no output slot for the chunk (j None)
+        dsts = [slot((d, "output", j) if j is not None else (d, *take(d))) for (d, _), j in _outputs(got, out_slot)]
+        srcs = list(map(where.__getitem__, zip(map(_SRC, moved), map(_CHUNK, moved), strict=True)))
+        when = times(moved) if times is not None else repeat(None)
+        prog.record_slots(list(zip(repeat("copy"), srcs, dsts, repeat(None), when)))
+        sent.extend(compress(range(at, at + len(keys)), fresh))
+        where.update(zip(got, dsts, strict=True))
+        at += len(keys)
+    if len(sent) == prog.num_ops:  # each copy recorded as one op (in place, some are not)
+        prog.lowered = (algo.steps, sent)
 
 
 class _Combining:
+    """The lowering of a combining collective. What it keeps per ``(rank, address)`` (where the
+    partial sum is, its home slot) lies in lists at ``rank * addresses + address``: dicts keyed by
+    the pairs, hashed three times per send, were half a 512-rank allreduce's lowering."""
+
     def __init__(self, prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
         self.prog = prog
         self.algo = algo
         self.times = times
         coll = algo.collective
-        n = coll.num_ranks
+        n, width = coll.num_ranks, coll.num_addresses
+        self.width = width
         self.scratch = _Scratch(n)
-        self.partial: dict[tuple[int, int], Where] = {}
-        self.out_slot: dict[tuple[int, int], int] = {}
-        self.homes: dict[tuple[int, int], Where] = {}
+        self.partial: list[Where | None] = [None] * (n * width)
+        self.out_slot: dict[int, int] = {}  # rank * width + address -> its first output slot
+        self.homes: list[Where | None] = [None] * (n * width)
         for r in range(n):
             for j, cid in enumerate(coll.inputs[r]):
                 if cid is not None:
-                    self.partial[(r, coll.chunks[cid].address)] = ("input", j)
+                    self.partial[r * width + coll.chunks[cid].address] = ("input", j)
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is not None:
-                    self.out_slot.setdefault((r, addr), j)
+                    self.out_slot.setdefault(r * width + addr, j)
+        if not prog.inplace:  # each output's home is its slot: found once here, not per first send
+            for key, j in self.out_slot.items():
+                self.homes[key] = ("output", j)
 
     def home(self, rank: int, addr: int) -> Where:
-        key = (rank, addr)
-        if key not in self.homes:
-            if key in self.out_slot:
-                # in place the input slot is the output slot: reduce where the contribution lies
-                self.homes[key] = self.partial[key] if self.prog.inplace else ("output", self.out_slot[key])
+        key = rank * self.width + addr
+        found = self.homes[key]
+        if found is None:
+            j = self.out_slot.get(key)
+            if j is not None:  # in place the input slot is the output slot: reduce where the contribution lies
+                found = self.partial[key] if self.prog.inplace else ("output", j)
             else:
-                self.homes[key] = self.scratch.take(rank)
-        return self.homes[key]
+                found = self.scratch.take(rank)
+            self.homes[key] = found
+        return found
 
     def run(self) -> None:
         """Each step's operations recorded in one call (:meth:`ChunkProgram.record_slots`), then
         each output slot copied from where its partial ended, where that is not the slot."""
         timed = self.times is not None
         landed: dict[tuple[int, int], float] = {}  # (rank, address) -> when its partial was last written
-        partial = self.partial
+        partial, width = self.partial, self.width
         for step in self.algo.steps:
             order, diverted = _step_order(step.sends)
-            whens = list(map(self.times, order)) if timed else [None] * len(order)
+            whens = self.times(order) if timed else [None] * len(order)
             if diverted:
                 ops = self.diverting(order, diverted, whens)
             else:  # every send reads its source before any send of the step writes it
-                data = [(s.src, *partial[(s.src, s.chunk)]) for s in order]
+                data = [(s.src, *partial[s.src * width + s.chunk]) for s in order]
                 ops = self.ops(zip(order, data, whens, strict=True))
             if timed:
                 landed.update(((s.dst, s.chunk), when[1]) for s, when in zip(order, whens, strict=True))
             self.prog.record_slots(ops)
         finals: list[SlotOp] = []
-        for (r, addr), j in sorted(self.out_slot.items()):
-            if partial[(r, addr)] != self.home(r, addr):
+        for key, j in sorted(self.out_slot.items()):  # by (rank, address)
+            r, addr = divmod(key, width)
+            if partial[key] != self.home(r, addr):
                 at = landed.get((r, addr), 0.0)
-                finals.append(("copy", (r, *partial[(r, addr)]), (r, "output", j), None, (at, at) if timed else None))
+                finals.append(("copy", (r, *partial[key]), (r, "output", j), None, (at, at) if timed else None))
         self.prog.record_slots(finals)
 
     def diverting(self, order: list[Send], diverted: set[Send], whens: list) -> list[SlotOp]:
@@ -271,7 +340,7 @@ class _Combining:
         after the step's other sends."""
         out, later = [], []
         for s, when in zip(order, whens, strict=True):
-            src = (s.src, *self.partial[(s.src, s.chunk)])
+            src = (s.src, *self.partial[s.src * self.width + s.chunk])
             if s in diverted:
                 temp = (s.dst, *self.scratch.take(s.dst))
                 out.append(("copy", src, temp, None, when))
@@ -283,12 +352,12 @@ class _Combining:
     def ops(self, moves: Iterable[tuple[Send, Slot, tuple[float, float] | None]]) -> list[SlotOp]:
         """Per ``(s, data, time)``: ``s.dst``'s partial of ``s.chunk`` := itself (op) ``data``
         (reduce) or ``data`` (copy)."""
-        partial, homes, home = self.partial, self.homes, self.home
+        partial, homes, home, width = self.partial, self.homes, self.home, self.width
         out: list[SlotOp] = []
         for s, data, time in moves:
             dst = s.dst
-            key = (dst, s.chunk)
-            target = homes.get(key) or home(*key)
+            key = dst * width + s.chunk
+            target = homes[key] or home(dst, s.chunk)
             held = partial[key]
             partial[key] = target
             if s.op == "copy":

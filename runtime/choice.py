@@ -571,7 +571,8 @@ def compile_choosing(
     lowered = lower_algorithm(algo, topology, inplace=inplace)
 
     def compiled(v: Variant) -> T:
-        program = lower_algorithm(schedule_of(algo, topology, v), topology, inplace=inplace) if v.retimed else lowered
+        again = schedule_of(algo, topology, v) if v.retimed else None
+        program = lowered if again is None else lower_algorithm(again, topology, inplace=inplace, like=lowered)
         return run(between_machines(program, topology) if v.machine_ports else program, v)
 
     wider = WIDER if channels is None else ()

@@ -10,9 +10,13 @@ slot (``copy``) or reduces into it (``reduce``).
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +29,7 @@ from synth.errors import AlgorithmFormatError
 if TYPE_CHECKING:
     from topologies.model import Topology
 
-__all__ = ["FORMAT", "OPS", "Algorithm", "Provenance", "Send", "Step", "algorithm_name"]
+__all__ = ["FORMAT", "OPS", "Algorithm", "Provenance", "Send", "Step", "algorithm_name", "made_sends"]
 
 FORMAT = "xccl-algorithm/1"
 OPS = ("copy", "reduce")
@@ -37,8 +41,11 @@ def algorithm_name(collective: str, topology: str, steps: int, rounds: int, chun
     return f"{collective}-{topology}-s{steps}-r{rounds}-c{chunks}"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Send:
+    """One chunk sent from ``src`` to ``dst`` (slots, no ``__dict__``: a 512-rank allreduce holds
+    523,264 of them, made three times as fast and 60 MB smaller)."""
+
     chunk: int
     src: int
     dst: int
@@ -208,6 +215,42 @@ class Algorithm:
         return "\n".join(lines)
 
 
+def _plain_sends(sends: list) -> tuple[Send, ...] | None:
+    """The sends of a step whose every send :meth:`_Fields.send` plainly accepts (lists of three
+    ``int`` >= 0 and an op, all with or all without a finite start >= 0), checked and made column
+    by column in C; None where any send is otherwise, for the per-send path to report or accept
+    (a 512-rank allreduce's 523,264 sends one by one were 2 s of its load)."""
+    if not sends:
+        return ()
+    if set(map(type, sends)) != {list} or len(lengths := set(map(len, sends))) != 1 or lengths - {4, 5}:
+        return None
+    columns = list(zip(*sends, strict=True))
+    for numbers in columns[:3]:
+        if set(map(type, numbers)) != {int} or min(numbers) < 0:
+            return None
+    if set(map(type, columns[3])) != {str} or not set(columns[3]) <= set(OPS):
+        return None
+    starts = columns[4] if len(columns) == 5 else (None,) * len(sends)
+    if len(columns) == 5:
+        finite = set(map(type, starts)) <= {int, float} and all(map(math.isfinite, starts))
+        if not finite or min(starts) < 0:
+            return None
+        starts = tuple(map(float, starts))
+    return made_sends(*columns[:4], starts)
+
+
+def made_sends(
+    chunks: Sequence[int], srcs: Sequence[int], dsts: Sequence[int], ops: Sequence[str], starts: Sequence[float | None]
+) -> tuple[Send, ...]:
+    """``Send(chunk, src, dst, op, start)`` of each, every field set through its slot as the frozen
+    ``__init__`` sets it, but a column at a time in C rather than one call per send."""
+    made = tuple(map(object.__new__, repeat(Send, len(chunks))))
+    names = ("chunk", "src", "dst", "op", "start_us")
+    for name, column in zip(names, (chunks, srcs, dsts, ops, starts), strict=True):
+        deque(map(getattr(Send, name).__set__, made, column), maxlen=0)
+    return made
+
+
 class _Fields(Fields):
     """The algorithm's own compound fields: collective, steps, sends, provenance."""
 
@@ -232,7 +275,10 @@ class _Fields(Fields):
         rounds = self.integer(step["rounds"], f"{field}.rounds", 1)
         if not isinstance(step["sends"], list):
             raise self.fail(f"{field}.sends", "a list of sends")
-        return Step(rounds, tuple(self.send(s, f"{field}.sends[{j}]") for j, s in enumerate(step["sends"])))
+        sends = _plain_sends(step["sends"])
+        if sends is None:  # something to report (or an unusual value): send by send, in order
+            sends = tuple(self.send(s, f"{field}.sends[{j}]") for j, s in enumerate(step["sends"]))
+        return Step(rounds, sends)
 
     def send(self, s: Any, field: str) -> Send:
         if not isinstance(s, list) or len(s) not in (4, 5) or s[3] not in OPS:

@@ -10,11 +10,17 @@ then any link or shared resource loaded past its capacity times the step's round
 reaching a rank from several sends; at the end every postcondition. Where a collective does not
 combine, each address holds one chunk, so a copy can never discard a contribution (the verifier's
 other copy check) and holding is a bit.
+
+A combining collective is replayed on arrays first too (:func:`replayed_combining`: what each rank
+holds of each address as a packed bitset of contributions), but only to pass it: where any check
+fails there, :func:`synth.verify.final_state` replays it send by send to name the first fault.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,11 +29,12 @@ from common.arrays import distinct
 from synth.errors import VerificationError
 
 if TYPE_CHECKING:
+    from synth.algorithm import Algorithm, Send
     from synth.collectives import Collective
     from topologies.logical import Overload
     from topologies.model import Topology
 
-__all__ = ["Pairs", "copy_only", "replay_copies"]
+__all__ = ["Pairs", "copy_only", "replay_copies", "replayed_combining", "step_columns"]
 
 
 def copy_only(collective: Collective) -> bool:
@@ -223,3 +230,131 @@ def _check_posts(name: str, collective: Collective, holds: np.ndarray) -> None:
     if first is not None:
         cid, rank = first
         raise VerificationError(f"{name}: postcondition: rank {rank} never gets chunk {cid}")
+
+
+def step_columns(sends: Sequence[Send]) -> tuple[np.ndarray, np.ndarray] | None:
+    """A step's sends as rows ``(chunk, src, dst)`` and op codes (0 copy, 1 reduce, 2 another op),
+    read a field at a time in C; None where a field is not a plain ``int`` (a Python caller's
+    float, bool or huge int), which only the per-send checks may judge."""
+    m = len(sends)
+    block = np.empty((m, 3), dtype=np.int64)
+    for k, name in enumerate(("chunk", "src", "dst")):
+        column = list(map(attrgetter(name), sends))
+        if m and set(map(type, column)) != {int}:
+            return None
+        try:
+            block[:, k] = column
+        except OverflowError:  # beyond int64: out of range, as the per-send checks will say
+            return None
+    names = list(map(attrgetter("op"), sends))
+    kinds = set(map(type, names))
+    if kinds - {str}:
+        return None
+    found = set(names)
+    if found <= {"copy"}:
+        ops = np.zeros(m, dtype=np.int64)
+    elif found == {"reduce"}:
+        ops = np.ones(m, dtype=np.int64)
+    else:
+        ops = np.array([_OP_CODES.get(op, 2) for op in names], dtype=np.int64)
+    return block, ops
+
+
+_OP_CODES = {"copy": 0, "reduce": 1}
+
+
+def replayed_combining(algo: Algorithm, topology: Topology) -> bool:
+    """Whether the combining ``algo`` replays on ``topology`` with no fault at all, every check of
+    :func:`synth.verify.final_state` and the postconditions made on arrays: what each rank holds of
+    each address is a packed bitset of contributions (``state[rank, address, word]``), each step
+    one gather, one grouping by ``(dst, address)`` and one scatter. False: some check fails, or
+    the schedule is not one this path reads (:func:`step_columns`) or the state would be large;
+    then the per-send replay, which names the first fault, must judge it (a 512-rank allreduce's
+    523,264 sends one by one took 2 s)."""
+    coll = algo.collective
+    n, addresses = coll.num_ranks, coll.num_addresses
+    words = max(1, -(-max(map(len, coll.contributions), default=1) // 64))
+    if topology.num_ranks != n or n * addresses * words > _MAX_WORDS or not coll.combining:
+        return False
+    columns = [step_columns(step.sends) for step in algo.steps]
+    if any(c is None for c in columns) or any(step.rounds < 1 for step in algo.steps):
+        return False
+    blocks = [block for block, _ in columns]
+    for block in blocks:
+        chunk, src, dst = block[:, 0], block[:, 1], block[:, 2]
+        ranks_ok = (src >= 0) & (src < n) & (dst >= 0) & (dst < n) & (src != dst)
+        if not (ranks_ok.all() and ((chunk >= 0) & (chunk < addresses)).all()):
+            return False
+    pairs = Pairs(topology, blocks)
+    state = _packed_initial(coll, words)
+    for (block, ops), step in zip(columns, algo.steps, strict=True):
+        if len(block) and not _packed_step(state, block, ops, step.rounds, pairs):
+            return False
+    needed, post_addr, post_rank = _packed_posts(coll, words)
+    return bool((state[post_rank, post_addr] == needed[post_addr]).all())
+
+
+_MAX_WORDS = 1 << 27
+"""The most 64-bit words :func:`replayed_combining` holds its state in (1 GB)."""
+
+
+def _packed_initial(coll: Collective, words: int) -> np.ndarray:
+    """``state[rank, address, word]`` before the first step: each chunk's bit at its precondition's ranks."""
+    state = np.zeros((coll.num_ranks, coll.num_addresses, words), dtype=np.uint64)
+    chunks = coll.chunks
+    pres = list(map(attrgetter("pre"), chunks))
+    lengths = np.fromiter(map(len, pres), dtype=np.int64, count=len(chunks))
+    ranks = np.fromiter(chain.from_iterable(pres), dtype=np.int64, count=int(lengths.sum()))
+    addr = np.repeat(
+        np.fromiter(map(attrgetter("address"), chunks), dtype=np.int64, count=len(chunks)), lengths
+    )
+    bits = np.repeat(np.array(coll.contribution_bits, dtype=np.int64), lengths)
+    masks = np.left_shift(np.uint64(1), (bits & 63).astype(np.uint64))
+    np.bitwise_or.at(state, (ranks, addr, bits >> 6), masks)
+    return state
+
+
+def _packed_step(state: np.ndarray, block: np.ndarray, ops: np.ndarray, rounds: int, pairs: Pairs) -> bool:
+    """Apply one step to ``state`` where none of its sends fails a check: a link, the chunk held
+    at the source, the capacity, one copy alone (keeping what it replaces) or reductions of
+    disjoint contributions per ``(dst, address)``."""
+    chunk, src, dst = block[:, 0], block[:, 1], block[:, 2]
+    if (ops > 1).any() or not pairs.linked[pairs.index(src, dst)].all():
+        return False
+    held = state[src, chunk]
+    if not held.any(axis=1).all() or pairs.overloaded(block, rounds) is not None:
+        return False
+    key = dst * state.shape[1] + chunk
+    order = np.argsort(key, kind="stable")
+    key, held, copies = key[order], held[order], ops[order] == 0
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    counts = np.diff(np.r_[starts, len(key)])
+    copied = np.logical_or.reduceat(copies, starts)
+    if (copied & (counts > 1)).any():
+        return False
+    at = (dst[order][starts], chunk[order][starts])
+    before = state[at]
+    union = np.bitwise_or.reduceat(held, starts, axis=0)
+    lost = (before & ~union).any(axis=1) & copied
+    ones = np.add.reduceat(np.bitwise_count(held).sum(axis=1, dtype=np.int64), starts)
+    ones += np.bitwise_count(before).sum(axis=1, dtype=np.int64)
+    twice = ~copied & (ones != np.bitwise_count(before | union).sum(axis=1, dtype=np.int64))
+    if (lost | twice).any():
+        return False
+    state[at] = np.where(copied[:, None], union, before | union)
+    return True
+
+
+def _packed_posts(coll: Collective, words: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What each address must end with (every contribution's bit) and the ``(address, rank)`` pairs
+    that must hold it, as columns."""
+    needed = np.zeros((coll.num_addresses, words), dtype=np.uint64)
+    for addr, members in enumerate(coll.contributions):
+        full, k = divmod(len(members), 64)
+        needed[addr, :full] = np.uint64(2**64 - 1)
+        if k:
+            needed[addr, full] = np.uint64((1 << k) - 1)
+    posts = coll.address_posts
+    lengths = np.fromiter(map(len, posts), dtype=np.int64, count=len(posts))
+    ranks = np.fromiter(chain.from_iterable(posts), dtype=np.int64, count=int(lengths.sum()))
+    return needed, np.repeat(np.arange(len(posts), dtype=np.int64), lengths), ranks

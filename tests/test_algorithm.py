@@ -49,6 +49,47 @@ def test_start_times_survive_json(tmp_path):
     assert [s.start_us for s in again.steps[0].sends] == [0.0, 1.5]
 
 
+def _one_step_doc(sends: list) -> dict:
+    return {
+        "format": "xccl-algorithm/1",
+        "collective": {"name": "allgather", "ranks": 4, "chunks_per_rank": 1},
+        "topology": "ring:4",
+        "schedule": [{"rounds": 1, "sends": sends}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ([1, 1, 2, "move"], r"sends\[3\]: expected \[chunk, src, dst"),
+        ([1, 1, 2], r"sends\[3\]: expected \[chunk, src, dst"),
+        ((1, 1, 2, "copy"), r"sends\[3\]: expected \[chunk, src, dst"),
+        ([1, -1, 2, "copy"], r"sends\[3\]\[1\]: expected an integer >= 0, got -1"),
+        ([1, 1, True, "copy"], r"sends\[3\]\[2\]: expected an integer >= 0, got true"),
+        ([1.0, 1, 2, "copy"], r"sends\[3\]\[0\]: expected an integer >= 0, got 1.0"),
+        ([1, 1, 2, "copy", -0.5], r"sends\[3\]\[4\] \(start time\): expected a finite number"),
+        ([1, 1, 2, "copy", float("inf")], r"sends\[3\]\[4\] \(start time\): .*got Infinity"),
+        ([1, 1, 2, "copy", "0"], r"sends\[3\]\[4\] \(start time\): .*got \"0\""),
+    ],
+)
+def test_a_bad_send_among_good_ones_is_named(bad, message):
+    """A step's sends are read column by column; the first bad one is still named, as alone."""
+    timed = len(bad) == 5
+    good = [[0, 0, 1, "copy", 0.0] if timed else [0, 0, 1, "copy"] for _ in range(3)]
+    with pytest.raises(AlgorithmFormatError, match=r"algo.json: schedule\[0\]\." + message):
+        Algorithm.from_dict(_one_step_doc([*good, bad, good[0]]), where="algo.json")
+
+
+def test_sends_read_in_bulk_are_those_read_one_by_one():
+    sends = [[0, 0, 1, "copy", 1], [1, 1, 2, "copy", 2.5], [2, 3, 2, "copy", 0]]
+    (step,) = Algorithm.from_dict(_one_step_doc(sends)).steps
+    assert step.sends == (Send(0, 0, 1), Send(1, 1, 2), Send(2, 3, 2))
+    assert [type(s.start_us) for s in step.sends] == [float] * 3  # as the reader gives them
+    assert [s.start_us for s in step.sends] == [1.0, 2.5, 0.0]
+    mixed = Algorithm.from_dict(_one_step_doc([[0, 0, 1, "copy"], [1, 1, 2, "copy", 2.5]])).steps[0]
+    assert [s.start_us for s in mixed.sends] == [None, 2.5]
+
+
 def test_dropped_send_breaks_the_postcondition(ring_ag):
     topo, algo = ring_ag
     with pytest.raises(VerificationError, match=r"postcondition: rank .* never gets chunk"):

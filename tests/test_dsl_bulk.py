@@ -3,6 +3,7 @@ per-call path records, refuses what it refuses with its message, and compiles to
 
 from __future__ import annotations
 
+import math
 import random
 import re
 
@@ -76,6 +77,80 @@ def test_record_slots_refuses_what_the_per_call_path_refuses(op, message):
     with pytest.raises(DslError, match=message):
         bulk.record_slots([first, op, first])
     _same(one, bulk)  # what came before the refused op is recorded, nothing after it
+
+
+_COPIES = [  # ring:4 allgather: rank r's input holds chunk r; links to r +- 1
+    ("copy", (0, "input", 0), (1, "scratch", 0), None, (0.0, 1.0)),
+    ("copy", (1, "input", 0), (1, "output", 1), None, (0.0, 0.0)),  # a rank's own: no link needed
+    ("copy", (2, "input", 0), (3, "relay", 2), None, None),  # a named slice, past its end
+    ("copy", (3, "input", 0), (0, "output", 3), None, (0.5, 2.0)),
+]
+_LATER = [
+    ("copy", (1, "scratch", 0), (2, "output", 0), None, (1.0, 2.0)),
+    ("copy", (3, "relay", 2), (3, "output", 2), None, (2.0, 2.0)),
+    ("copy", (0, "output", 3), (1, "scratch", 0), None, (2.0, 3.0)),  # overwrites what another reads
+]
+
+
+@pytest.mark.parametrize(
+    "batches",
+    [
+        [_COPIES, _LATER],  # each batch reads only what the batches before wrote: recorded in bulk
+        [_COPIES + _LATER],  # reads of what the batch writes: one by one
+        [[*_COPIES, ("copy", (1, "output", 1), (1, "output", 1), None, None)]],  # onto itself: dropped
+        [[*_COPIES[:1], ("copy", (0, "input", 0), (1, "scratch", 1), None, (2, 3))]],  # int times
+        [[], _COPIES, [_COPIES[0], _COPIES[0]]],  # the same slot written twice
+    ],
+)
+def test_batches_of_copies_record_what_copy_slot_records(batches):
+    one, bulk = (ChunkProgram("ag", "ring:4", "allgather") for _ in range(2))
+    for ops in batches:
+        _one_by_one(one, ops)
+        bulk.record_slots(ops)
+    _same(one, bulk)
+    assert bulk._ops == one._ops and bulk._slices == one._slices
+
+
+@pytest.mark.parametrize(
+    ("op", "message"),
+    [
+        (("copy", (0, "input", 0), (2, "scratch", 0), None, None), "has no link 0 -> 2"),
+        (("copy", (1, "scratch", 5), (0, "output", 0), None, None), re.escape("copy source rank 1 scratch[5]")),
+        (("copy", (1, "input", 0), (0, "input", 0), None, None), "the input of an out-of-place call is read-only"),
+        (("copy", (1, "input", 0), (0, "output", 1), None, (2.0, 1.0)), re.escape("got (2.0, 1.0)")),
+    ],
+)
+def test_a_batch_of_copies_refuses_what_copy_slot_refuses(op, message):
+    one, bulk = (ChunkProgram("ag", "ring:4", "allgather") for _ in range(2))
+    with pytest.raises(DslError, match=message):
+        _one_by_one(one, [*_COPIES, op])
+    with pytest.raises(DslError, match=message):
+        bulk.record_slots([*_COPIES, op, _COPIES[0]])
+    _same(one, bulk)
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        [None, None],
+        [(0.0, 1.0), (1.0, 1.0), (0.5, math.inf)],
+        [(0.0, 1.0), (2.0, 1.0)],
+        [(-0.0, 0.0)],
+        [(-1.0, 0.0)],
+        [(0.0, 1.0), (math.nan, 1.0)],
+        [(math.nan, 1.0), (0.0, 1.0)],
+        [(0.0, math.nan)],
+        [(0, 1)],
+        [(0.0, 1.0), None],
+        [(0.0,)],
+        [[0.0, 1.0]],
+        [(True, 1.0)],
+    ],
+)
+def test_times_are_judged_in_bulk_as_one_by_one(times):
+    from codegen.dsl_ops import _plain_time, _plain_times
+
+    assert _plain_times(times) == all(map(_plain_time, times))
 
 
 def _random_program(seed: int) -> ChunkProgram:

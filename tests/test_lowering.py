@@ -3,8 +3,10 @@ combining collectives reduce into the right buffer; a step's sends all read the 
 
 from __future__ import annotations
 
+import pytest
 from codegen_helpers import compile_and_run, steps_of
 
+from codegen.errors import DslError
 from codegen.ir import Buffer, OpType
 from codegen.lower import lower_algorithm
 from synth.algorithm import Algorithm, Send, Step
@@ -91,3 +93,43 @@ def test_the_chunk_dag_lists_its_edges_in_their_order_once_each():
         deps = lower_algorithm(algo, topo).chunk_dag().deps
         assert deps and list(deps) == sorted(deps)
         assert len({(d.pred, d.succ, d.pred_side, d.succ_side) for d in deps}) == len(deps)
+
+
+def _fields(prog) -> tuple:
+    return (prog._ops, prog._values, prog._slices, prog.ports, prog.model_timed, prog.info())
+
+
+def test_a_retimed_schedule_lowered_like_its_first_lowering_is_the_program_lowered_afresh(monkeypatch):
+    """The re-timed copy of a schedule (runtime.choice) moves the same chunks between the same
+    slots: lowered ``like`` the first program it takes its ops at the new times, the same program
+    as lowering it afresh makes, and leaves the first as it was."""
+    from codegen.lower import retimed
+    from synth.timing import DEFAULT
+
+    topo = load("dgx1")
+    algo = make_baseline("ring", topo, make_collective("alltoall", 8))
+    first = lower_algorithm(algo, topo)
+    before = _fields(first)
+    again = retimed(algo, topo, 1 << 20, DEFAULT)
+    afresh = lower_algorithm(again, topo)
+    with monkeypatch.context() as m:  # not lowered again: its ops are the first program's
+        m.setattr("codegen.lower._lower_copies", None)
+        shared = lower_algorithm(again, topo, like=first)
+    assert shared is not first and shared._ops is not first._ops
+    assert _fields(shared) == _fields(afresh)
+    assert _fields(first) == before
+    assert all(op.time is not None for op in shared._ops)
+    compile_and_run(shared)
+
+
+def test_lowering_like_a_program_of_other_sends_lowers_afresh():
+    topo = load("ring:4")
+    algo = make_baseline("ring", topo, make_collective("allgather", 4))
+    first = lower_algorithm(algo, topo)
+    assert _fields(lower_algorithm(algo, topo, like=first)) == _fields(first)
+    reordered = Algorithm(algo.collective, algo.topology, tuple(Step(st.rounds, st.sends[::-1]) for st in algo.steps))
+    assert _fields(lower_algorithm(reordered, topo, like=first)) == _fields(lower_algorithm(reordered, topo))
+    assert _fields(lower_algorithm(reordered, topo, like=first)) != _fields(first)
+    starts = [Step(st.rounds, tuple(Send(s.chunk, s.src, s.dst, s.op, -1.0) for s in st.sends)) for st in algo.steps]
+    with pytest.raises(DslError, match=r"time: expected \(start, arrival\)"):  # refused as afresh
+        lower_algorithm(Algorithm(algo.collective, algo.topology, tuple(starts)), topo, like=first)

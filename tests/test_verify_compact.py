@@ -95,6 +95,38 @@ def test_compact_verifier_agrees_with_the_set_based_one_on_wrong_schedules(name,
     assert sum(v != "verified" for v in verdicts) >= 30  # most mutations break the schedule
 
 
+@pytest.mark.parametrize(
+    ("name", "algo", "topo"),
+    [i for i in _instances() if i[1].collective.combining],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
+def test_the_packed_replay_passes_exactly_what_the_set_based_verifier_passes(name, algo, topo):
+    """The arrays' replay of a combining schedule (which the per-send one only follows to name a
+    fault) passes a correct schedule and fails every wrong one, not one more or less."""
+    from synth.replay import replayed_combining
+
+    assert replayed_combining(algo, topo)
+    for bad in _mutants(algo, random.Random(name), 40):
+        assert replayed_combining(bad, topo) == (_outcome(verify_reference.verify, bad, topo) == "verified")
+
+
+def test_the_packed_replay_holds_more_than_64_contributions_per_address():
+    """An address summed over 70 ranks takes two words per rank: a reduce and a broadcast over a line."""
+    from synth.replay import replayed_combining
+
+    n = 70
+    topo, coll = T.line(n), make_collective("allreduce", n, 1)
+    steps = [Step(1, (Send(0, r, r + 1, "reduce"),)) for r in range(n - 1)]
+    steps += [Step(1, (Send(0, r, r - 1, "copy"),)) for r in range(n - 1, 0, -1)]
+    algo = Algorithm(coll, topo.name, tuple(steps))
+    assert replayed_combining(algo, topo)
+    algo.verify(topo)
+    twice = Algorithm(coll, topo.name, (*steps[:1], *steps))
+    assert not replayed_combining(twice, topo)
+    with pytest.raises(VerificationError, match="step 1: reduce of chunk 0 from rank 0 into rank 1 counts"):
+        twice.verify(topo)
+
+
 def _ring3(*steps: tuple[Send, ...]) -> Algorithm:
     return Algorithm(make_collective("allreduce", 3, 1), "ring:3", tuple(Step(1, s) for s in steps))
 
