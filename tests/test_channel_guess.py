@@ -117,7 +117,7 @@ def test_rounds_leave_holds_out_of_the_order_of_their_sends_to_the_flows_one_at_
     # on DGX-1 a connection's later send may start earlier: a busy check then searches the holds
     dag = _ordered("dgx1", "allgather")
     flows = ac._flows(dag)
-    pairs = rank_pairs(dag, flows, ac._lone(dag, flows, ac._groups(dag), False), pinned=False)
+    pairs = rank_pairs(dag, flows, ac.lone_arrays(dag, flows, ac._groups(dag), False), pinned=False)
     assert pairs is not None
     assert placed_in_rounds(pairs, (1, MAX_CHANNELS, None), True) is None
     assert placed_in_rounds(pairs, (1, MAX_CHANNELS, None), False) is not None
@@ -144,4 +144,4 @@ def test_a_program_with_fused_ops_is_placed_one_flow_at_a_time():
     groups = ac._groups(dag)
     assert groups  # fused receive-and-send ops pin their threadblocks' peers
     flows = ac._flows(dag)
-    assert rank_pairs(dag, flows, ac._lone(dag, flows, groups, False), pinned=True) is None
+    assert rank_pairs(dag, flows, ac.lone_arrays(dag, flows, groups, False), pinned=True) is None

@@ -28,12 +28,12 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from codegen.errors import CodegenError, DslError
 from codegen.instr_dag import InstrDAG
-from codegen.passes.channel_flows import channel_shares, steps_of
+from codegen.passes.channel_flows import channel_shares, lone_arrays, steps_of
 from codegen.passes.channel_flows import flows_of as _flows
 from codegen.passes.channel_flows import lone_flows as _lone
 from codegen.passes.channel_guess import Pairs, first_channels, placed_in_rounds, rank_pairs
@@ -151,13 +151,18 @@ def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compa
     auto: dict[tuple, int] = defaultdict(int)
     hinted = _SAME_DAG.get([dag], "hinted", lambda: any(ins.channel_hint is not None for ins in dag.instrs))
     flows = _SAME_DAG.get([dag], "flows", lambda: _flows(dag))
-    lone = _SAME_DAG.get([dag], "lone", lambda: _lone(dag, flows, groups, hinted))
     timed = dag.info.model_timed and dag.times is not None
-    pairs = _SAME_DAG.get([dag], "pairs", lambda: rank_pairs(dag, flows, lone, bool(groups) or hinted))
+    pinned = bool(groups) or hinted
+    pairs = _SAME_DAG.get([dag], "pairs", lambda: rank_pairs(dag, flows, lone_arrays(dag, flows, groups, hinted), pinned))
+
+    def lone_of() -> list[tuple | None]:  # built only for flows placed one at a time
+        return _SAME_DAG.get([dag], "lone", lambda: _lone(dag, flows, groups, hinted))
+
     if pairs is not None:
-        made = _assign_pairs(dag, pairs, lone, (channels, max_channels, shares), timed)
+        made = _assign_pairs(dag, pairs, lone_of, (channels, max_channels, shares), timed)
         if made is not None:
             return made
+    lone = lone_of()
     tries = _Tries(max_channels)
     plain = [tries.get(channels, k, True) for k in range(channels)] if shares is None else []  # by turn
     for flow, one in zip(flows, lone, strict=True):
@@ -194,7 +199,7 @@ def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compa
 
 
 def _assign_pairs(
-    dag: InstrDAG, pairs: Pairs, lone: list[tuple | None], width: tuple, timed: bool
+    dag: InstrDAG, pairs: Pairs, lone_of: Callable[[], list[tuple | None]], width: tuple, timed: bool
 ) -> tuple[ChannelDAG, bool] | None:
     """:func:`_assign` where the rank pairs cannot meet (:mod:`codegen.passes.channel_guess`): the
     pairs whose flows all take the channel they try first, at once; the others' flows one at a
@@ -218,6 +223,7 @@ def _assign_pairs(
     taken, tries = _Taken(), _Tries(max_channels)
     plain = [tries.get(channels, k, True) for k in range(channels)] if shares is None else []  # by turn
     flow, recv, turn = pairs.flow.tolist(), pairs.recv.tolist(), pairs.turn.tolist()
+    lone = lone_of() if not fine.all() else []
     for j in np.flatnonzero(~fine).tolist():
         one = lone[flow[j]]
         if shares is None:  # the j-th flow of all takes turn j, that of its connection in a compact layout

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from codegen.chunk_dag import DepKind
 from codegen.instr_dag import InstrDAG
 from codegen.protocols import fifo_calls
 from common.memo import SameObjects
 
-__all__ = ["channel_shares", "flows_of", "lone_flows", "steps_of"]
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["channel_shares", "flows_of", "lone_arrays", "lone_flows", "steps_of"]
 
 _SAME_DAG = SameObjects()
-"""What the last DAG gives every run of the channel assignment: its steps and loads."""
+"""What the last DAG gives every run of the channel assignment: its steps, loads and lone flows."""
 
 
 class _Flows:
@@ -156,13 +160,34 @@ def lone_flows(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], 
     ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
     ``assign_channels._Moves``), the send's hold in a timed program (``InstrDAG.holds``, else 0, 0), its
     instance, and whether a transfer the other way is of its depth (``assign_channels._Taken.by_depth``); else
-    None. Each field is read for all flows at once in NumPy (a tuple built per flow in Python took
-    1.5 s of a 512-rank compile under the profiler)."""
+    None. Built from :func:`lone_arrays` (a tuple built per flow in Python took 1.5 s of a 512-rank
+    compile under the profiler: only the flows placed one at a time read these)."""
+    out: list[tuple | None] = [None] * len(flows)
+    found = lone_arrays(dag, flows, groups, hinted)
+    if found is None:
+        return out
+    lone, fields = found
+    for k, one in zip(lone.tolist(), zip(*(f.tolist() for f in fields[:-1]), strict=True), strict=True):
+        out[k] = one
+    return out
+
+
+def lone_arrays(
+    dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinted: bool
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
+    """The flows :func:`lone_flows` gives a tuple, as arrays: their indices among the flows, and
+    per field of those tuples an array, then one of the receives; None in a program with channel
+    hints or without flows. Each field is read for all flows at once in NumPy, once per DAG
+    (``flows`` and ``groups``: the DAG's, ``flows_of`` and the assignment's pinned groups)."""
+    if hinted or not flows:
+        return None
+    return _SAME_DAG.get([dag], "lone", lambda: _lone_arrays(dag, flows, groups))
+
+
+def _lone_arrays(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple]) -> tuple:
+    """:func:`lone_arrays` of a program without channel hints, with flows."""
     import numpy as np  # not loaded by building the CLI's parser
 
-    out: list[tuple | None] = [None] * len(flows)
-    if hinted or not flows:
-        return out
     instrs, n = dag.instrs, len(dag.instrs)
     match, rank, inst, depth = _fields(dag)
     s = np.fromiter((flow[0] for flow in flows), np.int64, len(flows))
@@ -181,10 +206,7 @@ def lone_flows(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], 
     else:
         start = end = np.zeros(len(s))
     facing = _facing(match, rank, inst, depth)
-    fields = (s, rank[s], rank[r], pos[s], pos[r], depth[s], drained, start, end, inst[s], facing[s])
-    for k, one in zip(lone.tolist(), zip(*(f.tolist() for f in fields), strict=True), strict=True):
-        out[k] = one
-    return out
+    return lone, (s, rank[s], rank[r], pos[s], pos[r], depth[s], drained, start, end, inst[s], facing[s], r)
 
 
 def _fields(dag: InstrDAG):

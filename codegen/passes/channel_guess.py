@@ -60,35 +60,34 @@ class Pairs:
     then :func:`placed_in_rounds` places the flows, not :func:`first_channels`."""
 
 
-def rank_pairs(dag: InstrDAG, flows: list[list[int]], lone: list[tuple | None], pinned: bool) -> Pairs | None:
-    """The lone flows as :class:`Pairs`, or None where the rank pairs may meet otherwise than by
-    a channel's peers (``Pairs.crowded``): a flow that communicates and is not lone, a hint or a
-    pinned threadblock (``pinned``), a hold that does not end after it starts (the busy check then
-    scans), or sends out of the global order."""
+def rank_pairs(dag: InstrDAG, flows: list[list[int]], lone: tuple | None, pinned: bool) -> Pairs | None:
+    """The lone flows (``lone``: ``channel_flows.lone_arrays``) as :class:`Pairs`, or None where
+    the rank pairs may meet otherwise than by a channel's peers (``Pairs.crowded``): a flow that
+    communicates and is not lone, a hint or a pinned threadblock (``pinned``), a hold that does not
+    end after it starts (the busy check then scans), or sends out of the global order."""
     import numpy as np  # not loaded by building the CLI's parser
 
-    if pinned or not any(one is not None for one in lone):
+    if pinned or lone is None or not len(lone[0]):
         return None
+    kept, (s, a, b, ps, pr, d, drained, start, end, inst, facing, recv) = lone
     instrs = dag.instrs
+    is_lone = np.zeros(len(flows), bool)
+    is_lone[kept] = True
     if any(
-        one is None and any(instrs[i].send_match is not None for i in flow)
-        for flow, one in zip(flows, lone, strict=True)
+        not one and any(instrs[i].send_match is not None for i in flow)
+        for flow, one in zip(flows, is_lone.tolist(), strict=True)
     ):
         return None
-    kept = [k for k, one in enumerate(lone) if one is not None]
     ranks = dag.info.num_ranks
-    a, b, inst = (np.fromiter((lone[k][f] for k in kept), np.int64, len(kept)) for f in (1, 2, 9))
-    fields = list(zip(*(lone[k] for k in kept), strict=True))
-    s, _, _, ps, pr, d, drained, start, end, _, facing = (np.asarray(f) for f in fields)
     if (start.size and not np.all(start < end)) or np.any(np.diff(ps) <= 0):
         return None
     codes, connection = np.unique(a * ranks + b, return_inverse=True)
     turn = _running_count(connection)
     _, pair = np.unique(np.minimum(a, b) * ranks + np.maximum(a, b), return_inverse=True)
     return Pairs(
-        flow=np.asarray(kept),
+        flow=kept,
         send=s,
-        recv=np.fromiter((flows[k][1] for k in kept), np.int64, len(kept)),
+        recv=recv,
         connection=connection,
         connections=[(int(c) // ranks, int(c) % ranks) for c in codes.tolist()],
         instance=inst,
