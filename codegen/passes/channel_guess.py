@@ -14,7 +14,9 @@ others' first channels. Such a pair's flows (at 128 ranks of DGX H100 trees 75-1
 placement a compile) are checked at once: on each channel of a connection, receives in the order
 of their sends, no two transfers held at once, and no transfer the other way at the same depth
 where either drains the FIFO (``assign_channels._serializes``). Only the other pairs are placed
-one flow at a time.
+one flow at a time. Where ranks have more peers than a channel holds (at 512 ranks of DGX H100
+every rank has 70), pairs meet only by a channel's peers: :func:`placed_in_rounds` places all
+flows then, given when each side of a channel fills, until those fills settle.
 """
 
 from __future__ import annotations
