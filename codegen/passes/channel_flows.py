@@ -9,16 +9,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from codegen.chunk_dag import DepKind
 from codegen.instr_dag import InstrDAG
 from codegen.protocols import fifo_calls
 from common.memo import SameObjects
 
-__all__ = ["channel_shares", "flows_of", "lone_flows", "steps_of"]
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["channel_shares", "flows_of", "lone_arrays", "lone_flows", "steps_of"]
 
 _SAME_DAG = SameObjects()
-"""What the last DAG gives every run of the channel assignment: its steps and loads."""
+"""What the last DAG gives every run of the channel assignment: its steps, loads and lone flows."""
 
 
 class _Flows:
@@ -69,7 +73,7 @@ def _chains(dag: InstrDAG) -> list[list[int]] | None:
     instrs, n = dag.instrs, len(dag.instrs)
     if any(ins.tb_hint is not None for ins in instrs):
         return None
-    match = np.fromiter((-1 if m is None else m for m in map(attrgetter("send_match"), instrs)), np.int64, n)
+    match = _matches(dag)
     sends = np.flatnonzero(match >= 0)
     if np.bincount(match[sends], minlength=n).max(initial=0) > 1:
         return None
@@ -110,27 +114,24 @@ def channel_shares(dag: InstrDAG, channels: int, max_channels: int) -> dict[tupl
 
 
 def _by_load(dag: InstrDAG) -> dict[int, list[tuple[int, int]]]:
-    """The connections by their load: the steps their busier side takes (:func:`_load`)."""
-    busier: dict[tuple[int, int], int] = {}
-    for (a, b, _), n in _load(dag).items():
-        busier[(a, b)] = max(n, busier.get((a, b), 0))
+    """The connections by their load: the steps their busier side takes, the sending side a step
+    per send and a nop per dependency past one (``steps_of``), the receiving side those of the
+    receives; summed in NumPy (a dict entry per instruction took 0.5-1.6 s of a 512-rank compile)."""
+    import numpy as np  # not loaded by building the CLI's parser
+
+    instrs = dag.instrs
+    steps = np.asarray(steps_of(dag), dtype=np.int64)
+    match, rank, _, _ = _fields(dag)
+    sends = np.flatnonzero(match >= 0)
+    peer = np.fromiter((instrs[i].send_to for i in sends.tolist()), np.int64, len(sends))
+    ranks = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
+    codes, where = np.unique(rank[sends] * ranks + peer, return_inverse=True)
+    sent = np.bincount(where.ravel(), weights=steps[sends], minlength=len(codes))
+    received = np.bincount(where.ravel(), weights=steps[match[sends]], minlength=len(codes))
     out: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for key, n in busier.items():
-        out[n].append(key)
+    for code, n in zip(codes.tolist(), np.maximum(sent, received).astype(np.int64).tolist(), strict=True):
+        out[n].append(divmod(code, ranks))
     return dict(out)
-
-
-def _load(dag: InstrDAG) -> dict[tuple, int]:
-    """Per connection and side, ``(sender, receiver, "send"|"recv")``, the steps it takes."""
-    steps = steps_of(dag)
-    load: dict[tuple, int] = defaultdict(int)
-    for i, ins in enumerate(dag.instrs):
-        if ins.send_match is None:
-            continue
-        key = (ins.rank, ins.send_to)
-        load[(*key, "send")] += steps[i]
-        load[(*key, "recv")] += steps[ins.send_match]
-    return load
 
 
 def steps_of(dag: InstrDAG) -> tuple[int, ...]:
@@ -156,13 +157,34 @@ def lone_flows(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], 
     ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
     ``assign_channels._Moves``), the send's hold in a timed program (``InstrDAG.holds``, else 0, 0), its
     instance, and whether a transfer the other way is of its depth (``assign_channels._Taken.by_depth``); else
-    None. Each field is read for all flows at once in NumPy (a tuple built per flow in Python took
-    1.5 s of a 512-rank compile under the profiler)."""
+    None. Built from :func:`lone_arrays` (a tuple built per flow in Python took 1.5 s of a 512-rank
+    compile under the profiler: only the flows placed one at a time read these)."""
+    out: list[tuple | None] = [None] * len(flows)
+    found = lone_arrays(dag, flows, groups, hinted)
+    if found is None:
+        return out
+    lone, fields = found
+    for k, one in zip(lone.tolist(), zip(*(f.tolist() for f in fields[:-1]), strict=True), strict=True):
+        out[k] = one
+    return out
+
+
+def lone_arrays(
+    dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinted: bool
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
+    """The flows :func:`lone_flows` gives a tuple, as arrays: their indices among the flows, and
+    per field of those tuples an array, then one of the receives; None in a program with channel
+    hints or without flows. Each field is read for all flows at once in NumPy, once per DAG
+    (``flows`` and ``groups``: the DAG's, ``flows_of`` and the assignment's pinned groups)."""
+    if hinted or not flows:
+        return None
+    return _SAME_DAG.get([dag], "lone", lambda: _lone_arrays(dag, flows, groups))
+
+
+def _lone_arrays(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple]) -> tuple:
+    """:func:`lone_arrays` of a program without channel hints, with flows."""
     import numpy as np  # not loaded by building the CLI's parser
 
-    out: list[tuple | None] = [None] * len(flows)
-    if hinted or not flows:
-        return out
     instrs, n = dag.instrs, len(dag.instrs)
     match, rank, inst, depth = _fields(dag)
     s = np.fromiter((flow[0] for flow in flows), np.int64, len(flows))
@@ -181,22 +203,34 @@ def lone_flows(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], 
     else:
         start = end = np.zeros(len(s))
     facing = _facing(match, rank, inst, depth)
-    fields = (s, rank[s], rank[r], pos[s], pos[r], depth[s], drained, start, end, inst[s], facing[s])
-    for k, one in zip(lone.tolist(), zip(*(f.tolist() for f in fields), strict=True), strict=True):
-        out[k] = one
-    return out
+    return lone, (s, rank[s], rank[r], pos[s], pos[r], depth[s], drained, start, end, inst[s], facing[s], r)
 
 
 def _fields(dag: InstrDAG):
-    """Per instruction as NumPy arrays: its send's match (-1: none), rank, instance and depth."""
-    import numpy as np
+    """Per instruction as NumPy arrays: its send's match (-1: none), rank, instance and depth;
+    once per DAG (read by the lone flows and the loads)."""
 
-    instrs, n = dag.instrs, len(dag.instrs)
-    matches = map(attrgetter("send_match"), instrs)
-    match = np.fromiter((-1 if m is None else m for m in matches), np.int64, n)
-    rank = np.fromiter(map(attrgetter("rank"), instrs), np.int64, n)
-    inst = np.fromiter(map(attrgetter("instance"), instrs), np.int64, n)
-    return match, rank, inst, np.asarray(dag.depth, dtype=np.int64)
+    def read():
+        import numpy as np
+
+        instrs, n = dag.instrs, len(dag.instrs)
+        rank = np.fromiter(map(attrgetter("rank"), instrs), np.int64, n)
+        inst = np.fromiter(map(attrgetter("instance"), instrs), np.int64, n)
+        return _matches(dag), rank, inst, np.asarray(dag.depth, dtype=np.int64)
+
+    return _SAME_DAG.get([dag], "fields", read)
+
+
+def _matches(dag: InstrDAG):
+    """Per instruction its send's match, -1 where none, as a NumPy array; once per DAG."""
+
+    def read():
+        import numpy as np
+
+        matches = map(attrgetter("send_match"), dag.instrs)
+        return np.fromiter((-1 if m is None else m for m in matches), np.int64, len(dag.instrs))
+
+    return _SAME_DAG.get([dag], "matches", read)
 
 
 def _facing(match, rank, inst, depth):

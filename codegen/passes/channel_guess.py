@@ -14,11 +14,14 @@ others' first channels. Such a pair's flows (at 128 ranks of DGX H100 trees 75-1
 placement a compile) are checked at once: on each channel of a connection, receives in the order
 of their sends, no two transfers held at once, and no transfer the other way at the same depth
 where either drains the FIFO (``assign_channels._serializes``). Only the other pairs are placed
-one flow at a time.
+one flow at a time. Where ranks have more peers than a channel holds (at 512 ranks of DGX H100
+every rank has 70), pairs meet only by a channel's peers: :func:`placed_in_rounds` places all
+flows then, given when each side of a channel fills, until those fills settle.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,7 +31,7 @@ from codegen.rules import MAX_PEERS_PER_CHANNEL
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Pairs", "first_channels", "rank_pairs"]
+__all__ = ["Pairs", "first_channels", "placed_in_rounds", "rank_pairs"]
 
 
 @dataclass(frozen=True)
@@ -54,39 +57,39 @@ class Pairs:
     pair: np.ndarray
     forward: np.ndarray
     turn: np.ndarray
+    crowded: bool
+    """Whether a rank sends to, or receives from, more peers in an instance than a channel holds:
+    then :func:`placed_in_rounds` places the flows, not :func:`first_channels`."""
 
 
-def rank_pairs(dag: InstrDAG, flows: list[list[int]], lone: list[tuple | None], pinned: bool) -> Pairs | None:
-    """The lone flows as :class:`Pairs`, or None where the rank pairs may meet: a flow that
-    communicates and is not lone, a hint or a pinned threadblock (``pinned``), a rank with more
-    send or receive peers than a channel holds, a hold that does not end after it starts (the
-    busy check then scans), or sends out of the global order."""
+def rank_pairs(dag: InstrDAG, flows: list[list[int]], lone: tuple | None, pinned: bool) -> Pairs | None:
+    """The lone flows (``lone``: ``channel_flows.lone_arrays``) as :class:`Pairs`, or None where
+    the rank pairs may meet otherwise than by a channel's peers (``Pairs.crowded``): a flow that
+    communicates and is not lone, a hint or a pinned threadblock (``pinned``), a hold that does not
+    end after it starts (the busy check then scans), or sends out of the global order."""
     import numpy as np  # not loaded by building the CLI's parser
 
-    if pinned or not any(one is not None for one in lone):
+    if pinned or lone is None or not len(lone[0]):
         return None
+    kept, (s, a, b, ps, pr, d, drained, start, end, inst, facing, recv) = lone
     instrs = dag.instrs
+    is_lone = np.zeros(len(flows), bool)
+    is_lone[kept] = True
     if any(
-        one is None and any(instrs[i].send_match is not None for i in flow)
-        for flow, one in zip(flows, lone, strict=True)
+        not one and any(instrs[i].send_match is not None for i in flow)
+        for flow, one in zip(flows, is_lone.tolist(), strict=True)
     ):
         return None
-    kept = [k for k, one in enumerate(lone) if one is not None]
     ranks = dag.info.num_ranks
-    a, b, inst = (np.fromiter((lone[k][f] for k in kept), np.int64, len(kept)) for f in (1, 2, 9))
-    if _crowded(a, b, inst, ranks):  # first: the rest is not read then (at 512 ranks of DGX H100)
-        return None
-    fields = list(zip(*(lone[k] for k in kept), strict=True))
-    s, _, _, ps, pr, d, drained, start, end, _, facing = (np.asarray(f) for f in fields)
     if (start.size and not np.all(start < end)) or np.any(np.diff(ps) <= 0):
         return None
     codes, connection = np.unique(a * ranks + b, return_inverse=True)
     turn = _running_count(connection)
     _, pair = np.unique(np.minimum(a, b) * ranks + np.maximum(a, b), return_inverse=True)
     return Pairs(
-        flow=np.asarray(kept),
+        flow=kept,
         send=s,
-        recv=np.fromiter((flows[k][1] for k in kept), np.int64, len(kept)),
+        recv=recv,
         connection=connection,
         connections=[(int(c) // ranks, int(c) % ranks) for c in codes.tolist()],
         instance=inst,
@@ -99,6 +102,7 @@ def rank_pairs(dag: InstrDAG, flows: list[list[int]], lone: list[tuple | None], 
         pair=pair,
         forward=a < b,
         turn=turn,
+        crowded=_crowded(a, b, inst, ranks),
     )
 
 
@@ -217,3 +221,239 @@ def _serialized(pairs: Pairs, first: np.ndarray) -> np.ndarray:
     other_drained = np.where(fwd, before(~fwd & drained), before(fwd & drained))
     out[facing[order]] = (other > 0) & ((other_drained > 0) | drained)
     return out
+
+
+_PASSES = 16
+"""The most passes :func:`placed_in_rounds` makes before it leaves the flows to be placed one at a
+time (at 512 ranks of DGX H100 the fills settle in 3-6)."""
+
+
+def placed_in_rounds(
+    pairs: Pairs, width: tuple[int, int, dict[tuple[int, int], int] | None], timed: bool
+) -> tuple[np.ndarray, bool] | None:
+    """Per flow the channel ``assign_channels`` places it on one at a time in the order, and
+    whether a flow passed a channel over for being busy; None where this cannot tell (a
+    connection's holds not in the order of its sends in a timed program, a flow no channel takes,
+    fills that do not settle). ``width``: the channels, the most, each connection's share in a
+    compact layout.
+
+    Rank pairs meet only by a channel's peers: a flow that would open its connection on a channel
+    is refused where its sender already sends to ``MAX_PEERS_PER_CHANNEL`` peers there (or its
+    receiver receives from as many), that is after the flow that *fills* that side of the channel.
+    Given when each side fills, the pairs are independent: round ``r`` places the ``r``-th flow of
+    every pair at once, trying each flow's channels in its order in NumPy. The fills the placement
+    makes are then read off it; where they are those it was given, it is the one-at-a-time
+    placement (by induction over the order: each flow sees the same flows before it, so the same
+    fills before it, and decides the same), else it is made again with them."""
+    import numpy as np  # not loaded by building the CLI's parser
+
+    if timed and not _held_in_order(pairs):
+        return None
+    rounds = _Rounds(pairs, width)
+    fills = rounds.unfilled()
+    for _ in range(_PASSES):
+        placed = rounds.placed(fills, timed)
+        if placed is None:
+            return None
+        again = rounds.fills(placed[2])
+        if all(np.array_equal(x, y) for x, y in zip(again, fills, strict=True)):
+            return placed[0], placed[1]
+        fills = again
+    return None
+
+
+def _held_in_order(pairs: Pairs) -> bool:
+    """Whether each connection's holds start in the order of its sends: then a transfer is busy on
+    a channel exactly where one placed there before it ends after it starts (no interval search)."""
+    import numpy as np
+
+    key = pairs.connection * (int(pairs.instance.max(initial=0)) + 1) + pairs.instance
+    order = np.argsort(key, kind="stable")
+    same = key[order][1:] == key[order][:-1]
+    return not np.any(same & (pairs.start[order][1:] < pairs.start[order][:-1]))
+
+
+class _Rounds:
+    """What :func:`placed_in_rounds` reads per flow, in arrays: its tries (the channel it tries
+    first, its own channels, how many lead), its connection's slot, the keys of its sender's and
+    receiver's sides of a channel, its facing groups (:func:`assign_channels._serializes`: the one
+    it writes, the one it reads), and the flows of each round."""
+
+    def __init__(self, pairs: Pairs, width: tuple[int, int, dict[tuple[int, int], int] | None]) -> None:
+        import numpy as np
+
+        channels, most, shares = width
+        n, instances = len(pairs.flow), int(pairs.instance.max(initial=0)) + 1
+        ends = np.asarray(pairs.connections, dtype=np.int64).reshape(-1, 2)[pairs.connection]
+        self.pairs, self.most, self.n = pairs, most, n
+        if shares is None:  # the j-th flow of all starts its round robin at j, and all of its tries lead
+            self.first, self.own = np.arange(n) % channels, np.full(n, channels)
+            self.lead = np.full(n, most)
+        else:
+            own = np.fromiter((shares.get(c, 1) for c in pairs.connections), np.int64, len(pairs.connections))
+            self.own = self.lead = own[pairs.connection]
+            self.first = pairs.turn % self.own
+        self.slot = pairs.connection * instances + pairs.instance
+        self.sides = (ends[:, 0] * instances + pairs.instance, ends[:, 1] * instances + pairs.instance)
+        self.keys = int(ends.max(initial=0) + 1) * instances
+        self.writes, self.reads, self.groups = _facing_groups(pairs)
+        self.rounds = _by_turn(pairs.pair)
+
+    def unfilled(self) -> tuple[np.ndarray, np.ndarray]:
+        """Fills where no side of a channel fills: per (side key, channel) the flow after all."""
+        import numpy as np
+
+        return np.full(self.keys * self.most, self.n), np.full(self.keys * self.most, self.n)
+
+    def fills(self, opened: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per (sender's or receiver's key, channel) the flow that opens its ``MAX_PEERS_PER_CHANNEL``-th
+        connection there (``opened``: per slot and channel the flow that opened it, ``n``: none)."""
+        import numpy as np
+
+        at = np.flatnonzero(opened < self.n)
+        by_slot = np.zeros(int(self.slot.max(initial=0)) + 1, np.int64)
+        by_slot[self.slot] = np.arange(self.n)  # a flow of each slot, for its sides' keys
+        out = []
+        for side in self.sides:
+            key = side[by_slot[at // self.most]] * self.most + at % self.most
+            order = np.lexsort((opened[at], key))
+            key, when = key[order], opened[at][order]
+            starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+            full = starts[np.diff(np.append(starts, len(key))) >= MAX_PEERS_PER_CHANNEL]
+            fill = np.full(self.keys * self.most, self.n)
+            fill[key[full]] = when[full + MAX_PEERS_PER_CHANNEL - 1]
+            out.append(fill)
+        return out[0], out[1]
+
+    def channel(self, j: np.ndarray, t: int) -> np.ndarray:
+        """The channel flows ``j`` try ``t``-th: their own from the first, round robin, then the others."""
+        import numpy as np
+
+        own = self.own[j]
+        return np.where(t < own, (self.first[j] + t) % own, t)
+
+    def placed(self, fills: tuple[np.ndarray, np.ndarray], timed: bool) -> tuple | None:
+        """The placement, round by round, given when each side of a channel fills: per flow its
+        channel, whether a flow passed a busy channel over, per slot and channel the flow that
+        opened it; None where a flow finds no channel."""
+        board = _Board(self, fills)
+        for flows in self.rounds:
+            if not board.place(flows, timed):
+                return None
+        return board.chosen, board.passed, board.opened
+
+
+class _Board:
+    """What the flows placed so far hold, per slot (connection and instance) and channel: the
+    receive position of its latest transfer (-1: none; a send comes after all there, so it fits
+    where its receive does too), the flow that opened it, its holds' latest end; per facing group
+    and channel whether a transfer is there and whether one drains."""
+
+    def __init__(self, rounds: _Rounds, fills: tuple[np.ndarray, np.ndarray]) -> None:
+        import numpy as np
+
+        slots = (int(rounds.slot.max(initial=0)) + 1) * rounds.most
+        self.rounds, self.fills = rounds, fills
+        self.last = np.full(slots, -1, np.int64)
+        self.opened = np.full(slots, rounds.n, np.int64)
+        self.end = np.full(slots, -np.inf)
+        self.there = np.zeros(rounds.groups * rounds.most + 1, bool)  # the last: no group
+        self.drains = np.zeros(rounds.groups * rounds.most + 1, bool)
+        self.chosen = np.full(rounds.n, -1, np.int64)
+        self.passed = False
+
+    def fits(self, j: np.ndarray, ch: np.ndarray) -> np.ndarray:
+        """``assign_channels._lone_fits`` for flows ``j`` on channels ``ch``."""
+        import numpy as np
+
+        r, most = self.rounds, self.rounds.most
+        last = self.last[r.slot[j] * most + ch]
+        send, recv = (side[j] * most + ch for side in r.sides)
+        unfilled = (self.fills[0][send] >= j) & (self.fills[1][recv] >= j)
+        ok = np.where(last >= 0, last < r.pairs.received[j], unfilled)
+        facing = np.where(r.reads[j] >= 0, r.reads[j] * most + ch, r.groups * most)
+        return ok & ~(self.there[facing] & (self.drains[facing] | r.pairs.drained[j]))
+
+    def place(self, flows: np.ndarray, timed: bool) -> bool:
+        """Place one round's flows (one per pair): their own channels, those busy while they run
+        last in a timed program, then the others; whether every flow found one."""
+        r = self.rounds
+        left, busy, t = flows, [], 0
+        while len(left) and t < r.most:  # the lead tries
+            j = left[t < r.lead[left]]
+            if not len(j):
+                break
+            ch = r.channel(j, t)
+            if timed:
+                held = self.end[r.slot[j] * r.most + ch] > r.pairs.start[j]
+                if held.any():
+                    self.passed = True
+                    busy.append((t, j[held]))
+                    j, ch = j[~held], ch[~held]
+            self._take(j, ch)
+            left, t = left[self.chosen[left] < 0], t + 1
+        for t, j in busy:
+            j = j[self.chosen[j] < 0]
+            self._take(j, r.channel(j, t))
+        left = flows[self.chosen[flows] < 0]
+        for t in range(int(r.lead[left].min(initial=r.most)), r.most):  # the rest, in order
+            j = left[t >= r.lead[left]]
+            self._take(j, r.channel(j, t))
+            left = left[self.chosen[left] < 0]
+        if len(left):
+            return False
+        self._commit(flows, timed)
+        return True
+
+    def _take(self, j: np.ndarray, ch: np.ndarray) -> None:
+        ok = self.fits(j, ch)
+        self.chosen[j[ok]] = ch[ok]
+
+    def _commit(self, j: np.ndarray, timed: bool) -> None:
+        """Record a round's flows where they went (no two of a round share a slot or a group)."""
+        import numpy as np
+
+        r, ch = self.rounds, self.chosen[j]
+        at = r.slot[j] * r.most + ch
+        new = self.last[at] < 0
+        self.opened[at[new]] = j[new]
+        self.last[at] = r.pairs.received[j]
+        if timed:
+            self.end[at] = np.maximum(self.end[at], r.pairs.end[j])
+        facing = r.writes[j] >= 0
+        group = r.writes[j][facing] * r.most + ch[facing]
+        self.there[group] = True
+        self.drains[group] |= r.pairs.drained[j][facing]
+
+
+def _facing_groups(pairs: Pairs) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per flow the group (its sender, receiver, instance, depth) it records a transfer in where
+    a transfer the other way is of its depth, and the group of those (it reads), -1 elsewhere;
+    how many groups."""
+    import numpy as np
+
+    ends = np.asarray(pairs.connections, dtype=np.int64).reshape(-1, 2)[pairs.connection]
+    facing = np.flatnonzero(pairs.facing)
+    ranks = int(ends.max(initial=0)) + 1
+    depths, instances = int(pairs.depth.max(initial=0)) + 1, int(pairs.instance.max(initial=0)) + 1
+
+    def code(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return ((x * ranks + y) * instances + pairs.instance[facing]) * depths + pairs.depth[facing]
+
+    from common.arrays import distinct
+
+    a, b = ends[facing, 0], ends[facing, 1]
+    found = distinct(np.concatenate((code(a, b), code(b, a))))
+    writes, reads = np.full(len(pairs.flow), -1), np.full(len(pairs.flow), -1)
+    writes[facing], reads[facing] = np.searchsorted(found, code(a, b)), np.searchsorted(found, code(b, a))
+    return writes, reads, len(found)
+
+
+def _by_turn(group: np.ndarray) -> list[np.ndarray]:
+    """The entries of each round: the ``r``-th of every group, in the order."""
+    import numpy as np
+
+    turn = _running_count(group)
+    order = np.argsort(turn, kind="stable")
+    bounds = np.searchsorted(turn[order], np.arange(int(turn.max(initial=-1)) + 2)).tolist()
+    return [order[x:y] for x, y in itertools.pairwise(bounds)]
