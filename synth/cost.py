@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from common.arrays import distinct
 from common.memo import SameObjects
 from common.units import BYTES_PER_US_PER_GBPS
 from synth.timing import DEFAULT, IDEAL, PROTOCOLS, Engine, Network, Params, model_params
+from topologies.distinct import distinct
 
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm, Provenance, Send

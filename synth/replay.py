@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from common.arrays import distinct
 from synth.errors import VerificationError
+from topologies.distinct import distinct
 
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm, Send

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from common.arrays import distinct
 from common.units import BYTES_PER_US_PER_GBPS
 from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.collectives import SLOTS, make_collective
 from synth.timing import DEFAULT, Params
 from synth.trees.packing import Packing, tree_depths
+from topologies.distinct import distinct
 
 if TYPE_CHECKING:
     from topologies.model import Topology

@@ -1,4 +1,6 @@
-"""Array helpers where NumPy's own call is slow for the arrays this project makes.
+"""The distinct values of an array, where NumPy's own call is slow for the arrays we make.
+
+Here, in the lowest package that may import NumPy, so every layer above can use it.
 
 ``np.unique(a)`` with no ``return_*`` option takes a hash-table path in NumPy 2.3 and later that
 is an order of magnitude slower than sorting once the values are mostly distinct (NumPy 2.4.6 on
