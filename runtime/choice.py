@@ -54,17 +54,19 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Generic, TypeVar
 
 from codegen.compiler import compile_algorithm, run_compiler
 from codegen.dsl import ChunkProgram
 from codegen.errors import CodegenError, DslError, NoLayoutError
 from codegen.ir import IR
-from codegen.lower import lower_algorithm, retimed
+from codegen.lower import SCHEDULE_SIZE, lower_algorithm, retimed
 from codegen.passes.aggregate_chunks import WINDOW
 from codegen.pipeline import PipelineResult
 from codegen.rules import MAX_CHANNELS
 from common.errors import XcclError
+from common.forked import Results, together
 from common.gc_pause import gc_paused
 from common.units import format_size
 from runtime.sim import simulate as simulate_ir
@@ -258,6 +260,7 @@ def choose_port_order(
     wider: Sequence[Variant] = WIDER,
     overlapped: Sequence[Variant] = OVERLAPPED,
     protocols: bool = True,
+    algorithm_us: Callable[[Params], float] | None = None,
 ) -> tuple[T, Choice | None]:
     """``compiled(variant)`` with and without the port order, and where neither is within SPEED in
     both models each of ``wider`` too, then (``protocols``) those in :func:`faster_protocol`, and
@@ -268,11 +271,12 @@ def choose_port_order(
     that does not compile is passed over (if none does, the first one's error is raised). An
     untimed ``algo`` with a recorded size (``synth trees``) is timed there too, each variant but
     the first re-timed (``retimed``); one with no size is compiled once, without (its Choice is
-    None). A stage stops at a candidate within EVEN of its Algorithm in every model."""
+    None). A stage stops at a candidate within EVEN of its Algorithm in every model.
+    ``algorithm_us``: the Algorithm's time in a model, where the caller has it (or has it made)."""
     size = synthesized_size(algo)
     if size is None:
         return compiled(Variant()), None
-    timer = _Timer(algo, topology, size, compiled, ir_of, params)
+    timer = _Timer(algo, topology, size, compiled, ir_of, params, algorithm_us)
     # in the protocol the Algorithm model runs it PROTOCOL_GAIN faster in, where there is one; an
     # untimed schedule: compiled as it is (and kept where that is within SPEED: one compile), else
     # each variant also as the Algorithm model runs it (``retimed``: its sends get starts)
@@ -333,9 +337,10 @@ def _first_stage(
 
 
 class _Timer(Generic[T]):
-    """Compile a variant and time it at ``size`` in its protocol's model and the ideal one, with
-    its Algorithm (each model's Algorithm time once); a variant that does not compile is passed
-    over (its error kept), except a first one that no layout fits for its threadblocks."""
+    """Compile a variant and time it at ``size`` in its protocol's model and the ideal one at once
+    (the second in a child process: ``common.forked``), with its Algorithm (each model's Algorithm
+    time once, or as ``algorithm_us`` gives it); a variant that does not compile is passed over
+    (its error kept), except a first one that no layout fits for its threadblocks."""
 
     def __init__(
         self,
@@ -345,17 +350,12 @@ class _Timer(Generic[T]):
         compiled: Callable[[Variant], T],
         ir_of: Callable[[T], IR],
         params: Params,
+        algorithm_us: Callable[[Params], float] | None = None,
     ) -> None:
         self.algo, self.topology, self.size, self.params = algo, topology, size, params
         self.compiled, self.ir_of = compiled, ir_of
         self.errors: list[XcclError] = []
-        self.algorithm_us: dict[Params, float] = {}
-
-    def algorithm(self, p: Params) -> float:
-        """The Algorithm's modeled time in ``p``."""
-        if p not in self.algorithm_us:
-            self.algorithm_us[p] = simulate(self.algo, self.topology, self.size, p).time_us
-        return self.algorithm_us[p]
+        self.algorithm = algorithm_us or Results(lambda p: simulate(algo, topology, size, p).time_us)
 
     def __call__(self, variant: Variant, first: bool) -> tuple[T, Choice] | None:
         try:
@@ -371,11 +371,15 @@ class _Timer(Generic[T]):
         ir, params = self.ir_of(result), self.params
         own = _in_protocol(params, variant.protocol)
         models = (own,) if own.model == IDEAL.model else (own, IDEAL)
-        us = [simulate_ir(ir, self.topology, self.size, params=p).time_us for p in models]
+        us = together(*(partial(_ir_us, ir, self.topology, self.size, p) for p in models))
         algorithm = [self.algorithm(p) for p in models]
         ratios = tuple(t / a if a > 0 else 1.0 for t, a in zip(us[1:], algorithm[1:], strict=True))
         caller = (params.protocol, self.algorithm(params)) if own != params else None
         return result, Choice(variant, self.size, algorithm[0], us[0], (), own.label, ratios, caller)
+
+
+def _ir_us(ir: IR, topology: Topology, size: float, params: Params) -> float:
+    return simulate_ir(ir, topology, size, params=params).time_us
 
 
 class _Kept(Generic[T]):
@@ -567,16 +571,35 @@ def compile_choosing(
     """What ``xccl compile`` does with a verified Algorithm, and :func:`compile_fastest` (so
     ``xccl.compile`` and the scale benchmark): lowered once (again for a variant ``retimed``), each
     variant compiled by ``run(program, variant)``, one kept by :func:`choose_port_order`; a
-    ``protocol`` the user gives is kept (no other tried) and ``channels`` given rule out ``WIDER``."""
-    lowered = lower_algorithm(algo, topology, inplace=inplace)
-
-    def compiled(v: Variant) -> T:
-        program = lower_algorithm(schedule_of(algo, topology, v), topology, inplace=inplace) if v.retimed else lowered
-        return run(between_machines(program, topology) if v.machine_ports else program, v)
-
+    ``protocol`` the user gives is kept (no other tried) and ``channels`` given rule out ``WIDER``.
+    The Algorithm's times the choice asks first are started in children before the lowering
+    (:func:`_early`)."""
     wider = WIDER if channels is None else ()
     params = DEFAULT if protocol is None else model_params(DEFAULT.model, protocol)
-    return choose_port_order(algo, topology, compiled, ir_of, params=params, wider=wider, protocols=protocol is None)
+    size = synthesized_size(algo)
+    with Results(lambda p: simulate(algo, topology, size, p).time_us) as times:
+        times.start(_early(algo, size, params))
+        lowered = lower_algorithm(algo, topology, inplace=inplace)
+
+        def compiled(v: Variant) -> T:
+            program = lower_algorithm(schedule_of(algo, topology, v), topology, inplace=inplace) if v.retimed else lowered
+            return run(between_machines(program, topology) if v.machine_ports else program, v)
+
+        return choose_port_order(
+            algo, topology, compiled, ir_of, params=params, wider=wider, protocols=protocol is None, algorithm_us=times
+        )
+
+
+def _early(algo: Algorithm, size: float | None, params: Params) -> tuple[Params, ...]:
+    """The models the choice asks the Algorithm's time in (``params`` first, then the ideal one),
+    less those whose list schedule the parent makes anyway (``synth.cost`` keeps it): the ideal one
+    at SCHEDULE_SIZE the lowering orders an untimed schedule by, the calibrated one
+    :func:`in_step_order` reads. Each is 3-9 s at 512 ranks, run beside the lowering."""
+    if size is None:
+        return ()
+    untimed, ordered = not _timed(algo), model_ordered(algo)
+    skip = {IDEAL} if untimed and ordered and size == SCHEDULE_SIZE else {DEFAULT} if untimed and not ordered else set()
+    return tuple(p for p in (params, IDEAL) if p not in skip)
 
 
 def _given(options: dict[str, object]) -> dict[str, object]:
