@@ -54,7 +54,7 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 from typing import Generic, TypeVar
 
 from codegen.compiler import compile_algorithm, run_compiler
@@ -328,12 +328,18 @@ def _first_stage(
         kept.add(Variant(port_order=True, machine_ports=True, protocol=lead))
         if kept.best is not None and kept.best[1].fits:
             return
-    if retime and not in_step_order(algo, topology, size):
+    if _retimed_first(algo, topology, size):
         kept.add(given(WIDER[0]))  # compiled as it is, it would run in another order than the one timed
     if not kept.even:
         kept.add(Variant(protocol=lead))
         if not retime or not (kept.best and kept.best[1].fits):
             kept.add(given(Variant(port_order=True)))
+
+
+def _retimed_first(algo: Algorithm, topology: Topology, size: float | None) -> bool:
+    """Whether the first variant compiled is re-timed: ``algo`` is untimed, and compiled as it is it
+    would not run in the order it is timed in (:func:`in_step_order`)."""
+    return size is not None and not _timed(algo) and not in_step_order(algo, topology, size)
 
 
 class _Timer(Generic[T]):
@@ -573,16 +579,20 @@ def compile_choosing(
     variant compiled by ``run(program, variant)``, one kept by :func:`choose_port_order`; a
     ``protocol`` the user gives is kept (no other tried) and ``channels`` given rule out ``WIDER``.
     The Algorithm's times the choice asks first are started in children before the lowering
-    (:func:`_early`)."""
+    (:func:`_early`); where the first variant is re-timed (:func:`_retimed_first`), the schedule
+    as it is is lowered only if a later variant compiles it (the 512-rank hierarchical alltoall's
+    first is within EVEN: 4 s of lowering spared)."""
     wider = WIDER if channels is None else ()
     params = DEFAULT if protocol is None else model_params(DEFAULT.model, protocol)
     size = synthesized_size(algo)
     with Results(lambda p: simulate(algo, topology, size, p).time_us) as times:
         times.start(_early(algo, size, params))
-        lowered = lower_algorithm(algo, topology, inplace=inplace)
+        as_it_is = cache(lambda: lower_algorithm(algo, topology, inplace=inplace))
+        if not _retimed_first(algo, topology, size):
+            as_it_is()  # beside the children's timings
 
         def compiled(v: Variant) -> T:
-            program = lower_algorithm(schedule_of(algo, topology, v), topology, inplace=inplace) if v.retimed else lowered
+            program = lower_algorithm(schedule_of(algo, topology, v), topology, inplace=inplace) if v.retimed else as_it_is()
             return run(between_machines(program, topology) if v.machine_ports else program, v)
 
         return choose_port_order(
