@@ -50,8 +50,6 @@ user.
 
 from __future__ import annotations
 
-import copy
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, partial
@@ -69,9 +67,10 @@ from common.errors import XcclError
 from common.forked import Results, together
 from common.gc_pause import gc_paused
 from common.units import format_size
+from runtime.schedule_order import between_machines, in_step_order, is_timed, retimed_first, whole_trees
 from runtime.sim import simulate as simulate_ir
 from synth.algorithm import Algorithm
-from synth.cost import link_bound_us, model_ordered, simulate, start_times
+from synth.cost import link_bound_us, model_ordered, simulate
 from synth.timing import DEFAULT, IDEAL, Params, model_params
 from synth.timing.calibration import PROTOCOLS
 from topologies import Topology, TopologyError, load
@@ -239,11 +238,6 @@ def synthesized_size(algo: Algorithm) -> float | None:
     return float(size) if isinstance(size, int | float) and size > 0 else None
 
 
-def _timed(algo: Algorithm) -> bool:
-    """Whether every send has its start (a MILP's schedule)."""
-    return all(s.start_us is not None for step in algo.steps for s in step.sends)
-
-
 def schedule_of(algo: Algorithm, topology: Topology, variant: Variant) -> Algorithm:
     """The schedule ``variant`` compiles: ``algo``, or where ``variant.retimed`` its sends re-timed
     as the Algorithm model (the calibrated default) runs them at its synthesized size."""
@@ -281,7 +275,7 @@ def choose_port_order(
     # untimed schedule: compiled as it is (and kept where that is within SPEED: one compile), else
     # each variant also as the Algorithm model runs it (``retimed``: its sends get starts)
     lead = faster_protocol(algo, topology, size, params, timer.algorithm, PROTOCOL_GAIN) if protocols else None
-    retime = not _timed(algo)
+    retime = not is_timed(algo)
 
     def given(v: Variant) -> Variant:
         return replace(v, retimed=v.retimed or retime, protocol=lead)
@@ -323,23 +317,17 @@ def _first_stage(
     order between machines, kept where within SPEED; one compiled as it is out of its step order
     (:func:`in_step_order`) re-timed; then, unless one is within EVEN, as it is and, for a timed
     schedule or where none is within SPEED, in port order."""
-    retime = not _timed(algo)
+    retime = not is_timed(algo)
     if retime and whole_trees(algo, topology):
         kept.add(Variant(port_order=True, machine_ports=True, protocol=lead))
         if kept.best is not None and kept.best[1].fits:
             return
-    if _retimed_first(algo, topology, size):
+    if retimed_first(algo, topology, size):
         kept.add(given(WIDER[0]))  # compiled as it is, it would run in another order than the one timed
     if not kept.even:
         kept.add(Variant(protocol=lead))
         if not retime or not (kept.best and kept.best[1].fits):
             kept.add(given(Variant(port_order=True)))
-
-
-def _retimed_first(algo: Algorithm, topology: Topology, size: float | None) -> bool:
-    """Whether the first variant compiled is re-timed: ``algo`` is untimed, and compiled as it is it
-    would not run in the order it is timed in (:func:`in_step_order`)."""
-    return size is not None and not _timed(algo) and not in_step_order(algo, topology, size)
 
 
 class _Timer(Generic[T]):
@@ -416,60 +404,6 @@ class _Kept(Generic[T]):
         self.choices.append(candidate[1])
         if self.best is None or _rank(candidate) < _rank(self.best):
             self.best = candidate
-
-
-def whole_trees(algo: Algorithm, topology: Topology) -> bool:
-    """Whether untimed ``algo`` is an allreduce of trees that carry each chunk whole (``synth
-    trees`` with one piece per chunk, as it picks at 512 ranks: a piece's per-send cost outweighs
-    pipelining), between machines. Compiled as it is, a rank's sends through its NIC to other
-    machines each take a threadblock of their own, all ready at once, and the runtime serves them
-    in another order than the schedule's, while each forward to the GPUs of the rank's machine
-    keeps the schedule's order: a forward that waits for the chunk now received last holds up
-    every one behind it in its threadblock (the 512-rank allreduce's allgather half, 1.38x; DGX
-    H100 x8 in one piece, 1.30x). The port order through the NICs alone keeps the schedule's order
-    there (1.00x); pipelined trees interleave their pieces and compile as they are (DGX H100 x8 in
-    14 pieces: 1.005x, 1.09x with the NICs chained). A whole-trees allgather or reducescatter
-    compiles as it is (512 ranks: 1.005x and 1.000x, 1.06x with the NICs chained; DGX H100 x4:
-    1.000x, 1.002x chained), so only the allreduce goes this way first."""
-    if algo.collective.name != "allreduce" or not model_ordered(algo) or _timed(algo):
-        return False
-    if len(set(topology.node_of)) < 2:
-        return False
-    return algo.provenance is not None and dict(algo.provenance.params).get("chunks") == 1
-
-
-def between_machines(program: ChunkProgram, topology: Topology) -> ChunkProgram:
-    """``program`` with only its ports to other machines (``ProgramInfo.ports``), so that the port
-    order (``codegen.passes.order_ports``) chains a rank's sends through its NIC alone
-    (:func:`whole_trees`); a shallow copy (the compiler reads the program, never changes it)."""
-    node = topology.node_of
-    out = copy.copy(program)
-    out.ports = tuple(p for p in program.ports if node[p[0]] != node[p[1]])
-    return out
-
-
-def in_step_order(algo: Algorithm, topology: Topology, size: float) -> bool:
-    """Whether untimed ``algo`` compiled as it is runs in the order its Algorithm is timed in, so
-    that it is the variant to compile first: lowered in a model's list schedule
-    (``synth.cost.model_ordered``: trees, SMT), or in dataflow order (a baseline's, ``synth
-    hierarchical``'s) where the calibrated Algorithm model at ``size`` starts each rank's sends in
-    step order too. Else the compile as it is runs another schedule than the one timed (the
-    hierarchical alltoall's relays all received before any is sent on: 1.69x at 512 ranks, 1.09x
-    at 128, where re-timed they are 1.00x), and the re-timed variant is compiled first."""
-    if model_ordered(algo):
-        return True
-    starts = iter(start_times(algo, topology, size, DEFAULT))
-    latest: dict[int, tuple[int, float, float]] = {}  # rank: its step, that step's and earlier steps' latest start
-    for k, step in enumerate(algo.steps):
-        for send in step.sends:
-            start = next(starts)
-            at, now, before = latest.get(send.src, (k, start, -math.inf))
-            if at < k:
-                at, now, before = k, start, max(now, before)
-            if start < before:
-                return False
-            latest[send.src] = (at, max(now, start), before)
-    return True
 
 
 def faster_protocol(
@@ -579,7 +513,7 @@ def compile_choosing(
     variant compiled by ``run(program, variant)``, one kept by :func:`choose_port_order`; a
     ``protocol`` the user gives is kept (no other tried) and ``channels`` given rule out ``WIDER``.
     The Algorithm's times the choice asks first are started in children before the lowering
-    (:func:`_early`); where the first variant is re-timed (:func:`_retimed_first`), the schedule
+    (:func:`_early`); where the first variant is re-timed (:func:`retimed_first`), the schedule
     as it is is lowered only if a later variant compiles it (the 512-rank hierarchical alltoall's
     first is within EVEN: 4 s of lowering spared)."""
     wider = WIDER if channels is None else ()
@@ -588,7 +522,7 @@ def compile_choosing(
     with Results(lambda p: simulate(algo, topology, size, p).time_us) as times:
         times.start(_early(algo, size, params))
         as_it_is = cache(lambda: lower_algorithm(algo, topology, inplace=inplace))
-        if not _retimed_first(algo, topology, size):
+        if not retimed_first(algo, topology, size):
             as_it_is()  # beside the children's timings
 
         def compiled(v: Variant) -> T:
@@ -607,7 +541,7 @@ def _early(algo: Algorithm, size: float | None, params: Params) -> tuple[Params,
     :func:`in_step_order` reads. Each is 3-9 s at 512 ranks, run beside the lowering."""
     if size is None:
         return ()
-    untimed, ordered = not _timed(algo), model_ordered(algo)
+    untimed, ordered = not is_timed(algo), model_ordered(algo)
     skip = {IDEAL} if untimed and ordered and size == SCHEDULE_SIZE else {DEFAULT} if untimed and not ordered else set()
     return tuple(p for p in (params, IDEAL) if p not in skip)
 
