@@ -50,26 +50,27 @@ user.
 
 from __future__ import annotations
 
-import copy
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cache, partial
 from typing import Generic, TypeVar
 
 from codegen.compiler import compile_algorithm, run_compiler
 from codegen.dsl import ChunkProgram
 from codegen.errors import CodegenError, DslError, NoLayoutError
 from codegen.ir import IR
-from codegen.lower import lower_algorithm, retimed
+from codegen.lower import SCHEDULE_SIZE, lower_algorithm, retimed
 from codegen.passes.aggregate_chunks import WINDOW
 from codegen.pipeline import PipelineResult
 from codegen.rules import MAX_CHANNELS
 from common.errors import XcclError
+from common.forked import Results, together
 from common.gc_pause import gc_paused
 from common.units import format_size
+from runtime.schedule_order import between_machines, in_step_order, is_timed, retimed_first, whole_trees
 from runtime.sim import simulate as simulate_ir
 from synth.algorithm import Algorithm
-from synth.cost import link_bound_us, model_ordered, simulate, start_times
+from synth.cost import link_bound_us, model_ordered, simulate
 from synth.timing import DEFAULT, IDEAL, Params, model_params
 from synth.timing.calibration import PROTOCOLS
 from topologies import Topology, TopologyError, load
@@ -237,11 +238,6 @@ def synthesized_size(algo: Algorithm) -> float | None:
     return float(size) if isinstance(size, int | float) and size > 0 else None
 
 
-def _timed(algo: Algorithm) -> bool:
-    """Whether every send has its start (a MILP's schedule)."""
-    return all(s.start_us is not None for step in algo.steps for s in step.sends)
-
-
 def schedule_of(algo: Algorithm, topology: Topology, variant: Variant) -> Algorithm:
     """The schedule ``variant`` compiles: ``algo``, or where ``variant.retimed`` its sends re-timed
     as the Algorithm model (the calibrated default) runs them at its synthesized size."""
@@ -258,6 +254,7 @@ def choose_port_order(
     wider: Sequence[Variant] = WIDER,
     overlapped: Sequence[Variant] = OVERLAPPED,
     protocols: bool = True,
+    algorithm_us: Callable[[Params], float] | None = None,
 ) -> tuple[T, Choice | None]:
     """``compiled(variant)`` with and without the port order, and where neither is within SPEED in
     both models each of ``wider`` too, then (``protocols``) those in :func:`faster_protocol`, and
@@ -268,16 +265,17 @@ def choose_port_order(
     that does not compile is passed over (if none does, the first one's error is raised). An
     untimed ``algo`` with a recorded size (``synth trees``) is timed there too, each variant but
     the first re-timed (``retimed``); one with no size is compiled once, without (its Choice is
-    None). A stage stops at a candidate within EVEN of its Algorithm in every model."""
+    None). A stage stops at a candidate within EVEN of its Algorithm in every model.
+    ``algorithm_us``: the Algorithm's time in a model, where the caller has it (or has it made)."""
     size = synthesized_size(algo)
     if size is None:
         return compiled(Variant()), None
-    timer = _Timer(algo, topology, size, compiled, ir_of, params)
+    timer = _Timer(algo, topology, size, compiled, ir_of, params, algorithm_us)
     # in the protocol the Algorithm model runs it PROTOCOL_GAIN faster in, where there is one; an
     # untimed schedule: compiled as it is (and kept where that is within SPEED: one compile), else
     # each variant also as the Algorithm model runs it (``retimed``: its sends get starts)
     lead = faster_protocol(algo, topology, size, params, timer.algorithm, PROTOCOL_GAIN) if protocols else None
-    retime = not _timed(algo)
+    retime = not is_timed(algo)
 
     def given(v: Variant) -> Variant:
         return replace(v, retimed=v.retimed or retime, protocol=lead)
@@ -319,12 +317,12 @@ def _first_stage(
     order between machines, kept where within SPEED; one compiled as it is out of its step order
     (:func:`in_step_order`) re-timed; then, unless one is within EVEN, as it is and, for a timed
     schedule or where none is within SPEED, in port order."""
-    retime = not _timed(algo)
+    retime = not is_timed(algo)
     if retime and whole_trees(algo, topology):
         kept.add(Variant(port_order=True, machine_ports=True, protocol=lead))
         if kept.best is not None and kept.best[1].fits:
             return
-    if retime and not in_step_order(algo, topology, size):
+    if retimed_first(algo, topology, size):
         kept.add(given(WIDER[0]))  # compiled as it is, it would run in another order than the one timed
     if not kept.even:
         kept.add(Variant(protocol=lead))
@@ -333,9 +331,10 @@ def _first_stage(
 
 
 class _Timer(Generic[T]):
-    """Compile a variant and time it at ``size`` in its protocol's model and the ideal one, with
-    its Algorithm (each model's Algorithm time once); a variant that does not compile is passed
-    over (its error kept), except a first one that no layout fits for its threadblocks."""
+    """Compile a variant and time it at ``size`` in its protocol's model and the ideal one at once
+    (the second in a child process: ``common.forked``), with its Algorithm (each model's Algorithm
+    time once, or as ``algorithm_us`` gives it); a variant that does not compile is passed over
+    (its error kept), except a first one that no layout fits for its threadblocks."""
 
     def __init__(
         self,
@@ -345,17 +344,12 @@ class _Timer(Generic[T]):
         compiled: Callable[[Variant], T],
         ir_of: Callable[[T], IR],
         params: Params,
+        algorithm_us: Callable[[Params], float] | None = None,
     ) -> None:
         self.algo, self.topology, self.size, self.params = algo, topology, size, params
         self.compiled, self.ir_of = compiled, ir_of
         self.errors: list[XcclError] = []
-        self.algorithm_us: dict[Params, float] = {}
-
-    def algorithm(self, p: Params) -> float:
-        """The Algorithm's modeled time in ``p``."""
-        if p not in self.algorithm_us:
-            self.algorithm_us[p] = simulate(self.algo, self.topology, self.size, p).time_us
-        return self.algorithm_us[p]
+        self.algorithm = algorithm_us or Results(lambda p: simulate(algo, topology, size, p).time_us)
 
     def __call__(self, variant: Variant, first: bool) -> tuple[T, Choice] | None:
         try:
@@ -371,11 +365,15 @@ class _Timer(Generic[T]):
         ir, params = self.ir_of(result), self.params
         own = _in_protocol(params, variant.protocol)
         models = (own,) if own.model == IDEAL.model else (own, IDEAL)
-        us = [simulate_ir(ir, self.topology, self.size, params=p).time_us for p in models]
+        us = together(*(partial(_ir_us, ir, self.topology, self.size, p) for p in models))
         algorithm = [self.algorithm(p) for p in models]
         ratios = tuple(t / a if a > 0 else 1.0 for t, a in zip(us[1:], algorithm[1:], strict=True))
         caller = (params.protocol, self.algorithm(params)) if own != params else None
         return result, Choice(variant, self.size, algorithm[0], us[0], (), own.label, ratios, caller)
+
+
+def _ir_us(ir: IR, topology: Topology, size: float, params: Params) -> float:
+    return simulate_ir(ir, topology, size, params=params).time_us
 
 
 class _Kept(Generic[T]):
@@ -406,60 +404,6 @@ class _Kept(Generic[T]):
         self.choices.append(candidate[1])
         if self.best is None or _rank(candidate) < _rank(self.best):
             self.best = candidate
-
-
-def whole_trees(algo: Algorithm, topology: Topology) -> bool:
-    """Whether untimed ``algo`` is an allreduce of trees that carry each chunk whole (``synth
-    trees`` with one piece per chunk, as it picks at 512 ranks: a piece's per-send cost outweighs
-    pipelining), between machines. Compiled as it is, a rank's sends through its NIC to other
-    machines each take a threadblock of their own, all ready at once, and the runtime serves them
-    in another order than the schedule's, while each forward to the GPUs of the rank's machine
-    keeps the schedule's order: a forward that waits for the chunk now received last holds up
-    every one behind it in its threadblock (the 512-rank allreduce's allgather half, 1.38x; DGX
-    H100 x8 in one piece, 1.30x). The port order through the NICs alone keeps the schedule's order
-    there (1.00x); pipelined trees interleave their pieces and compile as they are (DGX H100 x8 in
-    14 pieces: 1.005x, 1.09x with the NICs chained). A whole-trees allgather or reducescatter
-    compiles as it is (512 ranks: 1.005x and 1.000x, 1.06x with the NICs chained; DGX H100 x4:
-    1.000x, 1.002x chained), so only the allreduce goes this way first."""
-    if algo.collective.name != "allreduce" or not model_ordered(algo) or _timed(algo):
-        return False
-    if len(set(topology.node_of)) < 2:
-        return False
-    return algo.provenance is not None and dict(algo.provenance.params).get("chunks") == 1
-
-
-def between_machines(program: ChunkProgram, topology: Topology) -> ChunkProgram:
-    """``program`` with only its ports to other machines (``ProgramInfo.ports``), so that the port
-    order (``codegen.passes.order_ports``) chains a rank's sends through its NIC alone
-    (:func:`whole_trees`); a shallow copy (the compiler reads the program, never changes it)."""
-    node = topology.node_of
-    out = copy.copy(program)
-    out.ports = tuple(p for p in program.ports if node[p[0]] != node[p[1]])
-    return out
-
-
-def in_step_order(algo: Algorithm, topology: Topology, size: float) -> bool:
-    """Whether untimed ``algo`` compiled as it is runs in the order its Algorithm is timed in, so
-    that it is the variant to compile first: lowered in a model's list schedule
-    (``synth.cost.model_ordered``: trees, SMT), or in dataflow order (a baseline's, ``synth
-    hierarchical``'s) where the calibrated Algorithm model at ``size`` starts each rank's sends in
-    step order too. Else the compile as it is runs another schedule than the one timed (the
-    hierarchical alltoall's relays all received before any is sent on: 1.69x at 512 ranks, 1.09x
-    at 128, where re-timed they are 1.00x), and the re-timed variant is compiled first."""
-    if model_ordered(algo):
-        return True
-    starts = iter(start_times(algo, topology, size, DEFAULT))
-    latest: dict[int, tuple[int, float, float]] = {}  # rank: its step, that step's and earlier steps' latest start
-    for k, step in enumerate(algo.steps):
-        for send in step.sends:
-            start = next(starts)
-            at, now, before = latest.get(send.src, (k, start, -math.inf))
-            if at < k:
-                at, now, before = k, start, max(now, before)
-            if start < before:
-                return False
-            latest[send.src] = (at, max(now, start), before)
-    return True
 
 
 def faster_protocol(
@@ -567,17 +511,44 @@ def compile_choosing(
     """What ``xccl compile`` does with a verified Algorithm, and :func:`compile_fastest` (so
     ``xccl.compile`` and the scale benchmark): lowered once (again for a variant ``retimed``), each
     variant compiled by ``run(program, variant)``, one kept by :func:`choose_port_order`; a
-    ``protocol`` the user gives is kept (no other tried) and ``channels`` given rule out ``WIDER``."""
-    lowered = lower_algorithm(algo, topology, inplace=inplace)
-
-    def compiled(v: Variant) -> T:
-        again = schedule_of(algo, topology, v) if v.retimed else None
-        program = lowered if again is None else lower_algorithm(again, topology, inplace=inplace, like=lowered)
-        return run(between_machines(program, topology) if v.machine_ports else program, v)
-
+    ``protocol`` the user gives is kept (no other tried) and ``channels`` given rule out ``WIDER``.
+    The Algorithm's times the choice asks first are started in children before the lowering
+    (:func:`_early`); where the first variant is re-timed (:func:`retimed_first`), the schedule
+    as it is is lowered only if a later variant compiles it (the 512-rank hierarchical alltoall's
+    first is within EVEN: 4 s of lowering spared)."""
     wider = WIDER if channels is None else ()
     params = DEFAULT if protocol is None else model_params(DEFAULT.model, protocol)
-    return choose_port_order(algo, topology, compiled, ir_of, params=params, wider=wider, protocols=protocol is None)
+    size = synthesized_size(algo)
+    with Results(lambda p: simulate(algo, topology, size, p).time_us) as times:
+        times.start(_early(algo, size, params))
+        as_it_is = cache(lambda: lower_algorithm(algo, topology, inplace=inplace))
+        lowered_first = not retimed_first(algo, topology, size)
+        if lowered_first:
+            as_it_is()  # beside the children's timings
+
+        def compiled(v: Variant) -> T:
+            program = retimed_program(v) if v.retimed else as_it_is()
+            return run(between_machines(program, topology) if v.machine_ports else program, v)
+
+        def retimed_program(v: Variant) -> ChunkProgram:  # lowered like the schedule as it is, where it was
+            like = as_it_is() if lowered_first else None
+            return lower_algorithm(schedule_of(algo, topology, v), topology, inplace=inplace, like=like)
+
+        return choose_port_order(
+            algo, topology, compiled, ir_of, params=params, wider=wider, protocols=protocol is None, algorithm_us=times
+        )
+
+
+def _early(algo: Algorithm, size: float | None, params: Params) -> tuple[Params, ...]:
+    """The models the choice asks the Algorithm's time in (``params`` first, then the ideal one),
+    less those whose list schedule the parent makes anyway (``synth.cost`` keeps it): the ideal one
+    at SCHEDULE_SIZE the lowering orders an untimed schedule by, the calibrated one
+    :func:`in_step_order` reads. Each is 3-9 s at 512 ranks, run beside the lowering."""
+    if size is None:
+        return ()
+    untimed, ordered = not is_timed(algo), model_ordered(algo)
+    skip = {IDEAL} if untimed and ordered and size == SCHEDULE_SIZE else {DEFAULT} if untimed and not ordered else set()
+    return tuple(p for p in (params, IDEAL) if p not in skip)
 
 
 def _given(options: dict[str, object]) -> dict[str, object]:
