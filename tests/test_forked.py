@@ -43,6 +43,18 @@ def _gone(pid: int, within_s: float = 10.0) -> bool:
         time.sleep(0.05)
 
 
+def _ignores_ctrl_c(pid: int, within_s: float = 10.0) -> bool:
+    """Whether process ``pid`` ignores SIGINT (its ``SigIgn`` mask) within ``within_s``."""
+    stop = time.monotonic() + within_s
+    while time.monotonic() < stop:
+        status = Path(f"/proc/{pid}/status").read_text()
+        mask = int(status.split("SigIgn:")[1].split()[0], 16)
+        if mask >> (signal.SIGINT - 1) & 1:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _script(body: str) -> subprocess.Popen:
     """``body`` run by a Python of its own in a session of its own, its output piped."""
     return subprocess.Popen(
@@ -182,8 +194,9 @@ def test_no_child_outlives_a_parent_ended_by_a_signal(how):
     # Ctrl-C reaches the whole process group: the child ignores it and the parent kills it
     proc = _script(
         """
-        import time
+        import signal, time
         import common.forked as f
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # started in the background, it inherits SIGINT ignored
         f._cpus = lambda: 2
         job = f.forked(lambda: time.sleep(60))
         print(job.pid, flush=True)
@@ -191,7 +204,7 @@ def test_no_child_outlives_a_parent_ended_by_a_signal(how):
         """
     )
     pid = int(proc.stdout.readline())
-    time.sleep(0.3)
+    assert _ignores_ctrl_c(pid)  # the child is at its work: past its own set-up
     if how == "Ctrl-C":
         os.killpg(proc.pid, signal.SIGINT)
     else:
