@@ -307,20 +307,13 @@ def _run(
 
     def on_start(i: int, start: float) -> None:
         started[i] = start
-        arrived[i] = arrive = start + delays[i]
-        for d in dependents[i]:
-            if arrive > ready_at[d]:
-                ready_at[d] = arrive
-            waiting[d] -= 1
-            if waiting[d] == 0:
-                if d < size:
-                    submit(d, ready_at[d], transfers[d], d)
-                else:
-                    met(d)
+        arrived[i] = ready_at[i] = start + delays[i]  # (its ready time is read no more)
+        met(i)
 
-    def met(node: int) -> None:
-        """Every write ``node`` waits for has started: hand its latest arrival on, at once."""
-        met = [node]
+    def met(first: int) -> None:
+        """Hand on the arrival of group ``first``, just started, to what waits for it; a node met
+        so (every write it waits for has started) hands its latest arrival on at once, in turn."""
+        met = [first]
         while met:
             x = met.pop()
             at = ready_at[x]
