@@ -219,8 +219,6 @@ def _again(like: ChunkProgram, prog: ChunkProgram, algo: Algorithm, times: Times
     return again
 
 
-
-
 def _outputs(got: list[tuple[int, int]], out_slot: dict[tuple[int, int], int]) -> Iterable:
     """``((rank, chunk), output slot or None)`` of each of ``got``."""
     return zip(got, map(out_slot.get, got), strict=True)
