@@ -41,6 +41,7 @@ from runtime.program import Program, TbProgram, Transmission, build_program
 from synth.cost import SimResult, algbw_GBps
 from synth.timing import DEFAULT_MODEL, Engine, Network, Params, Transfer, model_params
 from topologies.model import Topology
+from topologies.numeric import ranges
 
 __all__ = ["simulate"]
 
@@ -148,19 +149,14 @@ class _Jobs:
     """Per job, the send that waits for it to start (-1: none)."""
 
 
-def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """``start[i], ..., start[i] + count[i] - 1`` for each ``i``, one after another."""
-    return np.repeat(start - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
-
-
 def _jobs(plan: _Plan, ntiles: int, max_count: int, depth: int) -> _Jobs:
     steps = np.diff(plan.tx_start)
     occ_tb = np.repeat(np.arange(len(plan.tbs)), steps * ntiles)  # each step once per tile
-    k = _ranges(np.zeros(len(plan.tbs), np.int64), steps * ntiles)
+    k = ranges(np.zeros(len(plan.tbs), np.int64), steps * ntiles)
     occ_tile, occ_tx = k // steps[occ_tb], plan.tx_start[occ_tb] + k % steps[occ_tb]
     parts = np.maximum(1, -(-plan.count[occ_tx] // max_count))
     occ = np.repeat(np.arange(len(occ_tx)), parts)
-    part = _ranges(np.zeros(len(occ_tx), np.int64), parts)
+    part = ranges(np.zeros(len(occ_tx), np.int64), parts)
     tb, tile, tx = occ_tb[occ], occ_tile[occ], occ_tx[occ]
     final = part == parts[occ] - 1
     chunks = np.where(final, plan.count[tx] - (parts[occ] - 1) * max_count, max_count)
@@ -193,7 +189,7 @@ def _dependencies(
     dependencies (those never published too)."""
     begin = plan.dep_start[tx[firsts]]
     ndeps = plan.dep_start[tx[firsts] + 1] - begin
-    waiter, d = np.repeat(firsts, ndeps), _ranges(begin, ndeps)
+    waiter, d = np.repeat(firsts, ndeps), ranges(begin, ndeps)
     waits += np.bincount(waiter, minlength=len(waits))
     p = plan.dep_tb[d]
     per_tile = plan.publications[p]

@@ -31,7 +31,7 @@ import numpy as np
 from common.memo import SameObjects
 from common.units import BYTES_PER_US_PER_GBPS
 from synth.timing import DEFAULT, IDEAL, PROTOCOLS, Engine, Network, Params, model_params
-from topologies.distinct import distinct
+from topologies.numeric import distinct, ranges
 
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm, Provenance, Send
@@ -403,7 +403,7 @@ def _dependencies(
     since = np.where(chained, np.concatenate(([0], ends[:-1])), starts)
     size, of = len(groups), np.asarray(group_of, np.int64)
     total = size + len(ends)
-    feeds = _ranges(since, ends - since)  # the writes each node waits for, node by node
+    feeds = ranges(since, ends - since)  # the writes each node waits for, node by node
     pairs = distinct(
         np.concatenate(
             (
@@ -415,11 +415,6 @@ def _dependencies(
     )
     waiting = np.bincount(pairs % total, minlength=total).tolist()
     return waiting, _split(pairs // total, (pairs % total).tolist(), total)
-
-
-def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """``start[i], ..., start[i] + count[i] - 1`` for each ``i``, one after another."""
-    return np.repeat(start - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
 
 
 def _split(keys: np.ndarray, values: list[int], size: int) -> list[list[int]]:

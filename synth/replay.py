@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from synth.errors import VerificationError
-from topologies.distinct import distinct
+from topologies.numeric import distinct
 
 if TYPE_CHECKING:
     from synth.algorithm import Algorithm, Send

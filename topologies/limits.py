@@ -88,7 +88,7 @@ def logical_links_bound(num_ranks: int, tails: np.ndarray, heads: np.ndarray) ->
     """
     import numpy as np  # the limits load without numpy (the command line starts without it)
 
-    from topologies.distinct import distinct
+    from topologies.numeric import distinct
 
     n = num_ranks
     tail_rank, head_rank = tails < n, heads < n

@@ -384,7 +384,7 @@ def _kinds(dag: InstrDAG) -> tuple[list[int], list[tuple[str, int] | None]]:
     it once there is one), else None: one tuple per side and peer, read from :func:`_sides`."""
     import numpy as np
 
-    from topologies.distinct import distinct
+    from topologies.numeric import distinct
 
     _, side, peer, pins = _SAME_DAG.get([dag], "sides", lambda: _sides(dag))
     order = np.asarray(dag.order, dtype=np.int64)
@@ -501,7 +501,7 @@ def _waited(dag: InstrDAG, of: np.ndarray, ranks: int) -> list[set[int]]:
     """Per rank the groups of :func:`_unpaired` (``of``: each instruction's, -1 none) that a plain
     op of another group on the rank waits on (an edge but a match); read from the edges in NumPy
     (a loop over a million edges at 512 ranks)."""
-    from topologies.distinct import distinct
+    from topologies.numeric import distinct
 
     pred, succ = _SAME_DAG.get([dag], "waits", lambda: _waiting_edges(dag))
     rank = _SAME_DAG.get([dag], "sides", lambda: _sides(dag))[0]
@@ -531,7 +531,7 @@ def step_bounds(sched: ScheduledDAG) -> tuple[tuple[int, int], ...]:
     predecessors sit in, or one where that is less."""
     import numpy as np  # not loaded by building the CLI's parser
 
-    from topologies.distinct import distinct
+    from topologies.numeric import distinct
 
     dag = sched.dag
     plans = [plan for tbs in sched.threadblocks for plan in tbs]

@@ -112,7 +112,7 @@ def _crowded(a: np.ndarray, b: np.ndarray, inst: np.ndarray, ranks: int) -> bool
     trees a rank's flows spread over three channels so)."""
     import numpy as np
 
-    from topologies.distinct import distinct
+    from topologies.numeric import distinct
 
     for me, peer in ((a, b), (b, a)):
         links = distinct((inst * ranks + me) * ranks + peer)
@@ -440,7 +440,7 @@ def _facing_groups(pairs: Pairs) -> tuple[np.ndarray, np.ndarray, int]:
     def code(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return ((x * ranks + y) * instances + pairs.instance[facing]) * depths + pairs.depth[facing]
 
-    from topologies.distinct import distinct
+    from topologies.numeric import distinct
 
     a, b = ends[facing, 0], ends[facing, 1]
     found = distinct(np.concatenate((code(a, b), code(b, a))))

@@ -117,7 +117,7 @@ def _peers(dag: InstrDAG, rank: np.ndarray, size: int) -> np.ndarray:
     Merging keeps them: it joins instructions between the same two ranks only."""
     import numpy as np
 
-    from topologies.distinct import distinct
+    from topologies.numeric import distinct
 
     peers = np.zeros(size, np.int64)
     for peer_of in (_SEND_TO, _RECV_FROM):

@@ -266,7 +266,7 @@ def awaited(sched: ScheduledDAG) -> list[set[int]]:
     for it, so the first such instruction in the order knows nothing of it and keeps its wait.
     Found by NumPy over the DAG's edges (a tuple per instruction cost a second per layout judged
     at 512 ranks)."""
-    from topologies.distinct import distinct
+    from topologies.numeric import distinct
 
     dag = sched.dag
     _, _, tb_of = _laid_out(sched)

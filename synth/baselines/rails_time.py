@@ -35,7 +35,7 @@ from synth.algorithm import Send
 from synth.baselines.rails import off_diagonal
 from synth.cost import SimResult, algbw_GBps, calls_apart, chunk_bytes, feed
 from synth.timing import DEFAULT, Network, Params
-from topologies.distinct import distinct
+from topologies.numeric import distinct
 
 if TYPE_CHECKING:
     from synth.baselines.rails import Rails, Routes, VerifiedRails

@@ -49,7 +49,7 @@ from synth.algorithm import Send
 from synth.collectives import make_collective
 from synth.cost import SimResult, algbw_GBps, calls_apart, chunk_bytes, feed
 from synth.timing import DEFAULT, Network, Params
-from topologies.distinct import distinct
+from topologies.numeric import distinct
 from topologies.routes import NETWORK
 
 if TYPE_CHECKING:

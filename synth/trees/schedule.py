@@ -27,7 +27,7 @@ from synth.algorithm import Algorithm, Provenance, Send, Step
 from synth.collectives import SLOTS, make_collective
 from synth.timing import DEFAULT, Params
 from synth.trees.packing import Packing, tree_depths
-from topologies.distinct import distinct
+from topologies.numeric import distinct
 
 if TYPE_CHECKING:
     from topologies.model import Topology

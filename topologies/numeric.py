@@ -1,6 +1,7 @@
-"""The distinct values of an array, where NumPy's own call is slow for the arrays we make.
+"""NumPy helpers every layer above uses: here, in the lowest package that may import NumPy.
 
-Here, in the lowest package that may import NumPy, so every layer above can use it.
+:func:`distinct` is the sorted unique of an array where NumPy's own call is slow for the arrays
+we make; :func:`ranges` the indices of many runs at once.
 
 ``np.unique(a)`` with no ``return_*`` option takes a hash-table path in NumPy 2.3 and later that
 is an order of magnitude slower than sorting once the values are mostly distinct (NumPy 2.4.6 on
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["distinct"]
+__all__ = ["distinct", "ranges"]
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -31,3 +32,12 @@ def distinct(values: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
+
+
+def ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``start[i], ..., start[i] + count[i] - 1`` for each ``i``, one after another.
+
+    >>> ranges(np.array([5, 0, 2]), np.array([2, 0, 3])).tolist()
+    [5, 6, 2, 3, 4]
+    """
+    return np.repeat(start - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
