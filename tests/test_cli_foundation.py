@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-from conftest import assert_one_line_error
+from conftest import ROOT, assert_one_line_error
 
 from xccl.cli.main import build_parser
 
@@ -84,3 +86,37 @@ def test_every_command_is_exercised_by_a_test():
     used = set(re.findall(r'cli\(\s*"([a-z-]+)"', text))
     missing = set(commands) - used
     assert not missing, f"commands without a CLI test: {sorted(missing)}"
+
+
+_EXIT_PROBE = """
+import atexit, sys
+from xccl.cli import main as cli_main
+
+class Loud:
+    def __del__(self):
+        print("torn down", flush=True)
+
+cli_main.KEPT = Loud()  # freed only by the interpreter's teardown
+atexit.register(lambda: print("exit handler ran", file=sys.stderr, flush=True))
+{call}
+"""
+
+
+def _probe(call: str) -> subprocess.CompletedProcess:
+    script = _EXIT_PROBE.format(call=call)
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+
+
+def test_the_executable_skips_the_teardown_but_not_the_exit_handlers_nor_its_output():
+    # the control: through main, the teardown frees the module's object (so the probe can tell)
+    plain = _probe('sys.exit(cli_main.main(["topo", "list"]))')
+    assert plain.returncode == 0 and "torn down" in plain.stdout, plain
+    done = _probe('cli_main.entry(["topo", "list"])')
+    assert done.returncode == 0, done.stderr
+    assert "dgx-h100" in done.stdout and "torn down" not in done.stdout
+    assert "exit handler ran" in done.stderr  # common.forked ends its children in one
+    failed = _probe('cli_main.entry(["verify", "no-such-file.json"])')
+    assert failed.returncode == 2 and "no-such-file.json" in failed.stderr
+    assert "exit handler ran" in failed.stderr
