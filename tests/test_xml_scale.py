@@ -8,6 +8,7 @@ import functools
 import gc
 import itertools
 import random
+import weakref
 
 import pytest
 from codegen_helpers import heap_order
@@ -96,6 +97,39 @@ def test_the_collector_is_back_on_after_a_pause_even_after_an_error():
         assert not gc.isenabled()  # the inner block leaves it to the outer one
         raise ValueError
     assert gc.isenabled()
+
+
+class _Node:
+    def __init__(self, parent: object) -> None:
+        self.parent = parent
+
+
+def test_what_a_pause_built_is_old_after_it_so_the_next_young_collection_skips_it():
+    gc.collect()
+    with gc_paused():
+        built = [_Node(None) for _ in range(50_000)]
+    young = {id(o) for o in gc.get_objects(generation=0)}
+    assert sum(id(node) in young for node in built) == 0
+    assert id(built[0]) in {id(o) for o in gc.get_objects(generation=2)}  # still collectable
+    cycle = _Node(None)
+    with gc_paused():
+        cycle.parent = cycle  # garbage once dropped, freed only by the collector
+    ref = weakref.ref(cycle)
+    del cycle
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_callers_frozen_objects_stay_frozen_after_a_pause():
+    gc.collect()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_paused():
+            [_Node(None) for _ in range(1_000)]
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
 
 
 def test_compile_check_and_run_say_what_is_slow(xccl, tmp_path, monkeypatch):
