@@ -18,7 +18,10 @@ What a caller can rely on:
 - a child never writes to standard output or error (both are /dev/null in it) and ignores Ctrl-C;
   it is killed when its :class:`Forked` closes (``with``, or the parent unwinding from an error or
   Ctrl-C), when the parent exits, and on Linux when the thread that forked it dies, whatever kills
-  it (``PR_SET_PDEATHSIG``; so a SIGTERM's default action leaves none either).
+  it (``PR_SET_PDEATHSIG``; so a SIGTERM's default action leaves none either);
+- a child that stops making progress while the parent waits for it (no CPU time spent and nothing
+  written for :data:`STALL_S`: blocked for good, say on a lock another thread held at the fork) is
+  killed, and the parent runs ``fn`` itself.
 
 A child shares the parent's memory until one of them writes a page: CPython's reference counts
 write to every object the child reads, so the pages it reads are copied. Measured at the end of
@@ -35,10 +38,13 @@ import atexit
 import contextlib
 import os
 import pickle
+import select
 import signal
 import sys
+import time
 import warnings
 from collections.abc import Callable, Hashable, Iterable
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, NoReturn, TypeVar
 
@@ -50,6 +56,10 @@ K = TypeVar("K", bound=Hashable)
 ENV = "XCCL_FORK"
 """``XCCL_FORK=0`` (or ``off``, ``no``, ``false``) runs all such work inline: the same results on
 one CPU, as with fewer than two CPUs."""
+
+STALL_S = 30.0
+"""Seconds a child may spend neither computing nor writing while its parent waits for it, before
+it counts as stuck (the timing engines it runs compute without pause)."""
 
 _OFF = frozenset({"0", "off", "no", "false"})
 _INLINE = object()
@@ -137,7 +147,10 @@ class Forked(Generic[T]):
 
     def _collect(self) -> tuple[bool, Any] | object:
         """The child's answer, or :data:`_INLINE` where it gave none to use."""
-        data = _read_all(self._pipe)  # type: ignore[arg-type]
+        data = _read_watching(self._pipe, self.pid)  # type: ignore[arg-type]
+        if data is None:  # stuck: it gives nothing
+            self.close()
+            return _INLINE
         status = self._reap()
         if not data or status != 0:
             return _INLINE
@@ -285,11 +298,35 @@ def _prctl() -> Callable[..., int] | None:
         return None
 
 
-def _read_all(fd: int) -> bytes:
-    parts = []
-    while part := os.read(fd, 1 << 20):
-        parts.append(part)
-    return b"".join(parts)
+def _read_watching(fd: int, pid: int) -> bytes | None:
+    """All the child writes to ``fd`` until it closes it, or None where the child spends no CPU
+    time and writes nothing for :data:`STALL_S` (where its CPU time cannot be read, it is waited
+    for as long as it takes)."""
+    parts: list[bytes] = []
+    spent, since = _cpu_ticks(pid), time.monotonic()
+    while True:
+        if select.select([fd], [], [], 1.0)[0]:
+            part = os.read(fd, 1 << 20)
+            if not part:
+                return b"".join(parts)
+            parts.append(part)
+            since = time.monotonic()
+            continue
+        now, ticks = time.monotonic(), _cpu_ticks(pid)
+        if ticks is None or ticks != spent:
+            spent, since = ticks, now
+        elif now - since > STALL_S:
+            return None
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """The CPU time process ``pid`` has spent, in clock ticks (``/proc/PID/stat``: user + system);
+    None where it cannot be read (no /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -114,6 +114,36 @@ def test_a_child_killed_gives_the_inline_result():
     assert pid is not None and job.result() == "computed by the parent" and _gone(pid, 0.0)
 
 
+def test_a_child_that_stops_making_progress_is_killed_and_the_parent_does_the_work(monkeypatch):
+    monkeypatch.setattr(forked_module, "STALL_S", 1.0)
+    parent = os.getpid()
+
+    def work():
+        if os.getpid() != parent:
+            time.sleep(3600)  # no CPU time and nothing written: as if blocked on a lock for good
+        return "computed by the parent"
+
+    job = forked(work)
+    pid = job.pid
+    started = time.monotonic()
+    assert pid is not None and job.result() == "computed by the parent" and _gone(pid, 0.0)
+    assert time.monotonic() - started < 30
+
+
+def test_a_child_that_computes_longer_than_the_stall_limit_is_waited_for(monkeypatch):
+    monkeypatch.setattr(forked_module, "STALL_S", 1.0)
+
+    def work():
+        stop = time.process_time() + 2.5  # CPU time: it keeps computing past the limit
+        while time.process_time() < stop:
+            pass
+        return os.getpid()
+
+    job = forked(work)
+    pid = job.pid
+    assert pid is not None and job.result() == pid  # the child's value, not the parent's
+
+
 def test_a_value_that_does_not_pickle_is_made_again_inline():
     parent = os.getpid()
     job = forked(lambda: lambda: os.getpid())  # a lambda does not pickle
