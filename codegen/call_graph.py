@@ -18,6 +18,7 @@ import numpy as np
 
 from codegen.ir import IR, Op
 from codegen.rules import connections
+from topologies.numeric import ranges
 
 __all__ = ["CallGraph", "Steps", "find_cycle"]
 
@@ -56,7 +57,7 @@ class Steps:
         send_lo, send_hi = _spans(np.searchsorted(sends, self.first), self.tb_of, ends[:, 0], ends[:, 2])
         recv_lo, recv_hi = _spans(np.searchsorted(recvs, self.first), self.tb_of, ends[:, 1], ends[:, 3])
         m = np.minimum(send_hi - send_lo, recv_hi - recv_lo)
-        differ = self.counts[sends[_ranges(send_lo, m)]] != self.counts[recvs[_ranges(recv_lo, m)]]
+        differ = self.counts[sends[ranges(send_lo, m)]] != self.counts[recvs[ranges(recv_lo, m)]]
         out = (send_hi - send_lo) != (recv_hi - recv_lo)
         out[np.repeat(np.arange(m.size), m)[differ]] = True
         return out
@@ -119,13 +120,13 @@ class CallGraph:
         m = np.minimum(sent, got)
         offset = int(self.base_seq.max(initial=0)) + 1 + np.cumsum(2 * m) - 2 * m
         src, dst, seq = [self.base_src], [self.base_dst], [self.base_seq]
-        src.append(self.sends[_ranges(self.send_lo, m)])
-        dst.append(self.recvs[_ranges(self.recv_lo, m)])
+        src.append(self.sends[ranges(self.send_lo, m)])
+        dst.append(self.recvs[ranges(self.recv_lo, m)])
         seq.append(np.repeat(offset, m) + 2 * _within(m))
         if depth is not None:
             k = np.where(sent > depth, np.minimum(m, sent - depth), 0)
-            src.append(self.recvs[_ranges(self.recv_lo, k)])
-            dst.append(self.sends[_ranges(self.send_lo + depth, k)])
+            src.append(self.recvs[ranges(self.recv_lo, k)])
+            dst.append(self.sends[ranges(self.send_lo + depth, k)])
             seq.append(np.repeat(offset, k) + 2 * _within(k) + 1)
         return np.concatenate(src), np.concatenate(dst), np.concatenate(seq)
 
@@ -144,7 +145,7 @@ def _steps(ops: list[Op]) -> tuple[np.ndarray, ...]:
     dep_op = np.fromiter((d.op for d in deps), np.int64, len(deps))
     per_op = ndeps[which]
     dep_at = np.repeat(np.arange(len(ops), dtype=np.int64), per_op)
-    picked = _ranges((np.cumsum(ndeps) - ndeps)[which], per_op)
+    picked = ranges((np.cumsum(ndeps) - ndeps)[which], per_op)
     return flag[which].astype(np.int8), count[which], dep_at, dep_tb[picked], dep_op[picked]
 
 
@@ -184,11 +185,6 @@ def _within(n: np.ndarray) -> np.ndarray:
     """0 .. n[j] - 1 for each j, concatenated."""
     total = int(n.sum())
     return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
-
-
-def _ranges(lo: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """lo[j] .. lo[j] + n[j] - 1 for each j, concatenated."""
-    return np.repeat(lo, n) + _within(n)
 
 
 def find_cycle(n: int, src: np.ndarray, dst: np.ndarray, seq: np.ndarray) -> list[int] | None:
@@ -233,8 +229,7 @@ def _kahn(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         total = int(lens.sum())
         if not total:
             break
-        shift = np.repeat(ptr[frontier] - np.cumsum(lens) + lens, lens)
-        targets = succs[shift + np.arange(total)]
+        targets = succs[ranges(ptr[frontier], lens)]
         np.subtract.at(indegree, targets, 1)
         freed = targets[indegree[targets] == 0]  # a call freed by several of the level: once each
         order = np.arange(freed.size)

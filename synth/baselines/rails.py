@@ -52,6 +52,7 @@ from synth.algorithm import Algorithm, Provenance, Send, Step, algorithm_name
 from synth.baselines.ring import SENDS
 from synth.collectives import Collective, make_collective
 from synth.errors import VerificationError
+from topologies.numeric import ranges
 
 if TYPE_CHECKING:
     from topologies.model import Topology
@@ -262,8 +263,7 @@ class Routes:
     def edges_of(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pairs' (indices, with repeats) route edges one after another, and each one's count."""
         count = self.start[pairs + 1] - self.start[pairs]
-        first = np.repeat(self.start[pairs] - np.cumsum(count) + count, count)
-        return self.edges[first + np.arange(int(count.sum()))], count
+        return self.edges[ranges(self.start[pairs], count)], count
 
     def loads(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Chunks over each physical edge when each pair (with repeats) sends one."""
