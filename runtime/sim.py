@@ -37,13 +37,14 @@ from common.gc_pause import gc_paused
 from common.memo import SameObjects
 from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
-from runtime.program import Program, TbProgram, Transmission, build_program
+from runtime.program import Connection, Program, TbProgram, Transmission, build_program
+from synth.collectives import Collective
 from synth.cost import SimResult, algbw_GBps
 from synth.timing import DEFAULT_MODEL, Engine, Network, Params, Transfer, model_params
 from topologies.model import Topology
 from topologies.numeric import ranges
 
-__all__ = ["simulate"]
+__all__ = ["prepare", "simulate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -388,11 +389,11 @@ class _Sim:
         return ("room", plan.connections[plan.send[j]])
 
 
-def _blocked(sim: _Sim, job: int, program: Program) -> BlockedStep:
+def _blocked(sim: _Sim, job: int) -> BlockedStep:
     prog, tx = sim.plan.tbs[sim.jobs.tb[job]], sim.plan.txs[sim.jobs.tx[job]]
     why = sim.why(job)
     if why[0] == "flag":
-        target = program.tb(why[1], why[2])
+        target = next(p for p in sim.plan.tbs if (p.rank, p.id) == (why[1], why[2]))
         never = (
             ""
             if target.publishes_from(why[3])
@@ -407,9 +408,52 @@ def _blocked(sim: _Sim, job: int, program: Program) -> BlockedStep:
 
 
 _PROGRAMS = SameObjects()
-"""The last IR's program (frozen, read only here), its plan and its jobs: ``xccl compile`` times
+"""The last IR's preparation (:class:`_Prepared`) and its jobs per tiling: ``xccl compile`` times
 the IR it keeps in two models, and each build judges the IR as a runtime would (4-5 s at 512
-ranks)."""
+ranks). Nothing it holds refers to the IR, so the memo lets the IR go (its key, held weakly)."""
+
+
+@dataclass(frozen=True, eq=False)
+class _Prepared:
+    """What :func:`simulate` takes from an IR's program: not the :class:`Program` itself, which
+    holds the IR (kept in :data:`_PROGRAMS`, it would keep the IR, its key, alive for good)."""
+
+    plan: _Plan
+    connections: dict[tuple[int, int, int], Connection]
+    collective: Collective | None
+
+
+def _prepared(ir: IR) -> _Prepared:
+    program = build_program(ir)
+    return _Prepared(_plan(program), program.connections, program.collective)
+
+
+def _ready(
+    ir: IR, size_bytes: float, tile_bytes: int | None, fifo_depth: int | None
+) -> tuple[_Prepared, list[float], _Jobs]:
+    """The IR's preparation, its tile sizes and its jobs at this size, built once (:data:`_PROGRAMS`)."""
+    prepared = _PROGRAMS.get((ir,), "prepared", lambda: _prepared(ir))
+    if size_bytes <= 0 or (tile_bytes is not None and tile_bytes < 1):
+        raise ExecutionError(f"{ir.name}: size {size_bytes} B, tile {tile_bytes} B: expected positive sizes")
+    depth = max(1, protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth)
+    chunk_bytes = size_bytes / ir.nchunksperloop
+    sizes = _tile_sizes(chunk_bytes, tile_bytes)
+    max_count = (
+        MAX_COUNT if tile_bytes is None else protocol.max_allowed_count(int(tile_bytes), int(chunk_bytes))
+    )
+    key = ("jobs", len(sizes), max_count, depth)
+    jobs = _PROGRAMS.get((ir,), key, lambda: _jobs(prepared.plan, len(sizes), max_count, depth))
+    return prepared, sizes, jobs
+
+
+def prepare(
+    ir: IR, size_bytes: float, *, tile_bytes: int | None = None, fifo_depth: int | None = None
+) -> None:
+    """Build what :func:`simulate` of ``ir`` at this size builds before it runs a model (the
+    program, judged as a runtime loads it, and its jobs; 4-5 s at 512 ranks), once for every model:
+    a child process forked afterwards (``common.forked``) shares it instead of building it again.
+    Raises what :func:`simulate` raises for a refused IR or a bad size."""
+    _ready(ir, size_bytes, tile_bytes, fifo_depth)
 
 
 @gc_paused()
@@ -436,37 +480,26 @@ def simulate(
     >>> round(simulate(ir, ring4, 1e6).time_us, 3)  # 4.64 + 3 * (2.8 + 0.7 + 10 / 0.8)
     52.64
     """
-    program = _PROGRAMS.get((ir,), "program", lambda: build_program(ir))
-    plan = _PROGRAMS.get((ir,), "plan", lambda: _plan(program))
-    if size_bytes <= 0 or (tile_bytes is not None and tile_bytes < 1):
-        raise ExecutionError(f"{ir.name}: size {size_bytes} B, tile {tile_bytes} B: expected positive sizes")
+    prepared, sizes, jobs = _ready(ir, size_bytes, tile_bytes, fifo_depth)
     if topology.num_ranks != ir.num_ranks:
         raise ExecutionError(
             f"{ir.name}: {ir.num_ranks} ranks, but topology {topology.name} has {topology.num_ranks}"
         )
     logical = topology.logical()
-    for (src, dst, ch), conn in program.connections.items():
+    for (src, dst, ch), conn in prepared.connections.items():
         if conn.sender is not None and (src, dst) not in logical.links:
             raise ExecutionError(
                 f"{ir.name}: rank {src} tb {conn.sender} sends to rank {dst} on channel {ch}, but "
                 f"topology {topology.name} has no link {src}->{dst}"
             )
-    depth = max(1, protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth)
     if params is None:
         params = model_params(DEFAULT_MODEL, ir.protocol)
-    chunk_bytes = size_bytes / ir.nchunksperloop
-    sizes = _tile_sizes(chunk_bytes, tile_bytes)
-    max_count = (
-        MAX_COUNT if tile_bytes is None else protocol.max_allowed_count(int(tile_bytes), int(chunk_bytes))
-    )
-    key = ("jobs", len(sizes), max_count, depth)
-    jobs = _PROGRAMS.get((ir,), key, lambda: _jobs(plan, len(sizes), max_count, depth))
-    sim = _Sim(ir.name, plan, jobs, Network(topology, params), sizes)
+    sim = _Sim(ir.name, prepared.plan, jobs, Network(topology, params), sizes)
     sim.run()
     stuck = sim.stuck()
     if stuck:
-        raise DeadlockError(ir.name, tuple(_blocked(sim, job, program) for job in stuck))
-    coll = program.collective
+        raise DeadlockError(ir.name, tuple(_blocked(sim, job) for job in stuck))
+    coll = prepared.collective
     finish = sim.finish()
     finish = finish + params.launch_us if finish > 0 else 0.0
     algbw = algbw_GBps(size_bytes, finish)
