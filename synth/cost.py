@@ -306,17 +306,15 @@ def _run(
     submit = engine.submit
 
     def on_start(i: int, start: float) -> None:
+        """Hand the arrival of group ``i``, just started, to what waits for it; a node met so
+        (every write it waits for has started) hands its latest arrival on at once, in turn, in
+        the same call (a million starts at 512 ranks). A group's ready time is read no more once
+        it started."""
         started[i] = start
-        arrived[i] = ready_at[i] = start + delays[i]  # (its ready time is read no more)
-        met(i)
-
-    def met(first: int) -> None:
-        """Hand on the arrival of group ``first``, just started, to what waits for it; a node met
-        so (every write it waits for has started) hands its latest arrival on at once, in turn."""
-        met = [first]
-        while met:
-            x = met.pop()
-            at = ready_at[x]
+        at = arrived[i] = start + delays[i]
+        nodes: list[int] = []
+        x = i
+        while True:
             for d in dependents[x]:
                 if at > ready_at[d]:
                     ready_at[d] = at
@@ -325,7 +323,11 @@ def _run(
                     if d < size:
                         submit(d, ready_at[d], transfers[d], d)
                     else:
-                        met.append(d)
+                        nodes.append(d)
+            if not nodes:
+                return
+            x = nodes.pop()
+            at = ready_at[x]
 
     for i in range(size):
         if waiting[i] == 0:
