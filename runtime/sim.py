@@ -335,37 +335,45 @@ class _Sim:
         def start(job: int, t: float) -> None:
             """Job ``job`` started at ``t``: count it off its successors' waits (inline, for speed:
             a million starts at 512 ranks), each ready no earlier than what this one gives it (a
-            job that sends nothing is busy for 0.0 and feeds no receive)."""
+            job that sends nothing is busy for 0.0 and feeds no receive). A successor whose last
+            wait this is goes to the engine at once: its count and ready time are read no more."""
             starts[job] = t
-            end = t + busy[job]
             s = arrival[job]
             if s >= 0:
-                at = t + delay[job]
-                if at > ready[s]:
-                    ready[s] = at
-                left[s] -= 1
-                if not left[s]:
-                    submit(s, ready[s], transfers[s])
+                at, r, n = t + delay[job], ready[s], left[s] - 1
+                if n:
+                    left[s] = n
+                    if at > r:
+                        ready[s] = at
+                else:
+                    submit(s, at if at > r else r, transfers[s])
             s = room[job]
             if s >= 0:
-                if t > ready[s]:
-                    ready[s] = t
-                left[s] -= 1
-                if not left[s]:
-                    submit(s, ready[s], transfers[s])
+                r, n = ready[s], left[s] - 1
+                if n:
+                    left[s] = n
+                    if t > r:
+                        ready[s] = t
+                else:
+                    submit(s, t if t > r else r, transfers[s])
+            end = t + busy[job]
             if not last[job]:
                 s = job + 1
-                if end > ready[s]:
-                    ready[s] = end
-                left[s] -= 1
-                if not left[s]:
-                    submit(s, ready[s], transfers[s])
+                r, n = ready[s], left[s] - 1
+                if n:
+                    left[s] = n
+                    if end > r:
+                        ready[s] = end
+                else:
+                    submit(s, end if end > r else r, transfers[s])
             for s in after[job]:
-                if end > ready[s]:
-                    ready[s] = end
-                left[s] -= 1
-                if not left[s]:
-                    submit(s, ready[s], transfers[s])
+                r, n = ready[s], left[s] - 1
+                if n:
+                    left[s] = n
+                    if end > r:
+                        ready[s] = end
+                else:
+                    submit(s, end if end > r else r, transfers[s])
 
         for job, count in enumerate(left):
             if not count:
