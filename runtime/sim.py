@@ -41,9 +41,9 @@ from runtime.errors import BlockedStep, DeadlockError, ExecutionError
 from runtime.program import Transmission, judged, transmissions
 from synth.collectives import Collective
 from synth.cost import SimResult, algbw_GBps
-from synth.timing import DEFAULT_MODEL, Engine, Network, Params, Transfer, model_params
+from synth.timing import DEFAULT_MODEL, Engine, Network, Params, model_params
 from topologies.model import Topology
-from topologies.numeric import ranges
+from topologies.numeric import distinct, ranges
 
 __all__ = ["prepare", "simulate"]
 
@@ -189,6 +189,10 @@ class _Jobs:
     """Per job, the receive that waits for its message to arrive (-1: none)."""
     room: list[int]
     """Per job, the send that waits for it to start (-1: none)."""
+    sent: list[tuple[int, int, int, int, int]]
+    """The distinct transfers of the jobs that send: (rank, peer, channel, chunks, tile)."""
+    transfer_of: np.ndarray
+    """Per job, its transfer's place in :attr:`sent` (``len(sent)``: it sends nothing)."""
 
 
 def _jobs(plan: _Plan, ntiles: int, max_count: int, depth: int) -> _Jobs:
@@ -211,10 +215,28 @@ def _jobs(plan: _Plan, ntiles: int, max_count: int, depth: int) -> _Jobs:
     match, arrival, room = _connections(plan, tb, tx, depth, waits)
     last = np.ones(len(tb), bool)
     last[:-1] = ~own[1:]
+    sent, transfer_of = _sent(plan, tb, tile, tx, chunks, ntiles)
     return _Jobs(
         tb, tile, tx, chunks, part == 0, pub_jobs, pub_start, match, waits.tolist(), after,
-        last.tolist(), arrival.tolist(), room.tolist(),
+        last.tolist(), arrival.tolist(), room.tolist(), sent, transfer_of,
     )  # fmt: skip
+
+
+def _sent(
+    plan: _Plan, tb: np.ndarray, tile: np.ndarray, tx: np.ndarray, chunks: np.ndarray, ntiles: int
+) -> tuple[list[tuple[int, int, int, int, int]], np.ndarray]:
+    """The distinct transfers of the jobs that send, one per (threadblock, chunks, tile), and each
+    job's among them (:class:`_Jobs`): the same in every model, which only prices them."""
+    sjobs = np.flatnonzero(plan.sends[tx])
+    wide = int(chunks.max(initial=0)) + 1
+    keys = (tb[sjobs] * wide + chunks[sjobs]) * ntiles + tile[sjobs]
+    found = distinct(keys)
+    transfer_of = np.full(len(tb), len(found))
+    transfer_of[sjobs] = np.searchsorted(found, keys)
+    rest, at = np.divmod(found, ntiles)
+    j, count = np.divmod(rest, wide)
+    columns = (plan.rank[j], plan.peer[j], plan.channel[j], count, at)
+    return list(zip(*(c.tolist() for c in columns), strict=True)), transfer_of
 
 
 def _dependencies(
@@ -298,39 +320,31 @@ class _Sim:
     def __init__(self, ir: IR, plan: _Plan, jobs: _Jobs, network: Network, sizes: list[float]) -> None:
         self.ir, self.name, self.plan, self.jobs = ir, ir.name, plan, jobs
         self.network, self.sizes = network, sizes
-        self.transfers, self.busy, self.delay = self._transfers()
+        self.paths, self.busy, self.delay = self._transfers()
         self.starts = [math.nan] * len(jobs.tb)
         """When each job started (NaN: never)."""
 
-    def _transfers(self) -> tuple[list[Transfer | None], np.ndarray, np.ndarray]:
-        """Each job's transfer (None: it sends nothing) and its busy and delay times (0 without),
-        asked of the network once per distinct (threadblock, chunks, tile)."""
-        jobs, plan, sizes = self.jobs, self.plan, self.sizes
-        sjobs = np.flatnonzero(plan.sends[jobs.tx])
-        ntiles, wide = len(sizes), int(jobs.chunks.max(initial=0)) + 1
-        keys = (jobs.tb[sjobs] * wide + jobs.chunks[sjobs]) * ntiles + jobs.tile[sjobs]
-        distinct, which = np.unique(keys, return_inverse=True)
-        made: list[Transfer | None] = []
-        for key in distinct.tolist():
-            rest, tile = divmod(key, ntiles)
-            j, count = divmod(rest, wide)
-            rank, peer, channel = int(plan.rank[j]), int(plan.peer[j]), int(plan.channel[j])
-            made.append(self.network.transfer(rank, peer, count * sizes[tile], tile == 0, channel))
-        index = np.full(len(jobs.tb), len(made))
-        index[sjobs] = which.reshape(-1)
-        made.append(None)
-        busy = np.array([0.0 if t is None else t.busy_us for t in made])[index]
-        delay = np.array([0.0 if t is None else t.delay_us for t in made])[index]
-        return [made[i] for i in index.tolist()], busy, delay
+    def _transfers(self) -> tuple[list[tuple[tuple[int, float], ...] | None], np.ndarray, np.ndarray]:
+        """Each job's transfer's path (None: it sends nothing) and its busy and delay times (0
+        without), asked of the network once per distinct transfer (:attr:`_Jobs.sent`); every
+        transfer is made before the engine (:meth:`Engine.offer`)."""
+        sizes, transfer = self.sizes, self.network.transfer
+        made = [transfer(r, p, count * sizes[t], t == 0, ch) for r, p, ch, count, t in self.jobs.sent]
+        index = self.jobs.transfer_of
+        paths = [t.path for t in made]
+        paths.append(None)
+        busy = np.array([t.busy_us for t in made] + [0.0])[index]
+        delay = np.array([t.delay_us for t in made] + [0.0])[index]
+        return [paths[i] for i in index.tolist()], busy, delay
 
     def run(self) -> None:
         """Run every job that can run (:attr:`starts`)."""
-        jobs, transfers, starts = self.jobs, self.transfers, self.starts
+        jobs, paths, starts = self.jobs, self.paths, self.starts
         left, ready = list(jobs.waits), [0.0] * len(starts)
         after, last, arrival, room = jobs.after, jobs.last, jobs.arrival, jobs.room
         busy, delay = self.busy.tolist(), self.delay.tolist()
         engine = Engine(self.network)
-        submit = engine.submit
+        submit = engine.offer
 
         def start(job: int, t: float) -> None:
             """Job ``job`` started at ``t``: count it off its successors' waits (inline, for speed:
@@ -346,7 +360,7 @@ class _Sim:
                     if at > r:
                         ready[s] = at
                 else:
-                    submit(s, at if at > r else r, transfers[s])
+                    submit(s, at if at > r else r, paths[s])
             s = room[job]
             if s >= 0:
                 r, n = ready[s], left[s] - 1
@@ -355,7 +369,7 @@ class _Sim:
                     if t > r:
                         ready[s] = t
                 else:
-                    submit(s, t if t > r else r, transfers[s])
+                    submit(s, t if t > r else r, paths[s])
             end = t + busy[job]
             if not last[job]:
                 s = job + 1
@@ -365,7 +379,7 @@ class _Sim:
                     if end > r:
                         ready[s] = end
                 else:
-                    submit(s, end if end > r else r, transfers[s])
+                    submit(s, end if end > r else r, paths[s])
             for s in after[job]:
                 r, n = ready[s], left[s] - 1
                 if n:
@@ -373,11 +387,11 @@ class _Sim:
                     if end > r:
                         ready[s] = end
                 else:
-                    submit(s, end if end > r else r, transfers[s])
+                    submit(s, end if end > r else r, paths[s])
 
         for job, count in enumerate(left):
             if not count:
-                submit(job, 0.0, transfers[job])
+                submit(job, 0.0, paths[job])
         engine.run(self._checked(start))
 
     def _checked(self, start: Callable[[int, float], None]) -> Callable[[int, float], None]:

@@ -294,8 +294,8 @@ def _run(
     groups, group_of, waits, dependents, links, link_of = shape
     waiting = list(waits)
     distinct = [network.transfer(src, dst, nbytes * n) for src, dst, n in links]
-    transfers = [distinct[x] for x in link_of]
-    delays = [t.delay_us for t in transfers]
+    paths = [distinct[x].path for x in link_of]
+    delays = [distinct[x].delay_us for x in link_of]
     size = len(groups)
     ready_at = [0.0] * len(waiting)  # groups, then the slots' nodes (:func:`_dependencies`)
     for i, at in enumerate(ready or ()):
@@ -303,7 +303,7 @@ def _run(
     started = [0.0] * size
     arrived = [0.0] * size
     engine = Engine(network)
-    submit = engine.submit
+    submit = engine.offer  # every transfer made above
 
     def on_start(i: int, start: float) -> None:
         """Hand the arrival of group ``i``, just started, to what waits for it; a node met so
@@ -321,7 +321,7 @@ def _run(
                 waiting[d] -= 1
                 if waiting[d] == 0:
                     if d < size:
-                        submit(d, ready_at[d], transfers[d], d)
+                        submit(d, ready_at[d], paths[d], d)
                     else:
                         nodes.append(d)
             if not nodes:
@@ -331,7 +331,7 @@ def _run(
 
     for i in range(size):
         if waiting[i] == 0:
-            submit(i, ready_at[i], transfers[i], i)
+            submit(i, ready_at[i], paths[i], i)
     engine.run(on_start)
     return [started[g] for g in group_of], [arrived[g] for g in group_of]
 
