@@ -88,7 +88,8 @@ class _Plan:
     connections: tuple[tuple[int, int, int], ...]
 
     def publishes_from(self, j: int, op: int) -> bool:
-        """Whether threadblock ``j`` publishes at or after IR op ``op`` (:meth:`TbProgram.publishes_from`)."""
+        """Whether threadblock ``j`` publishes at or after IR op ``op`` (as
+        :meth:`runtime.program.TbProgram.publishes_from` says of its threadblock)."""
         x = slice(self.tx_start[j], self.tx_start[j + 1])
         return bool(np.any(self.has_dep[x] & (self.step[x] >= op)))
 
