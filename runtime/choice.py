@@ -68,6 +68,7 @@ from common.forked import Results, together
 from common.gc_pause import gc_paused
 from common.units import format_size
 from runtime.schedule_order import between_machines, in_step_order, is_timed, retimed_first, whole_trees
+from runtime.sim import prepare as prepare_ir
 from runtime.sim import simulate as simulate_ir
 from synth.algorithm import Algorithm
 from synth.cost import link_bound_us, model_ordered, simulate
@@ -365,6 +366,7 @@ class _Timer(Generic[T]):
         ir, params = self.ir_of(result), self.params
         own = _in_protocol(params, variant.protocol)
         models = (own,) if own.model == IDEAL.model else (own, IDEAL)
+        prepare_ir(ir, self.size)  # before the fork: the child shares it, not builds it again
         us = together(*(partial(_ir_us, ir, self.topology, self.size, p) for p in models))
         algorithm = [self.algorithm(p) for p in models]
         ratios = tuple(t / a if a > 0 else 1.0 for t, a in zip(us[1:], algorithm[1:], strict=True))

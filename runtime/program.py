@@ -47,6 +47,8 @@ __all__ = [
     "call_aliases",
     "chunk_elems",
     "collective_of",
+    "judged",
+    "transmissions",
 ]
 
 
@@ -173,7 +175,7 @@ def _declared(ir: IR, coll: Collective) -> Collective:
     return Collective(coll.name, coll.num_ranks, coll.chunks_per_rank * k, coll.root, chunks, inputs, outputs)
 
 
-def _transmissions(tb: Threadblock, d: Dialect) -> tuple[Transmission, ...]:
+def transmissions(tb: Threadblock, d: Dialect) -> tuple[Transmission, ...]:
     """The threadblock's steps as the parser of ``d`` folds them (:func:`codegen.rules.fold_steps`):
     a chain of ``re`` steps keeps every source and moves the count of its last step, as the runtime
     does."""
@@ -210,6 +212,20 @@ def _refused(ir: IR, problem: Problem) -> ExecutionError:
     return ExecutionError(f"{ir.name}: {problem.located(('rank', 'tb', 'op'), ' ')}")
 
 
+def judged(
+    ir: IR, declared: Collective | None = None
+) -> tuple[Collective | None, tuple[dict[Buffer, int], ...]]:
+    """The collective ``ir`` implements and each rank's buffers (:func:`collective_of`,
+    :func:`_chunks`), once nothing in ``ir`` is what a runtime loading it would refuse (else the
+    :class:`ExecutionError` of the first such problem: :func:`build_program`)."""
+    coll = collective_of(ir, declared)
+    chunks = _chunks(ir, coll)
+    found = load_problems(ir, chunks)
+    if found:
+        raise _refused(ir, found[0])
+    return coll, chunks
+
+
 def build_program(ir: IR, declared: Collective | None = None, dialect: str | Dialect = "msccl") -> Program:
     """Judge ``ir`` as a runtime loading it would, and fold it as its parser does (``declared``: the
     expected result of a ``custom`` IR, see :func:`collective_of`; ``dialect``: whose parser, both
@@ -221,13 +237,9 @@ def build_program(ir: IR, declared: Collective | None = None, dialect: str | Dia
     missing ops, locations outside their buffer.
     """
     d = get_dialect(dialect)
-    coll = collective_of(ir, declared)
-    chunks = _chunks(ir, coll)
-    found = load_problems(ir, chunks)
-    if found:
-        raise _refused(ir, found[0])
+    coll, chunks = judged(ir, declared)
     tbs = tuple(
-        TbProgram(gpu.rank, tb.id, tb.send, tb.recv, tb.channel, _transmissions(tb, d))
+        TbProgram(gpu.rank, tb.id, tb.send, tb.recv, tb.channel, transmissions(tb, d))
         for gpu in ir.gpus
         for tb in gpu.threadblocks
     )

@@ -28,30 +28,33 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from codegen.ir import IR
-from codegen.rules import MAX_COUNT
+from codegen.ir import IR, Op
+from codegen.rules import MAX_COUNT, Folded, connections, fold_steps, get_dialect
 from common.gc_pause import gc_paused
 from common.memo import SameObjects
 from runtime import protocol
 from runtime.errors import BlockedStep, DeadlockError, ExecutionError
-from runtime.program import Program, TbProgram, Transmission, build_program
+from runtime.program import Transmission, judged, transmissions
+from synth.collectives import Collective
 from synth.cost import SimResult, algbw_GBps
-from synth.timing import DEFAULT_MODEL, Engine, Network, Params, Transfer, model_params
+from synth.timing import DEFAULT_MODEL, Engine, Network, Params, model_params
 from topologies.model import Topology
-from topologies.numeric import ranges
+from topologies.numeric import distinct, ranges
 
-__all__ = ["simulate"]
+__all__ = ["prepare", "simulate"]
 
 
 @dataclass(frozen=True, eq=False)
 class _Plan:
-    """A program as the simulator walks it, built once per program and shared by every simulation
-    of it (each model, size and tile): threadblocks in (rank, id) order, their transmissions in one
-    sequence (threadblock ``j``'s are ``tx_start[j]:tx_start[j + 1]``) as arrays, connections
-    numbered.
+    """An IR's program as the simulator walks it, built once per IR and shared by every simulation
+    of it (each model, size and tile): threadblocks in (rank, id) order, their transmissions
+    (:func:`codegen.rules.fold_steps`' folding) in one sequence (threadblock ``j``'s are
+    ``tx_start[j]:tx_start[j + 1]``) as arrays, connections numbered. Arrays only: nothing refers
+    to the IR (a report rebuilds a threadblock's transmissions from it).
 
     A threadblock publishes in the order of its steps, the same steps in every tile, so a dependency
     names the publication it waits for by its place in that list, worked out here once: in tile
@@ -59,11 +62,16 @@ class _Plan:
     threadblock ``p = dep_tb[d]`` (``p``'s first with a step ``>= dep_op[d]``; past the tile's last
     one, the next tile's first)."""
 
-    tbs: tuple[TbProgram, ...]
-    txs: tuple[Transmission, ...]
+    rank: np.ndarray
+    id: np.ndarray
+    peer: np.ndarray
+    channel: np.ndarray
+    """Per threadblock, its rank, id, send peer (-1: none) and channel."""
     tx_start: np.ndarray
     count: np.ndarray
     """Per transmission, the chunks it moves (in calls of at most the protocol's count)."""
+    step: np.ndarray
+    """Per transmission, the step it publishes (the IR index of its last folded op)."""
     receives: np.ndarray
     sends: np.ndarray
     has_dep: np.ndarray
@@ -79,35 +87,70 @@ class _Plan:
     """Per threadblock, the connection it receives on and the one it sends on (-1: none)."""
     connections: tuple[tuple[int, int, int], ...]
 
+    def publishes_from(self, j: int, op: int) -> bool:
+        """Whether threadblock ``j`` publishes at or after IR op ``op`` (as
+        :meth:`runtime.program.TbProgram.publishes_from` says of its threadblock)."""
+        x = slice(self.tx_start[j], self.tx_start[j + 1])
+        return bool(np.any(self.has_dep[x] & (self.step[x] >= op)))
 
-def _plan(program: Program) -> _Plan:
-    tbs = tuple(sorted(program.tbs, key=lambda p: (p.rank, p.id)))
-    index = {(p.rank, p.id): j for j, p in enumerate(tbs)}
-    conns = {key: c for c, key in enumerate(program.connections)}
-    txs = tuple(tx for p in tbs for tx in p.transmissions)
-    n = len(txs)
-    per_tb = np.fromiter((len(p.transmissions) for p in tbs), np.int64, len(tbs))
-    ndeps = np.fromiter((len(tx.deps) for tx in txs), np.int64, n)
-    deps = [(index[(p.rank, d.tb)], d.op) for p in tbs for tx in p.transmissions for d in tx.deps]
+
+_FIRST, _LAST = itemgetter(0), itemgetter(-1)
+_OPS, _DEPS, _COUNT, _HAS_DEP, _KIND = (
+    attrgetter("ops"), attrgetter("deps"), attrgetter("count"), attrgetter("has_dep"), attrgetter("type")
+)  # fmt: skip
+_RECEIVES, _SENDS = attrgetter("receives"), attrgetter("sends")
+
+
+def _plan(ir: IR, connections: tuple[tuple[int, int, int], ...]) -> _Plan:
+    """The plan of a judged IR (:func:`runtime.program.judged`), folded as the runtime's parser
+    folds it, without a :class:`Transmission` object per step (half a million at 512 ranks):
+    the fields the simulator reads are taken in C (``map``) from the ops that head and end each
+    transmission."""
+    d = get_dialect("msccl")
+    tbs = sorted(
+        ((gpu.rank, tb) for gpu in ir.gpus for tb in gpu.threadblocks), key=lambda x: (x[0], x[1].id)
+    )
+    index = {(r, tb.id): j for j, (r, tb) in enumerate(tbs)}
+    heads: list[Op] = []
+    tails: list[Op] = []
+    folds: list[Folded] = []
+    per_tb, deps = [], []
+    for r, tb in tbs:
+        ops, folded = tb.ops, fold_steps(tb.ops, d)
+        per_tb.append(len(folded))
+        folds.extend(folded)
+        if len(folded) == len(ops):  # each op alone, in order
+            heads.extend(ops)
+            tails.extend(ops)
+        else:
+            heads.extend(map(ops.__getitem__, map(_FIRST, map(_OPS, folded))))
+            tails.extend(map(ops.__getitem__, map(_LAST, map(_OPS, folded))))
+        deps.extend((index[(r, dep.tb)], dep.op) for f in folded if f.deps for dep in f.deps)
+    n = len(folds)
+    kinds = list(map(_KIND, heads))
+    has_dep = np.fromiter(map(_HAS_DEP, tails), bool, n)
+    step = np.fromiter(map(_LAST, map(_OPS, folds)), np.int64, n)
+    ndeps = np.fromiter(map(len, map(_DEPS, folds)), np.int64, n)
     dep_tb, dep_op = np.array(deps, np.int64).reshape(-1, 2).T
-    has_dep = np.fromiter((tx.has_dep for tx in txs), bool, n)
-    tx_tb = np.repeat(np.arange(len(tbs)), per_tb)
-    step = np.fromiter((tx.ops[-1] for tx in txs), np.int64, n)
+    per_tb_a = np.array(per_tb, np.int64)
+    tx_tb = np.repeat(np.arange(len(tbs)), per_tb_a)
     publications = np.bincount(tx_tb[has_dep], minlength=len(tbs))
     # bisect_left of each op among its publisher's steps that publish (increasing), all at once
     span = int(max(step.max(initial=0), dep_op.max(initial=0))) + 1
     published = tx_tb[has_dep] * span + step[has_dep]
     first = np.cumsum(publications) - publications
     dep_index = np.searchsorted(published, dep_tb * span + np.maximum(dep_op, 0)) - first[dep_tb]
+    conns = {key: c for c, key in enumerate(connections)}
     return _Plan(
-        tbs, txs, np.concatenate(([0], np.cumsum(per_tb))),
-        np.fromiter((tx.count for tx in txs), np.int64, n),
-        np.fromiter((tx.type.receives for tx in txs), bool, n),
-        np.fromiter((tx.type.sends for tx in txs), bool, n),
+        np.array([r for r, _ in tbs], np.int64), np.array([tb.id for _, tb in tbs], np.int64),
+        np.array([-1 if tb.send is None else tb.send for _, tb in tbs], np.int64),
+        np.array([tb.channel for _, tb in tbs], np.int64),
+        np.concatenate(([0], np.cumsum(per_tb_a))), np.fromiter(map(_COUNT, tails), np.int64, n), step,
+        np.fromiter(map(_RECEIVES, kinds), bool, n), np.fromiter(map(_SENDS, kinds), bool, n),
         has_dep, np.concatenate(([0], np.cumsum(ndeps))), dep_tb, dep_index, dep_op, publications,
-        np.array([-1 if p.recv is None else conns[(p.recv, p.rank, p.channel)] for p in tbs], np.int64),
-        np.array([-1 if p.send is None else conns[(p.rank, p.send, p.channel)] for p in tbs], np.int64),
-        tuple(conns),
+        np.array([-1 if tb.recv is None else conns[(tb.recv, r, tb.channel)] for r, tb in tbs], np.int64),
+        np.array([-1 if tb.send is None else conns[(r, tb.send, tb.channel)] for r, tb in tbs], np.int64),
+        connections,
     )  # fmt: skip
 
 
@@ -147,12 +190,16 @@ class _Jobs:
     """Per job, the receive that waits for its message to arrive (-1: none)."""
     room: list[int]
     """Per job, the send that waits for it to start (-1: none)."""
+    sent: list[tuple[int, int, int, int, int]]
+    """The distinct transfers of the jobs that send: (rank, peer, channel, chunks, tile)."""
+    transfer_of: np.ndarray
+    """Per job, its transfer's place in :attr:`sent` (``len(sent)``: it sends nothing)."""
 
 
 def _jobs(plan: _Plan, ntiles: int, max_count: int, depth: int) -> _Jobs:
     steps = np.diff(plan.tx_start)
-    occ_tb = np.repeat(np.arange(len(plan.tbs)), steps * ntiles)  # each step once per tile
-    k = ranges(np.zeros(len(plan.tbs), np.int64), steps * ntiles)
+    occ_tb = np.repeat(np.arange(len(plan.rank)), steps * ntiles)  # each step once per tile
+    k = ranges(np.zeros(len(plan.rank), np.int64), steps * ntiles)
     occ_tile, occ_tx = k // steps[occ_tb], plan.tx_start[occ_tb] + k % steps[occ_tb]
     parts = np.maximum(1, -(-plan.count[occ_tx] // max_count))
     occ = np.repeat(np.arange(len(occ_tx)), parts)
@@ -163,16 +210,34 @@ def _jobs(plan: _Plan, ntiles: int, max_count: int, depth: int) -> _Jobs:
     own = np.zeros(len(tb), bool)
     own[1:] = tb[1:] == tb[:-1]
     pub_jobs = np.flatnonzero(plan.has_dep[tx] & final)
-    pub_start = np.searchsorted(tb[pub_jobs], np.arange(len(plan.tbs)))
+    pub_start = np.searchsorted(tb[pub_jobs], np.arange(len(plan.rank)))
     waits = own.astype(np.int64)
     after = _dependencies(plan, ntiles, tile, tx, np.flatnonzero(part == 0), pub_jobs, pub_start, waits)
     match, arrival, room = _connections(plan, tb, tx, depth, waits)
     last = np.ones(len(tb), bool)
     last[:-1] = ~own[1:]
+    sent, transfer_of = _sent(plan, tb, tile, tx, chunks, ntiles)
     return _Jobs(
         tb, tile, tx, chunks, part == 0, pub_jobs, pub_start, match, waits.tolist(), after,
-        last.tolist(), arrival.tolist(), room.tolist(),
+        last.tolist(), arrival.tolist(), room.tolist(), sent, transfer_of,
     )  # fmt: skip
+
+
+def _sent(
+    plan: _Plan, tb: np.ndarray, tile: np.ndarray, tx: np.ndarray, chunks: np.ndarray, ntiles: int
+) -> tuple[list[tuple[int, int, int, int, int]], np.ndarray]:
+    """The distinct transfers of the jobs that send, one per (threadblock, chunks, tile), and each
+    job's among them (:class:`_Jobs`): the same in every model, which only prices them."""
+    sjobs = np.flatnonzero(plan.sends[tx])
+    wide = int(chunks.max(initial=0)) + 1
+    keys = (tb[sjobs] * wide + chunks[sjobs]) * ntiles + tile[sjobs]
+    found = distinct(keys)
+    transfer_of = np.full(len(tb), len(found))
+    transfer_of[sjobs] = np.searchsorted(found, keys)
+    rest, at = np.divmod(found, ntiles)
+    j, count = np.divmod(rest, wide)
+    columns = (plan.rank[j], plan.peer[j], plan.channel[j], count, at)
+    return list(zip(*(c.tolist() for c in columns), strict=True)), transfer_of
 
 
 def _dependencies(
@@ -253,80 +318,81 @@ class _Sim:
     """One simulation of a plan's jobs: each handed to the engine once its predecessors
     (:class:`_Jobs`) have started, ready at the latest time any of them lets it go."""
 
-    def __init__(self, name: str, plan: _Plan, jobs: _Jobs, network: Network, sizes: list[float]) -> None:
-        self.name, self.plan, self.jobs, self.network, self.sizes = name, plan, jobs, network, sizes
-        self.transfers, self.busy, self.delay = self._transfers()
+    def __init__(self, ir: IR, plan: _Plan, jobs: _Jobs, network: Network, sizes: list[float]) -> None:
+        self.ir, self.name, self.plan, self.jobs = ir, ir.name, plan, jobs
+        self.network, self.sizes = network, sizes
+        self.paths, self.busy, self.delay = self._transfers()
         self.starts = [math.nan] * len(jobs.tb)
         """When each job started (NaN: never)."""
 
-    def _transfers(self) -> tuple[list[Transfer | None], np.ndarray, np.ndarray]:
-        """Each job's transfer (None: it sends nothing) and its busy and delay times (0 without),
-        asked of the network once per distinct (threadblock, chunks, tile)."""
-        jobs, plan, sizes = self.jobs, self.plan, self.sizes
-        sjobs = np.flatnonzero(plan.sends[jobs.tx])
-        ntiles, wide = len(sizes), int(jobs.chunks.max(initial=0)) + 1
-        keys = (jobs.tb[sjobs] * wide + jobs.chunks[sjobs]) * ntiles + jobs.tile[sjobs]
-        distinct, which = np.unique(keys, return_inverse=True)
-        made: list[Transfer | None] = []
-        for key in distinct.tolist():
-            rest, tile = divmod(key, ntiles)
-            j, count = divmod(rest, wide)
-            p = plan.tbs[j]
-            made.append(self.network.transfer(p.rank, p.send, count * sizes[tile], tile == 0, p.channel))
-        index = np.full(len(jobs.tb), len(made))
-        index[sjobs] = which.reshape(-1)
-        made.append(None)
-        busy = np.array([0.0 if t is None else t.busy_us for t in made])[index]
-        delay = np.array([0.0 if t is None else t.delay_us for t in made])[index]
-        return [made[i] for i in index.tolist()], busy, delay
+    def _transfers(self) -> tuple[list[tuple[tuple[int, float], ...] | None], np.ndarray, np.ndarray]:
+        """Each job's transfer's path (None: it sends nothing) and its busy and delay times (0
+        without), asked of the network once per distinct transfer (:attr:`_Jobs.sent`); every
+        transfer is made before the engine (:meth:`Engine.offer`)."""
+        sizes, transfer = self.sizes, self.network.transfer
+        made = [transfer(r, p, count * sizes[t], t == 0, ch) for r, p, ch, count, t in self.jobs.sent]
+        index = self.jobs.transfer_of
+        paths = [t.path for t in made]
+        paths.append(None)
+        busy = np.array([t.busy_us for t in made] + [0.0])[index]
+        delay = np.array([t.delay_us for t in made] + [0.0])[index]
+        return [paths[i] for i in index.tolist()], busy, delay
 
     def run(self) -> None:
         """Run every job that can run (:attr:`starts`)."""
-        jobs, transfers, starts = self.jobs, self.transfers, self.starts
+        jobs, paths, starts = self.jobs, self.paths, self.starts
         left, ready = list(jobs.waits), [0.0] * len(starts)
         after, last, arrival, room = jobs.after, jobs.last, jobs.arrival, jobs.room
         busy, delay = self.busy.tolist(), self.delay.tolist()
         engine = Engine(self.network)
-        submit = engine.submit
+        submit = engine.offer
 
         def start(job: int, t: float) -> None:
             """Job ``job`` started at ``t``: count it off its successors' waits (inline, for speed:
             a million starts at 512 ranks), each ready no earlier than what this one gives it (a
-            job that sends nothing is busy for 0.0 and feeds no receive)."""
+            job that sends nothing is busy for 0.0 and feeds no receive). A successor whose last
+            wait this is goes to the engine at once: its count and ready time are read no more."""
             starts[job] = t
-            end = t + busy[job]
             s = arrival[job]
             if s >= 0:
-                at = t + delay[job]
-                if at > ready[s]:
-                    ready[s] = at
-                left[s] -= 1
-                if not left[s]:
-                    submit(s, ready[s], transfers[s])
+                at, r, n = t + delay[job], ready[s], left[s] - 1
+                if n:
+                    left[s] = n
+                    if at > r:
+                        ready[s] = at
+                else:
+                    submit(s, at if at > r else r, paths[s])
             s = room[job]
             if s >= 0:
-                if t > ready[s]:
-                    ready[s] = t
-                left[s] -= 1
-                if not left[s]:
-                    submit(s, ready[s], transfers[s])
+                r, n = ready[s], left[s] - 1
+                if n:
+                    left[s] = n
+                    if t > r:
+                        ready[s] = t
+                else:
+                    submit(s, t if t > r else r, paths[s])
+            end = t + busy[job]
             if not last[job]:
                 s = job + 1
-                if end > ready[s]:
-                    ready[s] = end
-                left[s] -= 1
-                if not left[s]:
-                    submit(s, ready[s], transfers[s])
+                r, n = ready[s], left[s] - 1
+                if n:
+                    left[s] = n
+                    if end > r:
+                        ready[s] = end
+                else:
+                    submit(s, end if end > r else r, paths[s])
             for s in after[job]:
-                if end > ready[s]:
-                    ready[s] = end
-                left[s] -= 1
-                if not left[s]:
-                    submit(s, ready[s], transfers[s])
+                r, n = ready[s], left[s] - 1
+                if n:
+                    left[s] = n
+                    if end > r:
+                        ready[s] = end
+                else:
+                    submit(s, end if end > r else r, paths[s])
 
         for job, count in enumerate(left):
             if not count:
-                submit(job, 0.0, transfers[job])
+                submit(job, 0.0, paths[job])
         engine.run(self._checked(start))
 
     def _checked(self, start: Callable[[int, float], None]) -> Callable[[int, float], None]:
@@ -352,13 +418,21 @@ class _Sim:
 
     def mismatch(self, job: int) -> ExecutionError:
         """The error of receive ``job`` taking a count of bytes its sender did not send."""
-        prog, tx = self.plan.tbs[self.jobs.tb[job]], self.plan.txs[self.jobs.tx[job]]
+        rank, tb, tx = self.where(job)
         nbytes, sent_bytes = self.nbytes(job), self.nbytes(int(self.jobs.match[job]))
         return ExecutionError(
-            f"{self.name}: rank {prog.rank} tb {prog.id} op {tx.op} ({tx.label()}) "
+            f"{self.name}: rank {rank} tb {tb} op {tx.op} ({tx.label()}) "
             f"receives {nbytes:g} B but its sender sent {sent_bytes:g} B: send and receive "
             "counts differ on this connection"
         )
+
+    def where(self, job: int) -> tuple[int, int, Transmission]:
+        """The rank, threadblock id and transmission of ``job``, for a report (from the IR: the
+        plan keeps none of its objects)."""
+        j, x = int(self.jobs.tb[job]), int(self.jobs.tx[job])
+        rank, tb = int(self.plan.rank[j]), int(self.plan.id[j])
+        block = next(t for t in self.ir.gpus[rank].threadblocks if t.id == tb)
+        return rank, tb, transmissions(block, get_dialect("msccl"))[x - int(self.plan.tx_start[j])]
 
     def finish(self) -> float:
         """When the last call ends or its data lands (0.0: nothing ran)."""
@@ -374,7 +448,7 @@ class _Sim:
         return job >= 0 and not math.isnan(self.starts[job])
 
     def why(self, job: int) -> tuple:
-        """What stuck ``job`` waits for, for a report: ``("flag", rank, tb, op)`` (its first
+        """What stuck ``job`` waits for, for a report: ``("flag", rank, tb, op, tb's index)`` (its first
         dependency not published), ``("msg", connection)`` or ``("room", connection)``."""
         plan, jobs = self.plan, self.jobs
         j, x, tile = int(jobs.tb[job]), int(jobs.tx[job]), int(jobs.tile[job])
@@ -382,20 +456,19 @@ class _Sim:
             p, per_tile = int(plan.dep_tb[d]), int(plan.publications[plan.dep_tb[d]])
             q = tile * per_tile + int(plan.dep_index[d])
             if q >= len(self.sizes) * per_tile or not self.started(int(jobs.pub_jobs[jobs.pub_start[p] + q])):
-                return ("flag", plan.tbs[j].rank, plan.tbs[p].id, int(plan.dep_op[d]))
+                return ("flag", int(plan.rank[j]), int(plan.id[p]), int(plan.dep_op[d]), p)
         if plan.receives[x] and not self.started(int(jobs.match[job])):
             return ("msg", plan.connections[plan.recv[j]])
         return ("room", plan.connections[plan.send[j]])
 
 
-def _blocked(sim: _Sim, job: int, program: Program) -> BlockedStep:
-    prog, tx = sim.plan.tbs[sim.jobs.tb[job]], sim.plan.txs[sim.jobs.tx[job]]
+def _blocked(sim: _Sim, job: int) -> BlockedStep:
+    rank, tb, tx = sim.where(job)
     why = sim.why(job)
     if why[0] == "flag":
-        target = program.tb(why[1], why[2])
         never = (
             ""
-            if target.publishes_from(why[3])
+            if sim.plan.publishes_from(why[4], why[3])
             else f" (nothing in tb {why[2]} from op {why[3]} on has has_dep)"
         )
         reason = f"waits for tb {why[2]} op {why[3]}{never}"
@@ -403,13 +476,58 @@ def _blocked(sim: _Sim, job: int, program: Program) -> BlockedStep:
         reason = f"waits for data from rank {why[1][0]} on channel {why[1][2]}"
     else:
         reason = f"waits for room to send to rank {why[1][1]} on channel {why[1][2]}"
-    return BlockedStep(prog.rank, prog.id, tx.op, int(sim.jobs.tile[job]), f"({tx.label()}) {reason}")
+    return BlockedStep(rank, tb, tx.op, int(sim.jobs.tile[job]), f"({tx.label()}) {reason}")
 
 
 _PROGRAMS = SameObjects()
-"""The last IR's program (frozen, read only here), its plan and its jobs: ``xccl compile`` times
+"""The last IR's preparation (:class:`_Prepared`) and its jobs per tiling: ``xccl compile`` times
 the IR it keeps in two models, and each build judges the IR as a runtime would (4-5 s at 512
-ranks)."""
+ranks). Nothing it holds refers to the IR, so the memo lets the IR go (its key, held weakly)."""
+
+
+@dataclass(frozen=True, eq=False)
+class _Prepared:
+    """What :func:`simulate` takes from an IR's program: not the :class:`Program` itself, which
+    holds the IR (kept in :data:`_PROGRAMS`, it would keep the IR, its key, alive for good)."""
+
+    plan: _Plan
+    senders: dict[tuple[int, int, int], int | None]
+    """Per connection, its sending threadblock (None: none)."""
+    collective: Collective | None
+
+
+def _prepared(ir: IR) -> _Prepared:
+    collective, _ = judged(ir)
+    ends = sorted(connections(ir).items())
+    return _Prepared(_plan(ir, tuple(key for key, _ in ends)), {key: s for key, (s, _) in ends}, collective)
+
+
+def _ready(
+    ir: IR, size_bytes: float, tile_bytes: int | None, fifo_depth: int | None
+) -> tuple[_Prepared, list[float], _Jobs]:
+    """The IR's preparation, its tile sizes and its jobs at this size, built once (:data:`_PROGRAMS`)."""
+    prepared = _PROGRAMS.get((ir,), "prepared", lambda: _prepared(ir))
+    if size_bytes <= 0 or (tile_bytes is not None and tile_bytes < 1):
+        raise ExecutionError(f"{ir.name}: size {size_bytes} B, tile {tile_bytes} B: expected positive sizes")
+    depth = max(1, protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth)
+    chunk_bytes = size_bytes / ir.nchunksperloop
+    sizes = _tile_sizes(chunk_bytes, tile_bytes)
+    max_count = (
+        MAX_COUNT if tile_bytes is None else protocol.max_allowed_count(int(tile_bytes), int(chunk_bytes))
+    )
+    key = ("jobs", len(sizes), max_count, depth)
+    jobs = _PROGRAMS.get((ir,), key, lambda: _jobs(prepared.plan, len(sizes), max_count, depth))
+    return prepared, sizes, jobs
+
+
+def prepare(
+    ir: IR, size_bytes: float, *, tile_bytes: int | None = None, fifo_depth: int | None = None
+) -> None:
+    """Build what :func:`simulate` of ``ir`` at this size builds before it runs a model (the
+    program, judged as a runtime loads it, and its jobs; 4-5 s at 512 ranks), once for every model:
+    a child process forked afterwards (``common.forked``) shares it instead of building it again.
+    Raises what :func:`simulate` raises for a refused IR or a bad size."""
+    _ready(ir, size_bytes, tile_bytes, fifo_depth)
 
 
 @gc_paused()
@@ -436,37 +554,26 @@ def simulate(
     >>> round(simulate(ir, ring4, 1e6).time_us, 3)  # 4.64 + 3 * (2.8 + 0.7 + 10 / 0.8)
     52.64
     """
-    program = _PROGRAMS.get((ir,), "program", lambda: build_program(ir))
-    plan = _PROGRAMS.get((ir,), "plan", lambda: _plan(program))
-    if size_bytes <= 0 or (tile_bytes is not None and tile_bytes < 1):
-        raise ExecutionError(f"{ir.name}: size {size_bytes} B, tile {tile_bytes} B: expected positive sizes")
+    prepared, sizes, jobs = _ready(ir, size_bytes, tile_bytes, fifo_depth)
     if topology.num_ranks != ir.num_ranks:
         raise ExecutionError(
             f"{ir.name}: {ir.num_ranks} ranks, but topology {topology.name} has {topology.num_ranks}"
         )
     logical = topology.logical()
-    for (src, dst, ch), conn in program.connections.items():
-        if conn.sender is not None and (src, dst) not in logical.links:
+    for (src, dst, ch), sender in prepared.senders.items():
+        if sender is not None and (src, dst) not in logical.links:
             raise ExecutionError(
-                f"{ir.name}: rank {src} tb {conn.sender} sends to rank {dst} on channel {ch}, but "
+                f"{ir.name}: rank {src} tb {sender} sends to rank {dst} on channel {ch}, but "
                 f"topology {topology.name} has no link {src}->{dst}"
             )
-    depth = max(1, protocol.fifo_depth(ir.protocol) if fifo_depth is None else fifo_depth)
     if params is None:
         params = model_params(DEFAULT_MODEL, ir.protocol)
-    chunk_bytes = size_bytes / ir.nchunksperloop
-    sizes = _tile_sizes(chunk_bytes, tile_bytes)
-    max_count = (
-        MAX_COUNT if tile_bytes is None else protocol.max_allowed_count(int(tile_bytes), int(chunk_bytes))
-    )
-    key = ("jobs", len(sizes), max_count, depth)
-    jobs = _PROGRAMS.get((ir,), key, lambda: _jobs(plan, len(sizes), max_count, depth))
-    sim = _Sim(ir.name, plan, jobs, Network(topology, params), sizes)
+    sim = _Sim(ir, prepared.plan, jobs, Network(topology, params), sizes)
     sim.run()
     stuck = sim.stuck()
     if stuck:
-        raise DeadlockError(ir.name, tuple(_blocked(sim, job, program) for job in stuck))
-    coll = program.collective
+        raise DeadlockError(ir.name, tuple(_blocked(sim, job) for job in stuck))
+    coll = prepared.collective
     finish = sim.finish()
     finish = finish + params.launch_us if finish > 0 else 0.0
     algbw = algbw_GBps(size_bytes, finish)

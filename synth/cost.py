@@ -294,8 +294,8 @@ def _run(
     groups, group_of, waits, dependents, links, link_of = shape
     waiting = list(waits)
     distinct = [network.transfer(src, dst, nbytes * n) for src, dst, n in links]
-    transfers = [distinct[x] for x in link_of]
-    delays = [t.delay_us for t in transfers]
+    paths = [distinct[x].path for x in link_of]
+    delays = [distinct[x].delay_us for x in link_of]
     size = len(groups)
     ready_at = [0.0] * len(waiting)  # groups, then the slots' nodes (:func:`_dependencies`)
     for i, at in enumerate(ready or ()):
@@ -303,33 +303,35 @@ def _run(
     started = [0.0] * size
     arrived = [0.0] * size
     engine = Engine(network)
-    submit = engine.submit
+    submit = engine.offer  # every transfer made above
 
     def on_start(i: int, start: float) -> None:
+        """Hand the arrival of group ``i``, just started, to what waits for it; a node met so
+        (every write it waits for has started) hands its latest arrival on at once, in turn, in
+        the same call (a million starts at 512 ranks). A group's ready time is read no more once
+        it started."""
         started[i] = start
-        arrived[i] = ready_at[i] = start + delays[i]  # (its ready time is read no more)
-        met(i)
-
-    def met(first: int) -> None:
-        """Hand on the arrival of group ``first``, just started, to what waits for it; a node met
-        so (every write it waits for has started) hands its latest arrival on at once, in turn."""
-        met = [first]
-        while met:
-            x = met.pop()
-            at = ready_at[x]
+        at = arrived[i] = start + delays[i]
+        nodes: list[int] = []
+        x = i
+        while True:
             for d in dependents[x]:
                 if at > ready_at[d]:
                     ready_at[d] = at
                 waiting[d] -= 1
                 if waiting[d] == 0:
                     if d < size:
-                        submit(d, ready_at[d], transfers[d], d)
+                        submit(d, ready_at[d], paths[d], d)
                     else:
-                        met.append(d)
+                        nodes.append(d)
+            if not nodes:
+                return
+            x = nodes.pop()
+            at = ready_at[x]
 
     for i in range(size):
         if waiting[i] == 0:
-            submit(i, ready_at[i], transfers[i], i)
+            submit(i, ready_at[i], paths[i], i)
     engine.run(on_start)
     return [started[g] for g in group_of], [arrived[g] for g in group_of]
 

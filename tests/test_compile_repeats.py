@@ -38,10 +38,10 @@ def test_the_ideal_list_schedule_of_the_lowering_serves_the_choice(trees, monkey
 def test_an_ir_timed_in_two_models_is_judged_and_folded_once(trees, monkeypatch):
     topo, algo = trees
     builds, plans = [], []
-    build, plan = sim.build_program, sim._plan
+    build, plan = sim.judged, sim._plan
     monkeypatch.setattr(sim, "_PROGRAMS", sim.SameObjects())
-    monkeypatch.setattr(sim, "build_program", lambda ir: builds.append(ir) or build(ir))
-    monkeypatch.setattr(sim, "_plan", lambda program: plans.append(program.ir) or plan(program))
+    monkeypatch.setattr(sim, "judged", lambda ir: builds.append(ir) or build(ir))
+    monkeypatch.setattr(sim, "_plan", lambda ir, ends: plans.append(ir) or plan(ir, ends))
     ir, _ = compile_fastest(algo, topo, port_order="off")
     ideal = sim.simulate(ir, topo, 1 << 30, params=IDEAL).time_us
     calibrated = sim.simulate(ir, topo, 1 << 30, params=DEFAULT).time_us

@@ -129,3 +129,49 @@ def test_agrees_with_the_algorithm_simulator_on_compiled_baselines(kind, coll, t
         for size in (1e3, 1e6, 1e9):
             ours = simulate(ir, topo, size, params=IDEAL).time_us
             assert ours == pytest.approx(simulate_algorithm(algo, topo, size, IDEAL).time_us, rel=0.05)
+
+
+def test_timing_an_ir_keeps_no_hold_on_it():
+    """The simulator remembers the last IR's program for its next model, weakly: a 512-rank IR is
+    gigabytes of objects, and holding its program kept it alive after its compile returned."""
+    import gc
+    import weakref
+
+    ir = samples.ring_allgather(4)
+    assert simulate(ir, ring(4), 1e6, params=IDEAL).time_us > 0
+    gone = weakref.ref(ir)
+    del ir
+    gc.collect()
+    assert gone() is None
+
+
+def test_timing_an_algorithm_keeps_no_hold_on_it_or_its_topology():
+    """The Algorithm model's memo of the last schedule (and the network's of the last topology) is
+    weak too."""
+    import gc
+    import weakref
+
+    from synth.cost import link_bound_us
+
+    topo = ring(4)
+    algo = make_baseline("ring", topo, make_collective("allgather", 4, 1))
+    assert simulate_algorithm(algo, topo, 1e6, IDEAL).time_us > 0 < link_bound_us(algo, topo, 1e6)
+    gone = (weakref.ref(algo), weakref.ref(topo))
+    del algo, topo
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None]
+
+
+def test_a_prepared_ir_is_timed_in_each_model_without_building_it_again(monkeypatch):
+    """``xccl compile`` prepares the IR before it forks the child that times the ideal model."""
+    import runtime.sim as sim
+
+    builds = []
+    judged = sim.judged
+    monkeypatch.setattr(sim, "judged", lambda ir: builds.append(ir) or judged(ir))
+    ir = samples.ring_allgather(4)
+    sim.prepare(ir, 1e6)
+    times = [simulate(ir, ring(4), 1e6, params=p).time_us for p in (IDEAL, DEFAULT)]
+    assert builds == [ir] and 0 < times[0] < times[1]
+    with pytest.raises(ExecutionError, match="expected positive sizes"):
+        sim.prepare(ir, 0)

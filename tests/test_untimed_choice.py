@@ -120,6 +120,7 @@ def test_the_search_stops_at_a_candidate_as_fast_as_its_algorithm(monkeypatch):
         return type("Timed", (), {"time_us": algorithm_us[params.model] * ratio[ir]})()
 
     monkeypatch.setattr(choice_module, "simulate_ir", fake_ir)
+    monkeypatch.setattr(choice_module, "prepare_ir", lambda *args: None)
 
     def compile_variant(variant):
         compiled.append(variant)
@@ -159,6 +160,7 @@ def test_a_schedule_the_model_runs_out_of_step_order_is_compiled_retimed_first(m
         return type("Timed", (), {"time_us": algorithm_us[params.model] * ratio})()
 
     monkeypatch.setattr(choice_module, "simulate_ir", fake_ir)
+    monkeypatch.setattr(choice_module, "prepare_ir", lambda *args: None)
 
     def compile_variant(variant):
         compiled.append(variant)

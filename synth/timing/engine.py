@@ -73,6 +73,13 @@ class Engine:
             path = transfer.path
             if len(self.first) < len(self._servers):
                 self._grow()
+        self.offer(job, ready_us, path, priority)
+
+    def offer(
+        self, job: int, ready_us: float, path: tuple[tuple[int, float], ...] | None, priority: int = 0
+    ) -> None:
+        """:meth:`submit` of a transfer's path (None: no link), for a feeder whose network made
+        every transfer before this engine (a million submits at 512 ranks)."""
         candidate = (priority, ready_us, job, -1, path)
         now = self._now
         if ready_us <= now + self.tolerance and self._candidates is not None:

@@ -97,6 +97,7 @@ class Network:
     _ids: dict[object, int] = field(init=False, repr=False)
     _cache: dict[tuple[int, int, float, bool, int | None], Transfer] = field(init=False, repr=False)
     _physicals: dict[tuple[int, int, float, bool], tuple] = field(init=False, repr=False)
+    _links: dict[tuple[int, int], _Link] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         resources = self.topology.logical().resources
@@ -105,11 +106,25 @@ class Network:
         self._ids = {e: i for i, e in enumerate(self.edges)}
         self._cache = {}
         self._physicals = _shared_physicals(self.topology, self.params)
+        self._links = _PHYSICALS.get((self.topology,), "links", dict)
 
     def connection_servers(self, src: int, dst: int) -> int:
         """How many sends the connection ``src -> dst`` carries at once: its path's fewest parallel links."""
-        logical = self.topology.logical()
-        return min(logical.resources[e].count for e in logical.links[(src, dst)].edges)
+        return min(count for _, _, count in self._link(src, dst)[2])
+
+    def _link(self, src: int, dst: int) -> _Link:
+        """The logical link ``src -> dst`` as numbers, shared by every network of the topology
+        (each model's asks it of every (src, dst) of a schedule: 261,632 at the 512-rank alltoall)."""
+        out = self._links.get((src, dst))
+        if out is None:
+            logical = self.topology.logical()
+            link = logical.links[(src, dst)]
+            edges = tuple(
+                (self._ids[e], logical.resources[e].bandwidth_GBps, logical.resources[e].count)
+                for e in link.edges
+            )
+            out = self._links[(src, dst)] = (link.alpha_us, link.bandwidth_GBps, edges)
+        return out
 
     def resource(self, key: object) -> int:
         """The engine id of a resource key (an edge or a connection), made on first use."""
@@ -148,19 +163,13 @@ class Network:
         key = (src, dst, nbytes, send)
         out = self._physicals.get(key)
         if out is None:
-            logical = self.topology.logical()
-            link = logical.links[(src, dst)]
+            alpha_us, bandwidth_GBps, link = self._link(src, dst)
             p = self.params
-            edges = tuple(
-                (self._ids[e], p.hold_us(logical.resources[e].bandwidth_GBps, nbytes)) for e in link.edges
-            )
+            edges = tuple((e, p.hold_us(bandwidth, nbytes)) for e, bandwidth, _ in link)
             if len(self._physicals) >= _KEPT_PHYSICALS:
                 self._physicals.clear()  # a sweep over sizes asks new ones at each size
-            out = self._physicals[key] = (
-                edges,
-                p.occupy_us(link, nbytes, send),
-                p.delay_us(link, nbytes, send),
-            )
+            occupy = (p.send_us if send else 0.0) + p.hold_us(bandwidth_GBps, nbytes)  # Params.occupy_us
+            out = self._physicals[key] = (edges, occupy, alpha_us + occupy)  # Params.delay_us
         return out
 
 
@@ -168,7 +177,11 @@ _PHYSICALS = SameObjects()
 """Per model (:class:`Params`), the physical part of the transfers asked on the last topology: every
 network of a topology numbers its physical edges alike (connections come after them), and a compile
 asks the same ``(src, dst, bytes)`` of the Algorithm model and of the IR simulator in each model
-(the 512-rank trees: 131,072 of them)."""
+(the 512-rank trees: 131,072 of them); and, for every model, its logical links as numbers
+(:data:`_Link`), which hold nothing of the topology."""
+_Link = tuple[float, float, tuple[tuple[int, float, int], ...]]
+"""A logical link: its ``alpha_us``, its ``bandwidth_GBps`` and per physical edge of its path the
+edge's engine id, bandwidth and count."""
 _KEPT_PHYSICALS = 262_144
 """Transfers kept per model (about 450 bytes each), for the latest two models (a compile's
 calibrated and ideal ones)."""
