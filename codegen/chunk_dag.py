@@ -45,7 +45,7 @@ class Side(StrEnum):
     DST = "dst"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Loc:
     """Chunks ``index .. index + count - 1`` are addressed from ``index`` of a rank's buffer."""
 
@@ -121,7 +121,7 @@ class ProgramInfo:
         return rank, buffer, index
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkOp:
     """``dst[count] := src[count]`` (copy) or ``dst := operand (op) src`` (reduce).
 
@@ -158,7 +158,7 @@ class ChunkOp:
         return what + (f" x{self.count}" if self.count != 1 else "")
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class ChunkDep:
     """Side ``pred_side`` of op ``pred`` must happen before side ``succ_side`` of op ``succ``."""
 
