@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from operator import itemgetter
 
 from codegen.errors import CodegenError
 from codegen.ir import Buffer, Ref
+from codegen.slotted import made_all
 from synth.collectives import Collective
 
 __all__ = [
@@ -195,6 +197,9 @@ class ChunkDAG:
         return "\n".join(lines)
 
 
+_DEP_ENDS = ("pred", "succ", "pred_side", "succ_side")  # a dependency's key in build_chunk_dag
+
+
 def _slots(info: ProgramInfo, loc: Loc, count: int) -> list[tuple[int, Buffer, int]]:
     return [info.canonical(loc.rank, loc.buffer, loc.index + k) for k in range(count)]
 
@@ -237,8 +242,10 @@ def build_chunk_dag(info: ProgramInfo, ops: tuple[ChunkOp, ...]) -> ChunkDAG:
             readers[slot] = []
     # sorted as ChunkDep orders (its fields but the kind; the keys are distinct): the keys' tuples
     # compare without a dataclass comparison each (a second at 128 ranks' 134,400 edges)
-    edges = tuple(ChunkDep(p, s, ps, ss, kind) for (p, s, ps, ss), kind in sorted(deps.items()))
-    return ChunkDAG(info, tuple(ops), edges)
+    keys = sorted(deps)
+    columns = {name: list(map(itemgetter(k), keys)) for k, name in enumerate(_DEP_ENDS)}
+    edges = made_all(ChunkDep, len(keys), columns | {"kind": map(deps.__getitem__, keys)})
+    return ChunkDAG(info, tuple(ops), tuple(edges))
 
 
 def _one_copy(i: int, op: ChunkOp, last_writer: dict, readers: dict, add) -> None:
