@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from operator import itemgetter
 
 from codegen.errors import CodegenError
 from codegen.ir import Buffer, Ref
+from codegen.slotted import made_all
 from synth.collectives import Collective
 
 __all__ = [
@@ -45,7 +47,7 @@ class Side(StrEnum):
     DST = "dst"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Loc:
     """Chunks ``index .. index + count - 1`` are addressed from ``index`` of a rank's buffer."""
 
@@ -121,7 +123,7 @@ class ProgramInfo:
         return rank, buffer, index
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkOp:
     """``dst[count] := src[count]`` (copy) or ``dst := operand (op) src`` (reduce).
 
@@ -158,7 +160,7 @@ class ChunkOp:
         return what + (f" x{self.count}" if self.count != 1 else "")
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class ChunkDep:
     """Side ``pred_side`` of op ``pred`` must happen before side ``succ_side`` of op ``succ``."""
 
@@ -193,6 +195,9 @@ class ChunkDAG:
             tail = f"  after {' '.join(preds[i])}" if i in preds else ""
             lines.append(f"  {i}: {op}{tail}")
         return "\n".join(lines)
+
+
+_DEP_ENDS = ("pred", "succ", "pred_side", "succ_side")  # a dependency's key in build_chunk_dag
 
 
 def _slots(info: ProgramInfo, loc: Loc, count: int) -> list[tuple[int, Buffer, int]]:
@@ -237,8 +242,10 @@ def build_chunk_dag(info: ProgramInfo, ops: tuple[ChunkOp, ...]) -> ChunkDAG:
             readers[slot] = []
     # sorted as ChunkDep orders (its fields but the kind; the keys are distinct): the keys' tuples
     # compare without a dataclass comparison each (a second at 128 ranks' 134,400 edges)
-    edges = tuple(ChunkDep(p, s, ps, ss, kind) for (p, s, ps, ss), kind in sorted(deps.items()))
-    return ChunkDAG(info, tuple(ops), edges)
+    keys = sorted(deps)
+    columns = {name: list(map(itemgetter(k), keys)) for k, name in enumerate(_DEP_ENDS)}
+    edges = made_all(ChunkDep, len(keys), columns | {"kind": map(deps.__getitem__, keys)})
+    return ChunkDAG(info, tuple(ops), tuple(edges))
 
 
 def _one_copy(i: int, op: ChunkOp, last_writer: dict, readers: dict, add) -> None:

@@ -24,13 +24,13 @@ from collections.abc import Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
-from codegen.chunk_dag import ChunkDAG, ChunkOp, Loc, ProgramInfo, aliases_of, build_chunk_dag
-from codegen.chunk_deps import plain_deps
+from codegen.chunk_dag import ChunkDAG, ProgramInfo, aliases_of
+from codegen.chunk_deps import recorded_dag
 from codegen.dsl_ops import BulkRecording, is_time, slot
 from codegen.dsl_ops import Op as _Op
 from codegen.dsl_ops import Slot as _Slot
 from codegen.errors import DslError
-from codegen.ir import Buffer, made
+from codegen.ir import Buffer
 from codegen.protocols import PROTOCOLS
 from synth.collectives import Collective, make_collective
 from topologies import Topology, load
@@ -389,9 +389,8 @@ class ChunkProgram(BulkRecording):
         )
 
     def chunk_dag(self) -> ChunkDAG:
-        """Trace into the chunk DAG; named scratch slices are packed into the scratch buffer. The
-        dependencies of ops of one chunk each without aliased buffers (every lowered Algorithm out
-        of place) are found in bulk (:func:`codegen.chunk_deps.plain_deps`)."""
+        """Trace into the chunk DAG; named scratch slices are packed into the scratch buffer
+        (:func:`codegen.chunk_deps.recorded_dag`: in bulk, one ``Loc`` per slot)."""
         offsets = []
         for slices in self._slices:
             base, where = 0, {}
@@ -399,43 +398,7 @@ class ChunkProgram(BulkRecording):
                 where[name] = base
                 base += length
             offsets.append(where)
-
-        locs: dict[_Slot, tuple[Loc, int]] = {}  # one (frozen) Loc per slot, and its number
-
-        def loc(slot: _Slot) -> tuple[Loc, int]:
-            if slot.buffer == "input":
-                found = Loc(slot.rank, Buffer.INPUT, slot.index)
-            elif slot.buffer == "output":
-                found = Loc(slot.rank, Buffer.OUTPUT, slot.index)
-            else:
-                found = Loc(slot.rank, Buffer.SCRATCH, offsets[slot.rank][slot.buffer] + slot.index)
-            locs[slot] = (found, len(locs))
-            return locs[slot]
-
-        ops, src, dst, operand = [], [], [], []  # the ops, and the numbers of the slots each touches
-        get = locs.get
-        for op in self._ops:  # ChunkOp's fields set at once: its frozen __init__ sets them one by one
-            (a, i), (b, j) = get(op.src) or loc(op.src), get(op.dst) or loc(op.dst)
-            c, k = (None, j) if op.operand is None else get(op.operand) or loc(op.operand)
-            fields = {
-                "kind": op.kind,
-                "src": a,
-                "dst": b,
-                "count": op.count,
-                "operand": c,
-                "sendtb": op.sendtb,
-                "recvtb": op.recvtb,
-                "channel": op.channel,
-                "instance": 0,
-                "time": op.time,
-            }
-            ops.append(made(ChunkOp, fields))
-            src.append(i)
-            dst.append(j)
-            operand.append(k if op.kind == "reduce" else -1)
-        if all(op.count == 1 for op in self._ops) and not (self.inplace and any(self._aliases)):
-            return ChunkDAG(self.info(), tuple(ops), plain_deps(src, dst, operand))
-        return build_chunk_dag(self.info(), tuple(ops))
+        return recorded_dag(self.info(), self._ops, offsets)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from codegen.chunk_dag import DepKind, ProgramInfo
 from codegen.errors import CodegenError
-from codegen.ir import OpType, Ref, made
+from codegen.ir import OpType, Ref
+from codegen.slotted import made_all
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,18 +31,19 @@ __all__ = [
     "InstrEdge",
     "edge_ends",
     "new_edge",
+    "new_edges",
     "prioritized_order",
     "topological_order",
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Instr:
     """One instruction on ``rank``. ``send_to``/``recv_from`` are the peers; ``send_match`` is the
     index of the instruction that receives what this one sends, ``recv_match`` the index of the one
     whose data this one receives. ``tb_hint`` and ``channel_hint`` are the user's annotations.
     ``time`` is when a timed schedule has the instruction run (a send: its start; a receive: its
-    data's arrival), or None."""
+    data's arrival), or None. Slotted: a million are made at 512 ranks (:mod:`codegen.slotted`)."""
 
     rank: int
     type: OpType
@@ -77,17 +79,31 @@ class Instr:
         return " ".join(parts)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class InstrEdge:
     pred: int
     succ: int
     kind: DepKind = field(compare=False)
 
 
+_new = object.__new__
+_SET_PRED, _SET_SUCC, _SET_KIND = (getattr(InstrEdge, name).__set__ for name in ("pred", "succ", "kind"))
+
+
 def new_edge(pred: int, succ: int, kind: DepKind) -> InstrEdge:
-    """``InstrEdge(pred, succ, kind)`` without its frozen ``__init__`` (:func:`codegen.ir.made`):
-    the passes that rebuild the DAG make a million edges at 512 ranks."""
-    return made(InstrEdge, {"pred": pred, "succ": succ, "kind": kind})
+    """``InstrEdge(pred, succ, kind)`` without its frozen ``__init__`` (each field set through its
+    slot, as :mod:`codegen.slotted` does): the passes that rebuild the DAG make a million edges at
+    512 ranks."""
+    edge = _new(InstrEdge)
+    _SET_PRED(edge, pred)
+    _SET_SUCC(edge, succ)
+    _SET_KIND(edge, kind)
+    return edge
+
+
+def new_edges(pred: Iterable[int], succ: Iterable[int], kind: Iterable[DepKind], n: int) -> list[InstrEdge]:
+    """``n`` edges, the ``k``-th ``InstrEdge(pred[k], succ[k], kind[k])``, made in bulk."""
+    return made_all(InstrEdge, n, {"pred": pred, "succ": succ, "kind": kind})
 
 
 _PRED, _SUCC, _TIME = attrgetter("pred"), attrgetter("succ"), attrgetter("time")
@@ -208,18 +224,17 @@ def _layers(n: int, pred: np.ndarray, succ: np.ndarray) -> np.ndarray | None:
     return None if (layer < 0).any() else layer
 
 
-def _unique_sorted(edges: Sequence[InstrEdge]) -> tuple[tuple[InstrEdge, ...], tuple[np.ndarray, np.ndarray]]:
-    """``edges`` sorted as :class:`InstrEdge` orders them (by ``pred``, then ``succ``), without
-    self-loops and with the first of each pair of ends only (its kind kept), and their ends: one
-    stable sort of the ends as arrays, no comparison of dataclasses."""
+def _unique_sorted(pred: np.ndarray, succ: np.ndarray) -> np.ndarray:
+    """The edges (given by their ends) :meth:`InstrDAG.build` keeps, sorted as :class:`InstrEdge`
+    orders them (by ``pred``, then ``succ``), without self-loops and with the first of each pair of
+    ends only: one stable sort of the ends as arrays, no comparison of dataclasses."""
     import numpy as np
 
-    pred, succ = edge_ends(edges)
     by_ends = np.lexsort((succ, pred))  # stable: the first of equal ends first
     pred, succ = pred[by_ends], succ[by_ends]
     keep = pred != succ
     keep[1:] &= (pred[1:] != pred[:-1]) | (succ[1:] != succ[:-1])
-    return tuple(map(edges.__getitem__, by_ends[keep].tolist())), (pred[keep], succ[keep])
+    return by_ends[keep]
 
 
 @dataclass(frozen=True)
@@ -239,12 +254,45 @@ class InstrDAG:
     ) -> InstrDAG:
         """A DAG whose order is topological, following ``rank_hint`` (a position per instruction)
         wherever the edges allow."""
+        edges = edges if isinstance(edges, Sequence) else tuple(edges)
+        pred, succ = edge_ends(edges)
+        kept = _unique_sorted(pred, succ)
+        return cls._ordered(
+            info, instrs, tuple(map(edges.__getitem__, kept.tolist())), (pred[kept], succ[kept]), rank_hint
+        )
+
+    @classmethod
+    def from_ends(
+        cls,
+        info: ProgramInfo,
+        instrs: Sequence[Instr],
+        ends: tuple[np.ndarray, np.ndarray],
+        kind: np.ndarray,
+        rank_hint: Sequence[int] | np.ndarray,
+    ) -> InstrDAG:
+        """:meth:`build` of the edges ``InstrEdge(pred[k], succ[k], kind[k])`` (``ends``: the
+        arrays ``pred`` and ``succ``; ``kind``: an object array): only the edges kept are made."""
+        pred, succ = ends
+        kept = _unique_sorted(pred, succ)
+        pred, succ = pred[kept], succ[kept]
+        edges = tuple(new_edges(pred.tolist(), succ.tolist(), kind[kept].tolist(), kept.size))
+        return cls._ordered(info, instrs, edges, (pred, succ), rank_hint)
+
+    @classmethod
+    def _ordered(
+        cls,
+        info: ProgramInfo,
+        instrs: Sequence[Instr],
+        edges: tuple[InstrEdge, ...],
+        ends: tuple[np.ndarray, np.ndarray],
+        rank_hint: Sequence[int] | np.ndarray,
+    ) -> InstrDAG:
+        """The DAG of ``edges`` (unique, sorted; ``ends``: theirs) in the topological order that
+        follows ``rank_hint``."""
         import numpy as np
 
-        edges = edges if isinstance(edges, Sequence) else tuple(edges)
-        kept, ends = _unique_sorted(edges)
         by_hint = np.argsort(np.asarray(rank_hint).reshape(len(instrs)), kind="stable")  # (hint, index)
-        dag = cls(info, tuple(instrs), kept, prioritized_order(by_hint.tolist(), kept, ends=ends))
+        dag = cls(info, tuple(instrs), edges, prioritized_order(by_hint.tolist(), edges, ends=ends))
         dag.__dict__["ends"] = ends  # the cached property, known here
         return dag
 

@@ -40,10 +40,13 @@ _T = TypeVar("_T")
 
 def evolve(obj: _T, **changes: object) -> _T:
     """``dataclasses.replace`` for the IR's and the compiler's frozen dataclasses (no
-    ``__post_init__``, no slots, no cached properties), several times faster: the passes copy every instruction and step
+    ``__post_init__``, no cached properties), several times faster: the passes copy every instruction and step
     of a schedule (half a million at 512 ranks), where ``replace``'s generic field walk dominated."""
     new = object.__new__(type(obj))
-    fields = new.__dict__
+    try:
+        fields = new.__dict__
+    except AttributeError:  # a slotted one (codegen.instr_dag.Instr)
+        return _slotted(new, {**{name: getattr(obj, name) for name in obj.__slots__}, **changes})
     fields.update(obj.__dict__)
     fields.update(changes)
     return new
@@ -54,7 +57,19 @@ def made(cls: type[_T], fields: dict[str, object]) -> _T:
     every one of its fields, set at once: a frozen ``__init__`` sets each through
     ``object.__setattr__``, a tenth of a pass that makes half a million instructions."""
     new = object.__new__(cls)
-    new.__dict__.update(fields)
+    try:
+        new.__dict__.update(fields)
+    except AttributeError:  # a slotted one
+        return _slotted(new, fields)
+    return new
+
+
+def _slotted(new: _T, fields: dict[str, object]) -> _T:
+    """``new`` (of a slotted frozen dataclass) with ``fields`` set, each through its slot (no
+    ``__setattr__``, which a frozen class refuses)."""
+    cls = type(new)
+    for name, value in fields.items():
+        getattr(cls, name).__set__(new, value)
     return new
 
 

@@ -49,3 +49,38 @@ def test_sizes_of_a_larger_program():
     remote = sum(op.remote for op in chunk_dag.ops)
     assert len(dag.instrs) == len(chunk_dag.ops) + remote
     assert sum(e.kind is DepKind.MATCH for e in dag.edges) == remote
+
+
+def test_times_hints_and_shared_locations():
+    """A send runs at its op's start, a receive and a local op at its end; the hints go to the
+    sending and the receiving side; equal locations are one Ref (frozen, so shared)."""
+    prog = ChunkProgram("timed", "fully-connected:2", "allreduce", chunks_per_rank=2)
+    prog.chunk(0, "input", 0).copy(1, "scratch", 0, sendtb=2, recvtb=3, channel=1, time=(1.0, 2.0))
+    mine = prog.chunk(1, "input", 0)
+    mine.reduce(prog.chunk(1, "scratch", 0), dst=prog.chunk(1, "output", 0), sendtb=4, time=(2.0, 3.0))
+    prog.chunk(1, "output", 0).reduce(prog.chunk(0, "input", 1), recvtb=5, time=(0.5, 4.0))
+    dag = expand_instructions(prog.chunk_dag())
+    dag.verify()
+    got = [
+        (i.type.value, i.rank, i.time, i.tb_hint, i.channel_hint, i.send_to, i.recv_from) for i in dag.instrs
+    ]
+    assert got == [
+        ("s", 0, 1.0, 2, 1, 1, None),
+        ("r", 1, 2.0, 3, 1, None, 0),
+        ("cpy", 1, 3.0, 4, None, None, None),
+        ("re", 1, 3.0, 4, None, None, None),
+        ("s", 0, 0.5, None, None, 1, None),
+        ("rrc", 1, 4.0, 5, None, None, 0),
+    ]
+    assert [(i.send_match, i.recv_match) for i in dag.instrs] == [
+        (1, None),
+        (None, 0),
+        (None, None),
+        (None, None),
+        (5, None),
+        (None, 4),
+    ]
+    assert dag.instrs[2].dst is dag.instrs[3].dst  # the operand copied into o[0], reduced there
+    assert str(dag.instrs[2].src) == "i[0]" and str(dag.instrs[2].dst) == "o[0]"
+    assert dag.instrs[1].dst is dag.instrs[3].src  # the scratch slot received, then reduced
+    assert dag.instrs[5].src is dag.instrs[5].dst is dag.instrs[3].dst  # rrc in place: o[0]

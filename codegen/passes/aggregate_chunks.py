@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 
 from codegen.columns import ints, optional, refs
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge, new_edge
-from codegen.ir import OpType, made
+from codegen.ir import OpType
 from codegen.rules import MAX_COUNT
+from codegen.slotted import copies
 
 if TYPE_CHECKING:
     import numpy as np
@@ -323,12 +324,12 @@ def _rebuild(
     changed[index[firsts]] = True
     _remap(instrs, np.flatnonzero(changed).tolist(), index, matches)
     # each run's first is among the changed: a copy made just now, so its count and time are set in place
-    fields = [instrs[i].__dict__ for i in index[firsts].tolist()]
-    for f, count in zip(fields, counts.tolist(), strict=True):
-        f["count"] = count
+    heads = [instrs[i] for i in index[firsts].tolist()]
+    for ins, count in zip(heads, counts.tolist(), strict=True):
+        object.__setattr__(ins, "count", count)
     if latest is not None:
-        for f, time in zip(fields, latest.tolist(), strict=True):
-            f["time"] = time
+        for ins, time in zip(heads, latest.tolist(), strict=True):
+            object.__setattr__(ins, "time", time)
     first = np.full(kept.size, n, np.int64)
     np.minimum.at(first, index, np.asarray(dag.position, np.int64))
     return InstrDAG.build(dag.info, instrs, _edges(dag, index), first)
@@ -340,8 +341,9 @@ def _remap(
     """Replace each ``changed`` one of ``instrs`` by a copy with its matches (``send_match`` and
     ``recv_match``: whether set, and their values) renumbered by ``index``."""
     send, recv = (_renumbered(has, match, index, changed) for has, match in matches)
-    for k, send_match, recv_match in zip(changed, send, recv, strict=True):
-        instrs[k] = made(Instr, {**instrs[k].__dict__, "send_match": send_match, "recv_match": recv_match})
+    renumbered = copies(list(map(instrs.__getitem__, changed)), send_match=send, recv_match=recv)
+    for k, ins in zip(changed, renumbered, strict=True):
+        instrs[k] = ins
 
 
 def _renumbered(has: np.ndarray, value: np.ndarray, index: np.ndarray, at: list[int]) -> list[int | None]:

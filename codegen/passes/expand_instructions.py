@@ -5,152 +5,205 @@ with a receive-reduce-copy ``rrc`` (its local operand in ``src``, the result in 
 become ``cpy`` and ``re`` (a reduce into another slot: ``cpy`` then ``re``). Each chunk dependency
 becomes an edge between the instructions that touch the slot on either side.
 
-At 512 ranks this is half a million ops, a million instructions: each instruction and edge is
-made from a dict of its fields (:func:`codegen.ir.made`, :func:`codegen.instr_dag.new_edge`) rather than through the frozen
-dataclasses' ``__init__``, equal locations share one :class:`~codegen.ir.Ref`, and each op
-records by index, not in a dict per op, which instruction each of its sides attaches to.
+At 512 ranks this is half a million ops, a million instructions. The ops' fields are read in C
+(``map``) into arrays, each instruction's fields are placed as columns (an op's first instruction
+at its offset, a second one after it) and the instructions are made from the columns in bulk
+(:func:`codegen.slotted.made_all`); equal locations share one :class:`~codegen.ir.Ref`, and only
+the edges :meth:`InstrDAG.build` keeps are made (:meth:`InstrDAG.from_ends`): no Python call per op.
 """
 
 from __future__ import annotations
 
-from codegen.chunk_dag import ChunkDAG, ChunkOp, DepKind, Loc, Side
-from codegen.instr_dag import Instr, InstrDAG, InstrEdge, new_edge
-from codegen.ir import Buffer, OpType, Ref, made
+from itertools import pairwise, repeat
+from operator import attrgetter, eq, is_, itemgetter
+from typing import TYPE_CHECKING
+
+from codegen.chunk_dag import ChunkDAG, DepKind, Side
+from codegen.columns import ints, refs, set_values
+from codegen.instr_dag import Instr, InstrDAG
+from codegen.ir import Buffer, OpType, Ref
+from codegen.slotted import made_all
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
 
 __all__ = ["expand_instructions"]
 
-
-class _Expansion:
-    """The instructions and edges made so far, and per op the instruction each side attaches to:
-    ``src_side`` (edges into and out of the source side), ``dst_in`` and ``dst_out`` (into and
-    out of the destination side: a local reduce into another slot is entered at its ``cpy``)."""
-
-    def __init__(self) -> None:
-        self.instrs: list[Instr] = []
-        self.edges: list[InstrEdge] = []
-        self.src_side: list[int] = []
-        self.dst_in: list[int] = []
-        self.dst_out: list[int] = []
-        self.refs: dict[tuple[Buffer, int], Ref] = {}
-
-    def ref(self, loc: Loc) -> Ref:
-        """``loc.ref``, one object per location (a Ref is frozen: sharing it changes nothing)."""
-        key = (loc.buffer, loc.index)
-        ref = self.refs.get(key)
-        if ref is None:
-            ref = self.refs[key] = Ref(loc.buffer, loc.index)
-        return ref
-
-    def sides(self, src: int, dst_in: int, dst_out: int) -> None:
-        self.src_side.append(src)
-        self.dst_in.append(dst_in)
-        self.dst_out.append(dst_out)
+_KIND, _SRC, _DST, _OPERAND, _COUNT, _TIME = map(
+    attrgetter, ("kind", "src", "dst", "operand", "count", "time")
+)
+_SENDTB, _RECVTB, _CHANNEL, _INSTANCE = map(attrgetter, ("sendtb", "recvtb", "channel", "instance"))
+_RANK, _PRED, _SUCC = attrgetter("rank"), attrgetter("pred"), attrgetter("succ")
+_PRED_SIDE, _SUCC_SIDE, _DEP_KIND = attrgetter("pred_side"), attrgetter("succ_side"), attrgetter("kind")
+_TYPES = (OpType.SEND, OpType.RECV, OpType.RECV_REDUCE_COPY, OpType.COPY, OpType.REDUCE)
+_SEND, _RECV, _RRC, _CPY, _RE = range(len(_TYPES))
+_BUFFERS = tuple(Buffer)  # by code (codegen.columns.BUFFER_CODE)
 
 
 def expand_instructions(dag: ChunkDAG) -> InstrDAG:
     """Expand each chunk op into ``s``/``r``/``rrc``/``cpy``/``re`` instructions."""
     import numpy as np  # here, not at the top: building the CLI's parser loads every pass
 
-    x = _Expansion()
-    for op in dag.ops:
-        if op.src.rank != op.dst.rank:
-            _remote(op, x)
-        elif op.kind == "copy":
-            _copy(op, x)
+    x = _Ops(dag.ops)
+    first, second = x.offset, x.offset[x.two] + 1  # each op's first instruction, and second ones
+    n = int(x.per_op.sum())
+    columns = {
+        "rank": _ints(n, (first, x.src_rank), (second, x.dst_rank[x.two])),
+        "type": _types(n, x, first, second),
+        "src": _objects(
+            n, (first, np.where(x.two_local, x.operand_ref, x.src_ref)), (second, x.second_src())
+        ),
+        "dst": _objects(n, (first, np.where(x.remote, None, x.dst_ref)), (second, x.dst_ref[x.two])),
+        "count": _ints(n, (first, x.count), (second, x.count[x.two])),
+        "send_to": _objects(n, (first[x.remote], x.dst_rank[x.remote])),
+        "recv_from": _objects(n, (second[x.remote[x.two]], x.src_rank[x.remote])),
+        "send_match": _objects(n, (first[x.remote], first[x.remote] + 1)),
+        "recv_match": _objects(n, (second[x.remote[x.two]], first[x.remote])),
+        "tb_hint": _objects(n, (first, x.sendtb), (second, np.where(x.remote, x.recvtb, x.sendtb)[x.two])),
+        "channel_hint": _objects(n, (first, x.channel), (second, x.channel[x.two])),
+        "instance": _ints(n, (first, x.instance), (second, x.instance[x.two])),
+        "time": x.times(n, first, second),
+    }
+    instrs = made_all(Instr, n, columns)
+    pred, succ, kind = _edges(dag, x)
+    return InstrDAG.from_ends(dag.info, instrs, (pred, succ), kind, np.arange(n))
+
+
+class _Ops:
+    """The ops' fields as arrays, and what each expands into: ``remote`` (a send and its receive),
+    ``two_local`` (a reduce into another slot than its operand: ``cpy`` then ``re``), ``two``
+    (either: two instructions), the ``offset`` of each op's first instruction. ``src_ref``,
+    ``dst_ref`` and ``operand_ref`` (the reduce's local operand: ``dst`` unless given) are object
+    arrays of the shared Refs."""
+
+    def __init__(self, ops: Sequence) -> None:
+        import numpy as np
+
+        n = len(ops)
+        src, dst, operand = list(map(_SRC, ops)), list(map(_DST, ops)), list(map(_OPERAND, ops))
+        self.src_rank, self.dst_rank = ints(map(_RANK, src), n), ints(map(_RANK, dst), n)
+        self.remote = self.src_rank != self.dst_rank
+        self.reduces = np.fromiter(map(eq, map(_KIND, ops), repeat("reduce")), bool, n)
+        has, given = set_values(operand)
+        (_, src_buffer, src_index), (_, dst_buffer, dst_index) = refs(src), refs(dst)
+        _, op_buffer, op_index = refs(given)
+        self.src_ref, self.dst_ref, given_ref = _shared_refs(
+            (src_buffer, src_index), (dst_buffer, dst_index), (op_buffer, op_index)
+        )
+        self.operand_ref = self.dst_ref.copy()
+        self.operand_ref[has] = given_ref
+        other = np.zeros(n, bool)  # a given operand that is not dst
+        other[has] = (
+            (ints(map(_RANK, given), len(given)) != self.dst_rank[has])
+            | (op_buffer != dst_buffer[has])
+            | (op_index != dst_index[has])
+        )
+        self.two_local = ~self.remote & self.reduces & other
+        self.two = self.remote | self.two_local
+        self.per_op = 1 + self.two
+        self.offset = np.cumsum(self.per_op) - self.per_op
+        self.count, self.instance = ints(map(_COUNT, ops), n), ints(map(_INSTANCE, ops), n)
+        self.sendtb, self.recvtb, self.channel = (
+            _column(map(f, ops), n) for f in (_SENDTB, _RECVTB, _CHANNEL)
+        )
+        self._times = list(map(_TIME, ops))
+
+    def second_src(self) -> np.ndarray:
+        """The second instructions' sources: a receive's local operand where it reduces (``rrc``),
+        none for ``r``; a ``re`` after its ``cpy``, the op's source."""
+        import numpy as np
+
+        src = np.where(self.remote, np.where(self.reduces, self.operand_ref, None), self.src_ref)
+        return src[self.two]
+
+    def times(self, n: int, first: np.ndarray, second: np.ndarray) -> object:
+        """The ``time`` column: a send's start, any other instruction's (a receive, a local op) end."""
+        import numpy as np
+
+        times = self._times
+        if times.count(None) == len(times):
+            return repeat(None, n)
+        if None in times:
+            starts = [None if t is None else t[0] for t in times]
+            ends = [None if t is None else t[1] for t in times]
         else:
-            _reduce(op, x)
-    src_side, dst_in, dst_out, edges = x.src_side, x.dst_in, x.dst_out, x.edges
-    for d in dag.deps:
-        pred = src_side[d.pred] if d.pred_side is Side.SRC else dst_out[d.pred]
-        succ = src_side[d.succ] if d.succ_side is Side.SRC else dst_in[d.succ]
-        edges.append(new_edge(pred, succ, d.kind))
-    return InstrDAG.build(dag.info, x.instrs, edges, np.arange(len(x.instrs)))
+            starts, ends = list(map(itemgetter(0), times)), list(map(itemgetter(1), times))
+        starts, ends = _column(starts, len(starts)), _column(ends, len(ends))
+        return _objects(n, (first, np.where(self.remote, starts, ends)), (second, ends[self.two]))
 
 
-def _instr(fields: dict) -> Instr:
-    """An :class:`Instr` with ``fields``, every one of its fields (:func:`codegen.ir.made`)."""
-    return made(Instr, fields)
+def _shared_refs(*locations: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
+    """Per list of locations (buffer codes, indices), an object array of their Refs, one Ref per
+    distinct location over all lists (a Ref is frozen: sharing it changes nothing)."""
+    import numpy as np
+
+    keys = np.concatenate([index * len(_BUFFERS) + buffer for buffer, index in locations])
+    distinct, inverse = np.unique(keys, return_inverse=True)  # few distinct: the slots of one rank
+    table = [Ref(_BUFFERS[k % len(_BUFFERS)], k // len(_BUFFERS)) for k in distinct.tolist()]
+    shared = _column(table, len(table))[inverse]
+    bounds = np.cumsum([0] + [index.size for _, index in locations]).tolist()
+    return [shared[a:b] for a, b in pairwise(bounds)]
 
 
-def _remote(op: ChunkOp, x: _Expansion) -> None:
-    """A send on the source rank matched with a receive (``r``, or ``rrc`` for a reduce)."""
-    instrs, time = x.instrs, op.time
-    send = len(instrs)
-    src, dst, count, instance, channel = op.src, op.dst, op.count, op.instance, op.channel
-    instrs.append(
-        _instr(
-            {
-                "rank": src.rank,
-                "type": OpType.SEND,
-                "src": x.ref(src),
-                "dst": None,
-                "count": count,
-                "send_to": dst.rank,
-                "recv_from": None,
-                "send_match": send + 1,
-                "recv_match": None,
-                "tb_hint": op.sendtb,
-                "channel_hint": channel,
-                "instance": instance,
-                "time": None if time is None else time[0],
-            }
-        )
-    )
-    reduces = op.kind == "reduce"
-    instrs.append(
-        _instr(
-            {
-                "rank": dst.rank,
-                "type": OpType.RECV_REDUCE_COPY if reduces else OpType.RECV,
-                "src": x.ref(op.local_operand) if reduces else None,
-                "dst": x.ref(dst),
-                "count": count,
-                "send_to": None,
-                "recv_from": src.rank,
-                "send_match": None,
-                "recv_match": send,
-                "tb_hint": op.recvtb,
-                "channel_hint": channel,
-                "instance": instance,
-                "time": None if time is None else time[1],
-            }
-        )
-    )
-    x.edges.append(new_edge(send, send + 1, DepKind.MATCH))
-    x.sides(send, send + 1, send + 1)
+def _column(values, n: int) -> np.ndarray:
+    """``n`` Python objects as an object array (ints and None stay as they are)."""
+    import numpy as np
+
+    return np.fromiter(values, object, n)
 
 
-def _local(op: ChunkOp, x: _Expansion, type_: OpType, src: Loc) -> int:
-    """A local instruction of ``op`` (``src`` into its destination): its count and hints, and the
-    time the op ends."""
-    x.instrs.append(
-        Instr(
-            op.dst.rank,
-            type_,
-            src=x.ref(src),
-            dst=x.ref(op.dst),
-            tb_hint=op.sendtb,
-            count=op.count,
-            instance=op.instance,
-            channel_hint=op.channel,
-            time=None if op.time is None else op.time[1],
-        )
-    )
-    return len(x.instrs) - 1
+def _objects(n: int, *placed: tuple[np.ndarray, np.ndarray]) -> list:
+    """A column of ``n`` values, None but at the places given: ``(places, values)`` each (values:
+    Python objects, or ints from an int array)."""
+    import numpy as np
+
+    out = np.full(n, None, object)
+    for at, values in placed:
+        out[at] = values if values.dtype == object else _column(values.tolist(), values.size)
+    return out.tolist()
 
 
-def _copy(op: ChunkOp, x: _Expansion) -> None:
-    cpy = _local(op, x, OpType.COPY, op.src)
-    x.sides(cpy, cpy, cpy)
+def _ints(n: int, *placed: tuple[np.ndarray, np.ndarray]) -> list[int]:
+    """A column of ``n`` ints, each given at one of the places ``(places, values)``."""
+    import numpy as np
+
+    out = np.zeros(n, np.int64)
+    for at, values in placed:
+        out[at] = values
+    return out.tolist()
 
 
-def _reduce(op: ChunkOp, x: _Expansion) -> None:
-    """``re`` into the destination; into another slot than the operand, a ``cpy`` of the operand
-    there first."""
-    first = None
-    if op.operand is not None and op.operand != op.dst:
-        first = _local(op, x, OpType.COPY, op.operand)
-    red = _local(op, x, OpType.REDUCE, op.src)
-    if first is not None:
-        x.edges.append(new_edge(first, red, DepKind.RAW))
-    x.sides(red, red if first is None else first, red)
+def _types(n: int, x: _Ops, first: np.ndarray, second: np.ndarray) -> list[OpType]:
+    """Each instruction's type: a remote op's send and then ``r`` (``rrc`` for a reduce); a local
+    copy's ``cpy``; a local reduce's ``re``, after a ``cpy`` of its operand where that is another slot."""
+    import numpy as np
+
+    local = np.where(x.reduces & ~x.two_local, _RE, _CPY)
+    code = np.empty(n, np.int64)
+    code[first] = np.where(x.remote, _SEND, local)
+    code[second] = np.where(x.remote, np.where(x.reduces, _RRC, _RECV), _RE)[x.two]
+    return _column(_TYPES, len(_TYPES))[code].tolist()
+
+
+def _edges(dag: ChunkDAG, x: _Ops) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The edges' ends and kinds (an object array): each remote op's send before its receive
+    (``match``), each two-instruction local reduce's ``cpy`` before its ``re`` (``raw``), and each
+    chunk dependency between the instructions that touch its sides: the source side is the send,
+    or the local op's (last) instruction; the destination side is entered at the receive or the
+    local op's first instruction, and left at the op's last."""
+    import numpy as np
+
+    deps, m = dag.deps, len(dag.deps)
+    src_side = x.offset + x.two_local
+    dst_in, dst_out = x.offset + x.remote, x.offset + x.per_op - 1
+    pred, succ = ints(map(_PRED, deps), m), ints(map(_SUCC, deps), m)
+    pred_src = np.fromiter(map(is_, map(_PRED_SIDE, deps), repeat(Side.SRC)), bool, m)
+    succ_src = np.fromiter(map(is_, map(_SUCC_SIDE, deps), repeat(Side.SRC)), bool, m)
+    pred = np.where(pred_src, src_side[pred], dst_out[pred])
+    succ = np.where(succ_src, src_side[succ], dst_in[succ])
+    pairs = x.offset[x.two]
+    kinds = _column((DepKind.RAW, DepKind.MATCH), 2)[x.remote[x.two].astype(np.int64)]
+    kind = np.concatenate((kinds, _column(map(_DEP_KIND, deps), m)))
+    return np.concatenate((pairs, pred)), np.concatenate((pairs + 1, succ)), kind
