@@ -8,7 +8,8 @@ op with no predecessor to wait for has the clock of the last op before it in its
 has one, so only those are judged, and where each instruction sits is found by NumPy over all
 threadblocks at once. The ranks are independent: the k-th such instruction of every rank is judged
 in one NumPy round, its clock a row of one table (a thousand rounds where a Python step per
-instruction took a second at 512 ranks). The instructions written alike share one ``Op`` object.
+instruction took a second at 512 ranks). The instructions written alike share one ``Op`` object,
+made with its final ``has_dep`` (``mark_has_dep`` then copies none).
 The IR may hold several dependencies per op; ``fold_deps_into_nops`` makes it one.
 """
 
@@ -60,23 +61,37 @@ wait for none), the edges an instruction may wait on, and the instructions with 
 
 def _ops(sched: ScheduledDAG, run, waits: tuple) -> list[Op]:
     """The op of each instruction of ``run`` (the threadblocks laid end to end), with its
-    dependencies (``waits``: :func:`_waits`), in that order. Ops are frozen:
+    dependencies and, where another waits for it, ``has_dep`` (``waits``: :func:`_waits`), in that
+    order: ``mark_has_dep`` then copies none (a third of a 512-rank IR's ops). Ops are frozen:
     one object serves every instruction written alike (a few thousand for the million instructions
     of a 512-rank schedule, where an op each took seconds to make, and again in every pass and check
     after this one), those that wait for none shared by every IR of the DAG. The ops alike are found
-    by NumPy, by the numbers of the op without dependencies and of its dependencies' tuple."""
+    by NumPy, by the numbers of the op without dependencies, of its mark and of its dependencies'
+    tuple."""
     import numpy as np
 
     from topologies.numeric import distinct
 
     bare, which = _SAME_DAG.get([sched.dag], "ops", lambda: _bare_ops(sched.dag))
-    at, code, tuples = waits
-    key = which[at] * max(len(tuples), 1) + code
+    at, code, tuples, awaited = waits
+    span = len(tuples) + 1
+    dep = np.zeros(which.size, dtype=np.int64)  # per instruction its tuple's number + 1, 0: none
+    dep[at] = code + 1
+    mark = np.zeros(which.size, dtype=np.int64)
+    mark[awaited] = 1
+    some = np.flatnonzero(dep + mark)
+    key = (which[some] * 2 + mark[some]) * span + dep[some]
     keys = distinct(key)
-    made = [evolve(bare[k // len(tuples)], deps=tuples[k % len(tuples)]) for k in keys.tolist()]
+    made = [_op(bare[k // span // 2], k // span % 2, tuples, k % span) for k in keys.tolist()]
     which = which.copy()
-    which[at] = len(bare) + np.searchsorted(keys, key)
+    which[some] = len(bare) + np.searchsorted(keys, key)
     return list(map([*bare, *made].__getitem__, which[run].tolist()))
+
+
+def _op(bare: Op, mark: int, tuples: list[tuple[Dep, ...]], dep: int) -> Op:
+    """``bare`` with ``has_dep`` ``mark`` and its dependencies the tuple numbered ``dep - 1``
+    (0: none)."""
+    return evolve(bare, deps=tuples[dep - 1], has_dep=bool(mark)) if dep else evolve(bare, has_dep=bool(mark))
 
 
 def _bare_ops(dag: InstrDAG) -> tuple[list[Op], object]:
@@ -98,10 +113,10 @@ def _bare_ops(dag: InstrDAG) -> tuple[list[Op], object]:
 
 
 def _waits(sched: ScheduledDAG, laid: tuple) -> tuple:
-    """The instructions that wait for some other threadblock, and per one the number of its
-    dependencies' tuple in a list of them (NumPy arrays, and that list): the last step each needs
-    of another threadblock, less those implied by its threadblock's earlier waits or through
-    another of its waits (``laid``: :func:`_laid_out`)."""
+    """The instructions that wait for some other threadblock, per one the number of its
+    dependencies' tuple in a list of them, that list, and the instructions waited for (NumPy
+    arrays but the list): the last step each needs of another threadblock, less those implied by
+    its threadblock's earlier waits or through another of its waits (``laid``: :func:`_laid_out`)."""
     import numpy as np
 
     dag = sched.dag
@@ -111,7 +126,12 @@ def _waits(sched: ScheduledDAG, laid: tuple) -> tuple:
     row[waiting] = np.arange(1, waiting.size + 1)
     cand = _candidates(dag, waiting, tb_of, step_of, row[anchor])
     found, kept = _clocks(cand, row[prior[waiting]], bounds, max(map(len, sched.threadblocks), default=1))
-    return (waiting[found], *_made(cand[0][found], cand[1][found], kept[found]))
+    f, c = np.nonzero(kept)
+    rank = _SAME_DAG.get([dag], "wait edges", lambda: _wait_edges(dag))[2][waiting[f]]
+    tb = np.cumsum([0, *map(len, sched.threadblocks)])[rank] + cand[0][f, c]  # each awaited step's
+    first = np.cumsum(laid[1]) - laid[1]  # where each threadblock begins in the instructions laid
+    awaited = laid[0][first[tb] + cand[1][f, c]]
+    return (waiting[found], *_made(cand[0][found], cand[1][found], kept[found]), awaited)
 
 
 def _candidates(dag: InstrDAG, waiting, tb_of, step_of, anchor_row) -> tuple:
@@ -219,7 +239,7 @@ def _waiting(dag: InstrDAG) -> tuple[object, list[tuple[int, int]]]:
     succ = _SAME_DAG.get([dag], "wait edges", lambda: _wait_edges(dag))[1]
     order = np.asarray(dag.order, dtype=np.int64).reshape(len(dag.order))
     picked = order[np.bincount(succ, minlength=len(dag.instrs))[order] > 0]
-    ranks = _ranks(dag)[picked]
+    ranks = _SAME_DAG.get([dag], "wait edges", lambda: _wait_edges(dag))[2][picked]
     by_rank = np.argsort(ranks, kind="stable")  # each rank's in the DAG's order
     ranks, picked = ranks[by_rank], picked[by_rank]
     starts = np.flatnonzero(np.diff(ranks, prepend=-1)).tolist()  # where each rank's begin
