@@ -172,36 +172,52 @@ def _clocks(cand: tuple, prior_row, bounds: list[tuple[int, int]], width: int):
     instruction took seconds."""
     import numpy as np
 
-    tbs, steps, rows, counts = cand
-    n, k_max = tbs.shape
+    n, k_max = cand[0].shape
+    order, place, offsets = _rounds(bounds, n)  # the instructions round by round, their rows then
+    tbs, steps, counts = cand[0][order], cand[1][order], cand[3][order]
+    rows, prior = place[cand[2][order]], place[prior_row[order]]
     kept = np.zeros((n, k_max), dtype=bool)
     needs = np.zeros(n, dtype=bool)
-    dtype = np.int16 if k_max == 0 or int(steps.max(initial=0)) < 1 << 15 else np.int64
+    last = int(steps.max(initial=0))  # the table as narrow as the steps allow: its pages are most of the time
+    dtype = np.int8 if last < 1 << 7 else np.int16 if last < 1 << 15 else np.int64
     table = np.full((n + 1, width), -1, dtype=dtype)
-    bounds = sorted(bounds, key=lambda b: b[0] - b[1])  # the longest first: those still going lead
-    first = np.array([a for a, _ in bounds], np.int64).reshape(len(bounds))
-    going = np.array([b - a for a, b in bounds], np.int64).reshape(len(bounds))
     apart = ~np.eye(k_max, dtype=bool)
-    for k in range(int(going.max(initial=0))):
-        at = first[: int(np.count_nonzero(going > k))] + k
-        clock = table[prior_row[at]]
-        wide = int(counts[at].max())
+    lines, cols = np.arange(len(bounds))[:, None], np.arange(k_max)[None, :, None]
+    wides = np.maximum.reduceat(counts, offsets[:-1]).tolist() if n else []
+    for (a, b), wide in zip(itertools.pairwise(offsets.tolist()), wides, strict=True):
+        clock = table[prior[a:b]]
         if wide:
-            t, s, r = tbs[at, :wide], steps[at, :wide], rows[at, :wide]
-            need = np.take_along_axis(clock, t, 1) < s
+            t, s, r, line = tbs[a:b, :wide], steps[a:b, :wide], rows[a:b, :wide], lines[: b - a]
+            need = clock[line, t] < s
             if need.any():
                 theirs = table[r]  # the clocks of the steps waited for
                 keep = need
                 if wide > 1:  # those another needed wait's clock knows of are implied by it
-                    known = np.take_along_axis(theirs, np.broadcast_to(t[:, None, :], (at.size, wide, wide)), 2)
+                    known = theirs[line[:, :, None], cols[:, :wide], t[:, None, :]]
                     keep = need & ~(need[:, :, None] & (known >= s[:, None, :]) & apart[:wide, :wide]).any(1)
                 np.maximum(clock, np.where(keep[:, :, None], theirs, -1).max(1), out=clock)
                 i, j = np.nonzero(keep)
                 clock[i, t[i, j]] = np.maximum(clock[i, t[i, j]], s[i, j])
-                kept[at, :wide] = keep
-                needs[at] = need.any(1)
-        table[at + 1] = clock
+                kept[a:b, :wide] = keep
+                needs[a:b] = need.any(1)
+        table[a + 1 : b + 1] = clock
+    kept[order], needs[order] = kept.copy(), needs.copy()
     return np.flatnonzero(needs), kept
+
+
+def _rounds(bounds: list[tuple[int, int]], n: int) -> tuple:
+    """The order that puts each round's instructions together (the k-th of every rank that has
+    one, by rank; ``bounds``: each rank's in the ``n`` waiting), each row of the table of clocks
+    by place in it +1 there (0: none's), and where each round begins (and the last ends)."""
+    import numpy as np
+
+    starts = np.array([a for a, _ in bounds], np.int64).reshape(len(bounds))
+    lens = np.array([b - a for a, b in bounds], np.int64).reshape(len(bounds))
+    k = np.arange(n) - np.repeat(starts, lens)  # each one's round
+    order = np.lexsort((np.repeat(np.arange(len(bounds)), lens), k))
+    place = np.zeros(n + 1, dtype=np.int64)
+    place[order + 1] = np.arange(1, n + 1)
+    return order, place, np.concatenate(([0], np.cumsum(np.bincount(k, minlength=0))))
 
 
 def _made(tbs, steps, kept) -> tuple:
