@@ -125,3 +125,19 @@ def test_steps_written_alike_share_one_op(last):
     ir = stage_after(_relayed_alltoall(), last)
     ops = [op for g in ir.gpus for tb in g.threadblocks for op in tb.ops]
     assert len(set(map(id, ops))) == len(set(ops)) < len(ops)
+
+
+@pytest.mark.parametrize("prog", PROGRAMS, ids=["allpairs", "hierarchical", "two-step", "relayed-alltoall"])
+def test_the_steps_waited_for_are_marked_as_they_are_made(prog):
+    """``has_dep`` exactly on the steps some wait names, from this pass on: ``mark_has_dep`` then
+    keeps every op as it is (a third of a 512-rank IR's ops were copied there to mark them)."""
+    ir = stage_after(prog, "insert_dependencies")
+    for gpu in ir.gpus:
+        awaited = {(d.tb, d.op) for tb in gpu.threadblocks for op in tb.ops for d in op.deps}
+        marked = {(tb.id, k) for tb in gpu.threadblocks for k, op in enumerate(tb.ops) if op.has_dep}
+        assert marked == awaited
+    folded = stage_after(prog, "fold_deps_into_nops")
+    marked = stage_after(prog, "mark_has_dep")
+    ops = [op for g in folded.gpus for tb in g.threadblocks for op in tb.ops]
+    assert [op for g in marked.gpus for tb in g.threadblocks for op in tb.ops] == ops
+    assert any(op.has_dep for op in ops)

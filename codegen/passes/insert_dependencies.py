@@ -5,16 +5,17 @@ implied are dropped: by program order (an earlier op of the same threadblock wai
 more) or through another wait (the op it waits for itself waited, directly or not, for the same
 step). Each op keeps a vector clock, per threadblock the last step known complete, to decide; an
 op with no predecessor to wait for has the clock of the last op before it in its threadblock that
-has one, so only those (a fifth of a 512-rank alltoall's million) are visited one by one, and where
-each instruction sits is found by NumPy over all threadblocks at once. A rank's clocks are rows of
-one NumPy table, merged in C. The instructions written alike share one ``Op`` object.
+has one, so only those are judged, and where each instruction sits is found by NumPy over all
+threadblocks at once. The ranks are independent: the k-th such instruction of every rank is judged
+in one NumPy round, its clock a row of one table (a thousand rounds where a Python step per
+instruction took a second at 512 ranks). The instructions written alike share one ``Op`` object,
+made with its final ``has_dep`` (``mark_has_dep`` then copies none).
 The IR may hold several dependencies per op; ``fold_deps_into_nops`` makes it one.
 """
 
 from __future__ import annotations
 
 import itertools
-from itertools import islice, repeat
 from operator import attrgetter
 
 from codegen.chunk_dag import DepKind
@@ -55,29 +56,57 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
 _SAME_DAG = SameObjects()
 """Per DAG what every IR built from it reads (the compiler builds one for each width and layout it
 tries): each instruction's op without dependencies (ops are frozen, so the IRs share those that
-wait for none), the predecessors each may wait for, and which have any, in order."""
+wait for none), the edges an instruction may wait on, and the instructions with any, in order."""
 
 
-def _ops(sched: ScheduledDAG, run, waits: dict[int, tuple[Dep, ...]]) -> list[Op]:
+def _ops(sched: ScheduledDAG, run, waits: tuple) -> list[Op]:
     """The op of each instruction of ``run`` (the threadblocks laid end to end), with its
-    dependencies, in that order. Ops are frozen: one object serves every instruction written alike
-    (a few thousand for the million instructions of a 512-rank schedule, where an op each took
-    seconds to make, and again in every pass and check after this one), those that wait for none
-    shared by every IR of the DAG."""
-    ops = list(_SAME_DAG.get([sched.dag], "ops", lambda: _bare_ops(sched.dag)))
-    alike: dict[tuple[int, int], Op] = {}  # by the ids of the op without them and of the dependencies
-    for i, deps in waits.items():
-        key = (id(ops[i]), id(deps))
-        op = alike.get(key)
-        if op is None:
-            op = alike[key] = evolve(ops[i], deps=deps)
-        ops[i] = op
-    return list(map(ops.__getitem__, run.tolist()))
+    dependencies and, where another waits for it, ``has_dep`` (``waits``: :func:`_waits`), in that
+    order: ``mark_has_dep`` then copies none (a third of a 512-rank IR's ops). Ops are frozen:
+    one object serves every instruction written alike (a few thousand for the million instructions
+    of a 512-rank schedule, where an op each took seconds to make, and again in every pass and check
+    after this one), those that wait for none shared by every IR of the DAG. The ops alike are found
+    by NumPy, by the numbers of the op without dependencies, of its mark and of its dependencies'
+    tuple."""
+    import numpy as np
+
+    from topologies.numeric import distinct
+
+    bare, which = _SAME_DAG.get([sched.dag], "ops", lambda: _bare_ops(sched.dag))
+    at, code, tuples, awaited = waits
+    span = len(tuples) + 1
+    dep = np.zeros(which.size, dtype=np.int64)  # per instruction its tuple's number + 1, 0: none
+    dep[at] = code + 1
+    mark = np.zeros(which.size, dtype=np.int64)
+    mark[awaited] = 1
+    some = np.flatnonzero(dep + mark)
+    key = (which[some] * 2 + mark[some]) * span + dep[some]
+    keys = distinct(key)
+    made = [_op(bare[k // span // 2], k // span % 2, tuples, k % span) for k in keys.tolist()]
+    which = which.copy()
+    which[some] = len(bare) + np.searchsorted(keys, key)
+    return list(map([*bare, *made].__getitem__, which[run].tolist()))
 
 
-def _bare_ops(dag: InstrDAG) -> list[Op]:
-    """Per instruction its op with no dependencies, one object for the instructions written alike
-    (by type, count and the ids of their operands, which the instructions hold alive)."""
+def _op(bare: Op, mark: int, tuples: list[tuple[Dep, ...]], dep: int) -> Op:
+    """``bare`` with ``has_dep`` ``mark`` and its dependencies the tuple numbered ``dep - 1``
+    (0: none): :func:`~codegen.ir.evolve` without its keywords, half its time (a third of a
+    512-rank IR's million ops are made here)."""
+    op = object.__new__(Op)
+    fields = op.__dict__
+    fields.update(bare.__dict__)
+    fields["has_dep"] = bool(mark)
+    if dep:
+        fields["deps"] = tuples[dep - 1]
+    return op
+
+
+def _bare_ops(dag: InstrDAG) -> tuple[list[Op], object]:
+    """The ops with no dependencies of the instructions, one object for those written alike (by
+    type, count and the ids of their operands, which the instructions hold alive), and per
+    instruction its op's place there, as a NumPy array."""
+    import numpy as np
+
     instrs = dag.instrs
     plain = Op(OpType.NOP)  # each a copy of it with its fields (a frozen __init__ per op was slower)
     srcs, dsts = map(_SRC, instrs), map(_DST, instrs)
@@ -86,118 +115,158 @@ def _bare_ops(dag: InstrDAG) -> list[Op]:
         key: evolve(plain, type=ins.type, src=ins.src, dst=ins.dst, count=ins.count)
         for key, ins in dict(zip(keys, instrs, strict=True)).items()
     }
-    return list(map(alike.__getitem__, keys))
+    number = {key: k for k, key in enumerate(alike)}
+    return list(alike.values()), np.fromiter(map(number.__getitem__, keys), np.int64, len(keys))
 
 
-def _waits(sched: ScheduledDAG, laid: tuple) -> dict[int, tuple[Dep, ...]]:
-    """The instructions that wait for some other threadblock, and their dependencies: the last step
-    each needs of another threadblock, less those implied by its threadblock's earlier waits or
-    through another of its waits (``laid``: :func:`_laid_out`). Rank by rank: an instruction waits
-    only for others on its rank."""
+def _waits(sched: ScheduledDAG, laid: tuple) -> tuple:
+    """The instructions that wait for some other threadblock, per one the number of its
+    dependencies' tuple in a list of them, that list, and the instructions waited for (NumPy
+    arrays but the list): the last step each needs of another threadblock, less those implied by
+    its threadblock's earlier waits or through another of its waits (``laid``: :func:`_laid_out`)."""
+    import numpy as np
+
     dag = sched.dag
-    preds = _SAME_DAG.get([dag], "preds", lambda: _preds(dag))
-    has_waits = _SAME_DAG.get([dag], "waits", lambda: _has_waits(preds))
-    by_rank = _SAME_DAG.get([dag], "waiting", lambda: _waiting(dag, has_waits))
-    layout = _layout(sched, laid, has_waits)
-    row_of = [0] * (len(dag.instrs) + 1)  # per instruction its clock's row on its rank; [-1]: none's
-    deps: dict[int, tuple[Dep, ...]] = {}
-    made: dict[tuple, tuple[Dep, ...]] = {}  # one tuple per list of waits: they are frozen (see _ops)
-    for rank, waiting in by_rank:
-        width = len(sched.threadblocks[rank])
-        for i, kept in _rank_waits(waiting, width, preds, layout, row_of):
-            found = made.get(kept)
-            if found is None:
-                found = made[kept] = tuple(Dep(*d) for d in kept)
-            deps[i] = found
-    return deps
+    waiting, bounds = _SAME_DAG.get([dag], "waiting", lambda: _waiting(dag))
+    tb_of, step_of, anchor, prior = _layout(sched, laid, waiting)
+    row = np.zeros(len(dag.instrs) + 1, dtype=np.int64)  # per instruction its clock's row, [-1]: none's
+    row[waiting] = np.arange(1, waiting.size + 1)
+    cand = _candidates(dag, waiting, tb_of, step_of, row[anchor])
+    found, kept = _clocks(cand, row[prior[waiting]], bounds, max(map(len, sched.threadblocks), default=1))
+    f, c = np.nonzero(kept)
+    rank = _SAME_DAG.get([dag], "wait edges", lambda: _wait_edges(dag))[2][waiting[f]]
+    tb = np.cumsum([0, *map(len, sched.threadblocks)])[rank] + cand[0][f, c]  # each awaited step's
+    first = np.cumsum(laid[1]) - laid[1]  # where each threadblock begins in the instructions laid
+    awaited = laid[0][first[tb] + cand[1][f, c]]
+    return (waiting[found], *_made(cand[0][found], cand[1][found], kept[found]), awaited)
 
 
-def _rank_waits(waiting: list[int], width: int, preds, layout: tuple, row_of: list[int]):
-    """Per instruction of ``waiting`` (one rank's, in order) that keeps a wait, its waits as
-    sorted (threadblock, step) pairs. Each keeps a vector clock, per threadblock of the rank the
-    last step known complete (-1: none; its own threadblock's entry is stale, never read): a row of
-    a table, ``row_of`` per instruction (row 0 knows nothing), shared with the op before it in its
-    threadblock where it keeps no new wait. Clocks merge by NumPy (as dicts merged in Python they
-    were most of a 512-rank allreduce's compile tail: 22 s of 38), on row views made once per
-    table; single entries are read and written through a ``memoryview`` as Python ints (a NumPy
-    scalar and a view per access were most of this loop)."""
+def _candidates(dag: InstrDAG, waiting, tb_of, step_of, anchor_row) -> tuple:
+    """Per instruction of ``waiting``, the waits it may keep: per other threadblock holding some
+    of its predecessors, the last step of it they need, as rows of NumPy tables in threadblock
+    order, padded (threadblock 0, step -2: a wait no clock lacks): the threadblocks, the steps, the
+    rows of the clocks of those steps' anchors (see :func:`_layout`)."""
     import numpy as np
 
-    tb_of, step_of, anchor, prior = layout
-    table = np.full((len(waiting) + 1, width), -1, dtype=np.int32)
-    clocks, known, maximum = list(table), memoryview(table), np.maximum
-    rows = 1
-    for i in waiting:
-        b = row_of[prior[i]]
-        ps = preds[i]
-        if len(ps) == 1:  # most instructions: as below, without the lists and the dict of _wanted
-            p = ps[0]
-            t, s = tb_of[p], step_of[p]
-            if t == tb_of[i] or known[b, t] >= s:
-                row_of[i] = b
-                continue
-            maximum(clocks[b], clocks[row_of[anchor[p]]], out=clocks[rows])
-            if known[rows, t] < s:
-                known[rows, t] = s
-            row_of[i] = rows
-            rows += 1
-            yield i, ((t, s),)
-            continue
-        needed = [(t, s, p) for t, (s, p) in _wanted(tb_of[i], ps, tb_of, step_of).items() if known[b, t] < s]
-        if not needed:
-            row_of[i] = b
-            continue
-        if len(needed) > 1:
-            needed = [
-                (t, s, p)
-                for t, s, p in needed
-                if not any(known[row_of[anchor[q]], t] >= s for u, _, q in needed if u != t)
-            ]
-            if not needed:  # each implied by another (none in a DAG): as the clock before
-                row_of[i] = b
-                yield i, ()
-                continue
-        base = clocks[b]
-        for _, _, p in needed:
-            maximum(base, clocks[row_of[anchor[p]]], out=clocks[rows])
-            base = clocks[rows]
-        for t, s, _ in needed:
-            if known[rows, t] < s:
-                known[rows, t] = s
-        row_of[i] = rows
-        rows += 1
-        yield i, tuple(sorted((t, s) for t, s, _ in needed))
+    pred, succ, _ = _SAME_DAG.get([dag], "wait edges", lambda: _wait_edges(dag))
+    at = np.full(len(dag.instrs), -1, dtype=np.int64)
+    at[waiting] = np.arange(waiting.size)
+    f, t, s = at[succ], tb_of[pred], step_of[pred]
+    other = t != tb_of[succ]
+    f, t, s, pred = f[other], t[other], s[other], pred[other]
+    order = np.lexsort((-s, t, f))  # per (instruction, threadblock) the last step first
+    f, t, s, pred = f[order], t[order], s[order], pred[order]
+    head = np.ones(f.size, dtype=bool)
+    head[1:] = (f[1:] != f[:-1]) | (t[1:] != t[:-1])
+    f, t, s, pred = f[head], t[head], s[head], pred[head]
+    counts = np.bincount(f, minlength=waiting.size)
+    col = np.arange(f.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    width = int(counts.max(initial=0))
+    tbs, steps = np.zeros((waiting.size, width), np.int64), np.full((waiting.size, width), -2, np.int64)
+    rows = np.zeros((waiting.size, width), np.int64)
+    tbs[f, col], steps[f, col], rows[f, col] = t, s, anchor_row[pred]
+    return tbs, steps, rows, counts
 
 
-def _wanted(tb: int, preds: tuple[int, ...], tb_of: list[int], step_of: list[int]) -> dict[int, tuple[int, int]]:
-    """Per other threadblock than ``tb`` holding some of ``preds``: the last step of it they need,
-    and that instruction."""
-    wanted: dict[int, tuple[int, int]] = {}
-    for p in preds:
-        t = tb_of[p]
-        if t != tb:
-            s = step_of[p]
-            if t not in wanted or wanted[t][0] < s:
-                wanted[t] = (s, p)
-    return wanted
-
-
-def _waiting(dag: InstrDAG, has_waits) -> list[tuple[int, list[int]]]:
-    """Per rank with instructions that have predecessors to wait for (``has_waits``: per
-    instruction, :func:`_has_waits`), those in the DAG's order: picked and grouped by rank by NumPy
-    (a million instructions at 512 ranks)."""
+def _clocks(cand: tuple, prior_row, bounds: list[tuple[int, int]], width: int):
+    """Per instruction of the waiting ones (rank by rank, in order; ``bounds`` each rank's), whether
+    it needs any of its candidate waits (:func:`_candidates`), and which it keeps. Each keeps a
+    vector clock, per threadblock of its rank the last step known complete (-1: none; its own
+    threadblock's entry is stale, never read), its row in a table (row 0 knows nothing; those
+    before it in its threadblock: ``prior_row``): a wait is kept unless that clock or the clock of
+    another kept wait's step knows of it. The ranks are independent: their k-th instructions are
+    judged at once, by NumPy, a thousand rounds at 128 or 512 ranks where a Python step per
+    instruction took seconds."""
     import numpy as np
 
+    n, k_max = cand[0].shape
+    order, place, offsets = _rounds(bounds, n)  # the instructions round by round, their rows then
+    tbs, steps, counts = cand[0][order], cand[1][order], cand[3][order]
+    rows, prior = place[cand[2][order]], place[prior_row[order]]
+    kept = np.zeros((n, k_max), dtype=bool)
+    needs = np.zeros(n, dtype=bool)
+    last = int(steps.max(initial=0))  # the table as narrow as the steps allow: its pages are most of the time
+    dtype = np.int8 if last < 1 << 7 else np.int16 if last < 1 << 15 else np.int64
+    table = np.full((n + 1, width), -1, dtype=dtype)
+    apart = ~np.eye(k_max, dtype=bool)
+    lines, cols = np.arange(len(bounds))[:, None], np.arange(k_max)[None, :, None]
+    wides = np.maximum.reduceat(counts, offsets[:-1]).tolist() if n else []
+    for (a, b), wide in zip(itertools.pairwise(offsets.tolist()), wides, strict=True):
+        clock = table[prior[a:b]]
+        if wide:
+            t, s, r, line = tbs[a:b, :wide], steps[a:b, :wide], rows[a:b, :wide], lines[: b - a]
+            need = clock[line, t] < s
+            if need.any():
+                theirs = table[r]  # the clocks of the steps waited for
+                keep = need
+                if wide > 1:  # those another needed wait's clock knows of are implied by it
+                    known = theirs[line[:, :, None], cols[:, :wide], t[:, None, :]]
+                    keep = need & ~(need[:, :, None] & (known >= s[:, None, :]) & apart[:wide, :wide]).any(1)
+                np.maximum(clock, np.where(keep[:, :, None], theirs, -1).max(1), out=clock)
+                i, j = np.nonzero(keep)
+                clock[i, t[i, j]] = np.maximum(clock[i, t[i, j]], s[i, j])
+                kept[a:b, :wide] = keep
+                needs[a:b] = need.any(1)
+        table[a + 1 : b + 1] = clock
+    kept[order], needs[order] = kept.copy(), needs.copy()
+    return np.flatnonzero(needs), kept
+
+
+def _rounds(bounds: list[tuple[int, int]], n: int) -> tuple:
+    """The order that puts each round's instructions together (the k-th of every rank that has
+    one, by rank; ``bounds``: each rank's in the ``n`` waiting), each row of the table of clocks
+    by place in it +1 there (0: none's), and where each round begins (and the last ends)."""
+    import numpy as np
+
+    starts = np.array([a for a, _ in bounds], np.int64).reshape(len(bounds))
+    lens = np.array([b - a for a, b in bounds], np.int64).reshape(len(bounds))
+    k = np.arange(n) - np.repeat(starts, lens)  # each one's round
+    order = np.lexsort((np.repeat(np.arange(len(bounds)), lens), k))
+    place = np.zeros(n + 1, dtype=np.int64)
+    place[order + 1] = np.arange(1, n + 1)
+    return order, place, np.concatenate(([0], np.cumsum(np.bincount(k, minlength=0))))
+
+
+def _made(tbs, steps, kept) -> tuple:
+    """Per row of ``kept`` (the waits kept, of ``tbs`` and ``steps``) the number of its
+    dependencies' tuple, as a NumPy array, and those tuples, one per list of waits: they are frozen
+    (see :func:`_ops`). The lists of one wait, nearly all, are numbered by NumPy."""
+    import numpy as np
+
+    from topologies.numeric import distinct
+
+    one = kept.sum(1) == 1
+    col = kept[one].argmax(1) if kept.shape[1] else np.zeros(0, np.int64)
+    span = int(steps.max(initial=0)) + 1
+    code = tbs[one, col] * span + steps[one, col]
+    codes = distinct(code)
+    made: list[tuple[Dep, ...]] = [(Dep(c // span, c % span),) for c in codes.tolist()]
+    which = np.empty(kept.shape[0], dtype=np.int64)
+    which[one] = np.searchsorted(codes, code)
+    others: dict[tuple, int] = {}
+    for f in np.flatnonzero(~one).tolist():  # several or none (each implied by another: none in a DAG)
+        key = tuple(zip(tbs[f][kept[f]].tolist(), steps[f][kept[f]].tolist(), strict=True))
+        if key not in others:
+            others[key] = len(made)
+            made.append(tuple(Dep(*d) for d in key))
+        which[f] = others[key]
+    return which, made
+
+
+def _waiting(dag: InstrDAG) -> tuple[object, list[tuple[int, int]]]:
+    """The instructions that have predecessors to wait for, rank by rank, each rank's in the DAG's
+    order, as a NumPy array, and where each rank's begin and end there: picked and grouped by
+    NumPy (a million instructions at 512 ranks)."""
+    import numpy as np
+
+    succ = _SAME_DAG.get([dag], "wait edges", lambda: _wait_edges(dag))[1]
     order = np.asarray(dag.order, dtype=np.int64).reshape(len(dag.order))
-    picked = order[has_waits[order]]
-    ranks = _ranks(dag)[picked]
+    picked = order[np.bincount(succ, minlength=len(dag.instrs))[order] > 0]
+    ranks = _SAME_DAG.get([dag], "wait edges", lambda: _wait_edges(dag))[2][picked]
     by_rank = np.argsort(ranks, kind="stable")  # each rank's in the DAG's order
-    ranks, picked = ranks[by_rank], picked[by_rank].tolist()
-    if not picked:
-        return []
+    ranks, picked = ranks[by_rank], picked[by_rank]
     starts = np.flatnonzero(np.diff(ranks, prepend=-1)).tolist()  # where each rank's begin
-    ends = [*starts[1:], len(picked)]
-    return [(r, picked[a:b]) for r, a, b in zip(ranks[starts].tolist(), starts, ends, strict=True)]
+    return picked, list(zip(starts, [*starts[1:], picked.size][: len(starts)], strict=True))
 
 
 def _ranks(dag: InstrDAG):
@@ -207,18 +276,18 @@ def _ranks(dag: InstrDAG):
     return np.fromiter(map(_RANK, dag.instrs), dtype=np.int64, count=len(dag.instrs))
 
 
-def _layout(sched: ScheduledDAG, laid: tuple, has_waits) -> tuple[list[int], ...]:
+def _layout(sched: ScheduledDAG, laid: tuple, waiting) -> tuple:
     """Per instruction its threadblock id and its step in it, its anchor (itself if it has
     predecessors to wait for, else the last op before it in its threadblock that has, -1: none)
-    and its prior (the anchor of the op before it, -1: none): flat lists made by NumPy over the
-    threadblocks laid end to end (``ScheduledDAG.placement`` makes a tuple per instruction, a
-    million per tail at 512 ranks)."""
+    and its prior (the anchor of the op before it, -1: none) (``waiting``: those with predecessors
+    to wait for): NumPy arrays made over the threadblocks laid end to end
+    (``ScheduledDAG.placement`` makes a tuple per instruction, a million per tail at 512 ranks)."""
     import numpy as np  # not loaded by building the CLI's parser
 
     n = len(sched.dag.instrs)
     run, sizes, tb_of = laid
-    if not n:
-        return [], [], [], []
+    has_waits = np.zeros(n, dtype=bool)
+    has_waits[waiting] = True
     begin = np.repeat(np.cumsum(sizes) - sizes, sizes)  # where each one's threadblock begins in ``run``
     at = np.arange(run.size, dtype=np.int64)
     step_of = np.empty(n, dtype=np.int64)
@@ -231,7 +300,7 @@ def _layout(sched: ScheduledDAG, laid: tuple, has_waits) -> tuple[list[int], ...
     anchor, prior = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     anchor[run] = np.where(last >= 0, run[last], -1)
     prior[run] = np.where(before >= 0, run[before], -1)
-    return tb_of.tolist(), step_of.tolist(), anchor.tolist(), prior.tolist()
+    return tb_of, step_of, anchor, prior
 
 
 def _laid_out(sched: ScheduledDAG):
@@ -250,13 +319,6 @@ def _laid_out(sched: ScheduledDAG):
         missing = int(np.flatnonzero(tb_of < 0)[0]) if (tb_of < 0).any() else 0
         raise CodegenError(f"scheduled DAG: instruction {missing} is in no threadblock")
     return run, sizes, tb_of
-
-
-def _has_waits(preds: list[tuple[int, ...]]):
-    """Whether each instruction has predecessors it may wait for, as a NumPy array."""
-    import numpy as np
-
-    return np.fromiter(map(bool, preds), dtype=bool, count=len(preds))
 
 
 def awaited(sched: ScheduledDAG) -> list[set[int]]:
@@ -293,19 +355,6 @@ def _waitable(dag: InstrDAG):
     import numpy as np
 
     return np.fromiter(map(DepKind.MATCH.__ne__, map(_KIND, dag.edges)), dtype=bool, count=len(dag.edges))
-
-
-def _preds(dag: InstrDAG) -> list[tuple[int, ...]]:
-    """Per instruction the predecessors it may wait for (all but a receive's send), in the order of
-    the DAG's edges, once per DAG (tuples: those with none share the empty one). Grouped by NumPy,
-    and each tuple cut from one run of them in C (a million instructions at 512 ranks)."""
-    import numpy as np
-
-    pred, succ = _wait_edges(dag)[:2]
-    by_succ = np.argsort(succ, kind="stable")
-    run = iter(pred[by_succ].tolist())
-    counts = np.bincount(succ, minlength=len(dag.instrs)).tolist()
-    return list(map(tuple, map(islice, repeat(run), counts)))
 
 
 _TYPE, _SRC, _DST, _COUNT = attrgetter("type"), attrgetter("src"), attrgetter("dst"), attrgetter("count")

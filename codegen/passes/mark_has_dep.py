@@ -30,14 +30,24 @@ def mark_has_dep(ir: IR) -> IR:
 
 
 def _marks(tb: Threadblock, awaited: set[int] | tuple, marked: dict[int, Op]) -> Threadblock:
-    """``tb`` with ``has_dep`` on the ops at ``awaited`` (itself where no mark changes: most
-    threadblocks at 512 ranks; the marks read through ``map``, no Python call per op)."""
+    """``tb`` with ``has_dep`` on the ops at ``awaited`` (itself where no mark changes: every
+    threadblock of a compiled IR, whose ops ``insert_dependencies`` marks as it makes them). The
+    marks are read through ``map`` and compared with those wanted as lists, in C: no Python step
+    per op unless one changes."""
     ops = tb.ops
-    if not awaited and not any(map(_HAS_DEP, ops)):
+    marks = list(map(_HAS_DEP, ops))
+    wanted = [False] * len(ops)
+    for k in awaited:
+        if 0 <= k < len(ops):
+            wanted[k] = True
+    if marks == wanted:
         return tb
     return evolve(
         tb,
-        ops=tuple(op if op.has_dep == (k in awaited) else _flipped(op, marked) for k, op in enumerate(ops)),
+        ops=tuple(
+            op if mark == want else _flipped(op, marked)
+            for op, mark, want in zip(ops, marks, wanted, strict=True)
+        ),
     )
 
 
