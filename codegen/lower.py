@@ -237,7 +237,7 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
     """Each send a copy into the receiver's output slot for the chunk, else into scratch. What is
     kept per ``(rank, chunk)`` (the slot holding it there, its output slot) is keyed by
     ``rank * chunks + chunk`` (a verified Algorithm's chunks lie below ``chunks``): pairs as keys,
-    each made and hashed per send, were a third of a 512-rank alltoall's lowering."""
+    each made and hashed per send, were an eighth of a 512-rank alltoall's lowering."""
     coll = algo.collective
     n, width = coll.num_ranks, len(coll.chunks)
     scratch = _Scratch(n)
