@@ -136,6 +136,7 @@ class ChunkProgram(BulkRecording):
         # the logical links, asked per pair (it remembers each answer): not a set of all pairs, which
         # at 512 ranks of switched machines is 261,632 of them, each routed, for a ring that uses 512
         self._links = None if self.topology is None else self.topology.logical().links
+        self._linked: set[tuple[int, int]] = set()  # pairs found linked (BulkRecording._unlinked_pairs)
         self._ops: list[_Op] = []
         self._slices: list[dict[str, int]] = [{} for _ in range(collective.num_ranks)]
         self._values: dict[tuple[int, str, int], Value] = {}

@@ -108,6 +108,7 @@ class BulkRecording:
     _values: dict[tuple[int, str, int], Value]
     _ops: list[Op]
     _links: object
+    _linked: set[tuple[int, int]]
     _slices: list[dict[str, int]]
     _token: object
 
@@ -195,10 +196,8 @@ class BulkRecording:
             return False
         if any(map(eq, srcs, dsts)) or not set(dsts).isdisjoint(srcs):
             return False
-        if self._links is not None:
-            pairs = set(zip(map(_RANK, srcs), map(_RANK, dsts), strict=True))
-            if any(p[0] != p[1] and p not in self._links for p in pairs):  # a rank's own copy needs none
-                return False
+        if self._unlinked_pairs(set(zip(map(_RANK, srcs), map(_RANK, dsts), strict=True))):
+            return False
         srcs, dsts = _slots(srcs), _slots(dsts)
         values.update(zip(dsts, held, strict=True))
         slices = self._slices
@@ -209,12 +208,23 @@ class BulkRecording:
         return True
 
     def _unlinked(self, ops: list[SlotOp]) -> set[tuple[int, int]]:
-        """The ``(src rank, dst rank)`` pairs of ``ops`` without a link (asked once per pair, not per
-        op: the topology's links answer through a Python call each)."""
+        """The ``(src rank, dst rank)`` pairs of ``ops`` without a link (:meth:`_unlinked_pairs`)."""
+        return self._unlinked_pairs({(op[1][0], (op[2] if op[3] is None else op[3])[0]) for op in ops})
+
+    def _unlinked_pairs(self, pairs: set[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Those of ``pairs`` of two ranks without a link. The topology's links answer through a
+        Python call each: each pair is asked once per program, those that pass are kept
+        (``_linked``; a rank's own pair needs none), and a step's pairs are a set difference."""
         if self._links is None:
             return set()
-        pairs = {(op[1][0], (op[2] if op[3] is None else op[3])[0]) for op in ops}
-        return {p for p in pairs if p[0] != p[1] and p not in self._links}
+        known, links = self._linked, self._links
+        bad = set()
+        for pair in pairs.difference(known):
+            if pair[0] == pair[1] or pair in links:
+                known.add(pair)
+            else:
+                bad.add(pair)
+        return bad
 
     def _record_one(self, op: SlotOp) -> None:
         """``op`` through the per-call path."""

@@ -30,7 +30,7 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import chain, compress, islice, repeat
-from operator import add, attrgetter
+from operator import add, attrgetter, itemgetter, mul, not_
 
 from codegen.dsl import ChunkProgram
 from codegen.dsl_ops import SlotOp, slot
@@ -41,6 +41,7 @@ from synth.timing import IDEAL, Params, model_params
 from topologies import Topology, TopologyError, load
 
 _CHUNK, _SRC, _DST, _START = (attrgetter(k) for k in ("chunk", "src", "dst", "start_us"))
+_ARRIVAL = itemgetter(1)
 Times = Callable[[Sequence[Send]], list[tuple[float, float]]] | None
 """(start, arrival) of each of a list of sends, or None for an untimed schedule."""
 
@@ -159,15 +160,16 @@ def _schedule_times(algo: Algorithm, topology: Topology | None) -> Times:
     nbytes = chunk_bytes(algo.collective, float(size)) if isinstance(size, int | float) and size > 0 else 0.0
 
     params = _made_in(algo)
-    delays: dict[tuple[int, int], float | None] = {}  # per connection: every send moves one chunk
+    n = algo.collective.num_ranks
+    delays: dict[int, float | None] = {}  # per connection src * n + dst: every send moves one chunk
 
     def times(sends: Sequence[Send]) -> list[tuple[float, float]]:
         """Each send's, a field at a time (one call per send was a second at 512 ranks)."""
-        pairs = list(zip(map(_SRC, sends), map(_DST, sends), strict=True))
-        for pair in set(pairs).difference(delays):
-            link = logical.links.get(pair) if logical is not None else None
-            delays[pair] = None if link is None else params.delay_us(link, nbytes)
-        starts, found = list(map(_START, sends)), list(map(delays.__getitem__, pairs))
+        keys = list(map(add, map(mul, map(_SRC, sends), repeat(n)), map(_DST, sends)))
+        for key in set(keys).difference(delays):
+            link = logical.links.get(divmod(key, n)) if logical is not None else None
+            delays[key] = None if link is None else params.delay_us(link, nbytes)
+        starts, found = list(map(_START, sends)), list(map(delays.__getitem__, keys))
         if None in found:  # a pair without a link (a topology file we cannot find): lands at once
             return [(t, t if d is None else t + d) for t, d in zip(starts, found, strict=True)]
         return list(zip(starts, map(add, starts, found), strict=True))
@@ -181,12 +183,15 @@ def _ports(algo: Algorithm, topology: Topology) -> tuple[tuple[int, int, int, fl
     latency, ``lanes`` the edge's parallel links (``ProgramInfo.ports``)."""
     logical = topology.logical()
     ids: dict[object, int] = {}
-    pairs = sorted({(s.src, s.dst) for step in algo.steps for s in step.sends})
-    edges = {(a, b): logical.links[(a, b)].edges[0] for a, b in pairs}
-    return tuple(
-        (a, b, ids.setdefault(e, len(ids)), logical.links[(a, b)].alpha_us, logical.resources[e].count)
-        for (a, b), e in edges.items()
-    )
+    n = algo.collective.num_ranks
+    sends = list(chain.from_iterable(step.sends for step in algo.steps))
+    keys = sorted(set(map(add, map(mul, map(_SRC, sends), repeat(n)), map(_DST, sends))))  # (src, dst) order
+    out = []
+    for src, dst in map(divmod, keys, repeat(n)):
+        link = logical.links[(src, dst)]
+        edge = link.edges[0]
+        out.append((src, dst, ids.setdefault(edge, len(ids)), link.alpha_us, logical.resources[edge].count))
+    return tuple(out)
 
 
 def _again(like: ChunkProgram, prog: ChunkProgram, algo: Algorithm, times: Times) -> ChunkProgram | None:
@@ -219,11 +224,6 @@ def _again(like: ChunkProgram, prog: ChunkProgram, algo: Algorithm, times: Times
     return again
 
 
-def _outputs(got: list[tuple[int, int]], out_slot: dict[tuple[int, int], int]) -> Iterable:
-    """``((rank, chunk), output slot or None)`` of each of ``got``."""
-    return zip(got, map(out_slot.get, got), strict=True)
-
-
 class _Scratch:
     def __init__(self, n: int) -> None:
         self.next = [0] * n
@@ -234,32 +234,41 @@ class _Scratch:
 
 
 def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
+    """Each send a copy into the receiver's output slot for the chunk, else into scratch. What is
+    kept per ``(rank, chunk)`` (the slot holding it there, its output slot) is keyed by
+    ``rank * chunks + chunk`` (a verified Algorithm's chunks lie below ``chunks``): pairs as keys,
+    each made and hashed per send, were an eighth of a 512-rank alltoall's lowering."""
     coll = algo.collective
-    n = coll.num_ranks
+    n, width = coll.num_ranks, len(coll.chunks)
     scratch = _Scratch(n)
-    where: dict[tuple[int, int], Slot] = {}  # (rank, chunk) -> the slot holding it there
-    out_slot: dict[tuple[int, int], int] = {}
+    where: dict[int, Slot] = {}  # rank * width + chunk -> the slot holding it there
+    out_slot: dict[int, int] = {}
     for r in range(n):
         for j, cid in enumerate(coll.outputs[r]):
             if cid is not None:
-                out_slot.setdefault((r, cid), j)
+                out_slot.setdefault(r * width + cid, j)
     copy = prog.copy_slot  # the slots are the collective's and fresh scratch: no references made
     sent: list[int] = []  # per copy recorded, the send it makes (-1: a rank's own chunk)
     for r in range(n):
         for j, cid in enumerate(coll.inputs[r]):
             if cid is not None:
-                where[(r, cid)] = (r, "input", j)
-                if (r, cid) in out_slot:
-                    copy((r, "input", j), r, "output", out_slot[(r, cid)], None if times is None else (0.0, 0.0))
+                key = r * width + cid
+                where[key] = slot((r, "input", j))
+                if key in out_slot:
+                    copy((r, "input", j), r, "output", out_slot[key], None if times is None else (0.0, 0.0))
                     sent.append(-1)
     at = 0  # the step's first send's place among all sends
+    widths = repeat(width)
     for step in algo.steps:  # the step's copies made a field at a time, recorded in one call
-        keys = list(zip(map(_DST, step.sends), map(_CHUNK, step.sends), strict=True))
-        fresh = [key not in where for key in keys]  # else the receiver holds it already: no move
-        moved, got = list(compress(step.sends, fresh)), list(compress(keys, fresh))
+        sends = step.sends
+        receivers = list(map(_DST, sends))
+        keys = list(map(add, map(mul, receivers, widths), map(_CHUNK, sends)))
+        fresh = list(map(not_, map(where.__contains__, keys)))  # else the receiver holds it already
+        moved, got = list(compress(sends, fresh)), list(compress(keys, fresh))
         take = scratch.take  # where the receiver has no output slot for the chunk (j None)
-        dsts = [slot((d, "output", j) if j is not None else (d, *take(d))) for (d, _), j in _outputs(got, out_slot)]
-        srcs = list(map(where.__getitem__, zip(map(_SRC, moved), map(_CHUNK, moved), strict=True)))
+        outs = zip(compress(receivers, fresh), map(out_slot.get, got), strict=True)
+        dsts = [slot((d, "output", j) if j is not None else (d, *take(d))) for d, j in outs]
+        srcs = list(map(where.__getitem__, map(add, map(mul, map(_SRC, moved), widths), map(_CHUNK, moved))))
         when = times(moved) if times is not None else repeat(None)
         prog.record_slots(list(zip(repeat("copy"), srcs, dsts, repeat(None), when)))
         sent.extend(compress(range(at, at + len(keys)), fresh))
@@ -270,9 +279,10 @@ def _lower_copies(prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
 
 
 class _Combining:
-    """The lowering of a combining collective. What it keeps per ``(rank, address)`` (where the
-    partial sum is, its home slot) lies in lists at ``rank * addresses + address``: dicts keyed by
-    the pairs, hashed three times per send, were half a 512-rank allreduce's lowering."""
+    """The lowering of a combining collective. What it keeps per ``(rank, address)`` (the slot
+    holding the partial sum, its home slot: whole ``(rank, buffer, index)`` slots, as the ops name
+    them) lies in lists at ``rank * addresses + address``: dicts keyed by the pairs, hashed three
+    times per send, were half a 512-rank allreduce's lowering."""
 
     def __init__(self, prog: ChunkProgram, algo: Algorithm, times: Times) -> None:
         self.prog = prog
@@ -282,29 +292,29 @@ class _Combining:
         n, width = coll.num_ranks, coll.num_addresses
         self.width = width
         self.scratch = _Scratch(n)
-        self.partial: list[Where | None] = [None] * (n * width)
+        self.partial: list[Slot | None] = [None] * (n * width)
         self.out_slot: dict[int, int] = {}  # rank * width + address -> its first output slot
-        self.homes: list[Where | None] = [None] * (n * width)
+        self.homes: list[Slot | None] = [None] * (n * width)
         for r in range(n):
             for j, cid in enumerate(coll.inputs[r]):
                 if cid is not None:
-                    self.partial[r * width + coll.chunks[cid].address] = ("input", j)
+                    self.partial[r * width + coll.chunks[cid].address] = slot((r, "input", j))
             for j, addr in enumerate(coll.outputs[r]):
                 if addr is not None:
                     self.out_slot.setdefault(r * width + addr, j)
         if not prog.inplace:  # each output's home is its slot: found once here, not per first send
             for key, j in self.out_slot.items():
-                self.homes[key] = ("output", j)
+                self.homes[key] = slot((key // width, "output", j))
 
-    def home(self, rank: int, addr: int) -> Where:
+    def home(self, rank: int, addr: int) -> Slot:
         key = rank * self.width + addr
         found = self.homes[key]
         if found is None:
             j = self.out_slot.get(key)
             if j is not None:  # in place the input slot is the output slot: reduce where the contribution lies
-                found = self.partial[key] if self.prog.inplace else ("output", j)
+                found = self.partial[key] if self.prog.inplace else slot((rank, "output", j))
             else:
-                found = self.scratch.take(rank)
+                found = slot((rank, *self.scratch.take(rank)))
             self.homes[key] = found
         return found
 
@@ -312,25 +322,26 @@ class _Combining:
         """Each step's operations recorded in one call (:meth:`ChunkProgram.record_slots`), then
         each output slot copied from where its partial ended, where that is not the slot."""
         timed = self.times is not None
-        landed: dict[tuple[int, int], float] = {}  # (rank, address) -> when its partial was last written
-        partial, width = self.partial, self.width
+        landed: dict[int, float] = {}  # rank * width + address -> when its partial was last written
+        partial, widths = self.partial, repeat(self.width)
         for step in self.algo.steps:
-            order, diverted = _step_order(step.sends)
+            order, diverted = _step_order(step.sends, self.width)
             whens = self.times(order) if timed else [None] * len(order)
             if diverted:
                 ops = self.diverting(order, diverted, whens)
             else:  # every send reads its source before any send of the step writes it
-                data = [(s.src, *partial[s.src * width + s.chunk]) for s in order]
+                data = list(map(partial.__getitem__, map(add, map(mul, map(_SRC, order), widths), map(_CHUNK, order))))
                 ops = self.ops(zip(order, data, whens, strict=True))
             if timed:
-                landed.update(((s.dst, s.chunk), when[1]) for s, when in zip(order, whens, strict=True))
+                keys = map(add, map(mul, map(_DST, order), widths), map(_CHUNK, order))
+                landed.update(zip(keys, map(_ARRIVAL, whens), strict=True))
             self.prog.record_slots(ops)
         finals: list[SlotOp] = []
         for key, j in sorted(self.out_slot.items()):  # by (rank, address)
-            r, addr = divmod(key, width)
+            r, addr = divmod(key, self.width)
             if partial[key] != self.home(r, addr):
-                at = landed.get((r, addr), 0.0)
-                finals.append(("copy", (r, *partial[key]), (r, "output", j), None, (at, at) if timed else None))
+                at = landed.get(key, 0.0)
+                finals.append(("copy", partial[key], (r, "output", j), None, (at, at) if timed else None))
         self.prog.record_slots(finals)
 
     def diverting(self, order: list[Send], diverted: set[Send], whens: list) -> list[SlotOp]:
@@ -338,9 +349,9 @@ class _Combining:
         after the step's other sends."""
         out, later = [], []
         for s, when in zip(order, whens, strict=True):
-            src = (s.src, *self.partial[s.src * self.width + s.chunk])
+            src = self.partial[s.src * self.width + s.chunk]
             if s in diverted:
-                temp = (s.dst, *self.scratch.take(s.dst))
+                temp = slot((s.dst, *self.scratch.take(s.dst)))
                 out.append(("copy", src, temp, None, when))
                 later.append((s, temp, when and (when[1], when[1])))
             else:
@@ -353,23 +364,24 @@ class _Combining:
         partial, homes, home, width = self.partial, self.homes, self.home, self.width
         out: list[SlotOp] = []
         for s, data, time in moves:
-            dst = s.dst
-            key = dst * width + s.chunk
-            target = homes[key] or home(dst, s.chunk)
+            key = s.dst * width + s.chunk
+            target = homes[key] or home(s.dst, s.chunk)
             held = partial[key]
             partial[key] = target
             if s.op == "copy":
-                out.append(("copy", data, (dst, *target), None, time))
+                out.append(("copy", data, target, None, time))
             else:
-                out.append(("reduce", data, (dst, *held), None if held == target else (dst, *target), time))
+                out.append(("reduce", data, held, None if held == target else target, time))
         return out
 
 
-def _step_order(sends: tuple[Send, ...]) -> tuple[list[Send], set[Send]]:
-    """Readers of a slot before its writer; sends on a cycle are diverted through scratch."""
+def _step_order(sends: tuple[Send, ...], width: int) -> tuple[list[Send], set[Send]]:
+    """Readers of a slot before its writer; sends on a cycle are diverted through scratch
+    (``width``: the addresses, so that ``rank * width + address`` keys a rank's partial)."""
     sends = list(sends)
-    written = {(y.dst, y.chunk) for y in sends}
-    if not any((x.src, x.chunk) in written for x in sends):
+    chunks, widths = list(map(_CHUNK, sends)), repeat(width)
+    written = set(map(add, map(mul, map(_DST, sends), widths), chunks))
+    if written.isdisjoint(map(add, map(mul, map(_SRC, sends), widths), chunks)):
         return sends, set()  # no send reads what another writes (most steps): their own order
     writers: dict[tuple[int, int], list[int]] = {}
     for j, y in enumerate(sends):

@@ -109,17 +109,19 @@ class Pairs:
 def _initial(collective: Collective) -> np.ndarray:
     """``holds[rank, chunk]`` before the first step: every chunk at its precondition's ranks."""
     holds = np.zeros((collective.num_ranks, len(collective.chunks)), dtype=bool)
-    for ranks, chunks in _grouped(collective, "pre"):
-        holds[np.ix_(ranks, chunks)] = True
+    ranks, chunks = _members(collective, "pre")
+    holds[ranks, chunks] = True
     return holds
 
 
-def _grouped(collective: Collective, side: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The chunks grouped by their (shared) rank set on ``side``: (ranks ascending, chunks)."""
-    groups: dict[frozenset[int], list[int]] = {}
-    for cid, chunk in enumerate(collective.chunks):
-        groups.setdefault(getattr(chunk, side), []).append(cid)
-    return [(np.array(sorted(r), dtype=np.int64), np.array(c, dtype=np.int64)) for r, c in groups.items()]
+def _members(collective: Collective, side: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every ``(rank, chunk)`` of the chunks' rank sets on ``side``, as two columns (read a field
+    at a time in C: grouping the 262,144 chunks of a 512-rank alltoall by rank set, then indexing
+    each group, was half a second of its verification)."""
+    sets = list(map(attrgetter(side), collective.chunks))
+    lengths = np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
+    ranks = np.fromiter(chain.from_iterable(sets), dtype=np.int64, count=int(lengths.sum()))
+    return ranks, np.repeat(np.arange(len(sets), dtype=np.int64), lengths)
 
 
 def _first_bad_send(
@@ -219,16 +221,12 @@ def _check_once(where: str, block: np.ndarray, addresses: int) -> None:
 
 def _check_posts(name: str, collective: Collective, holds: np.ndarray) -> None:
     """Raise naming the first chunk (then the first rank) a postcondition misses."""
-    first: tuple[int, int] | None = None
-    for ranks, chunks in _grouped(collective, "post"):
-        missing = ~holds[np.ix_(ranks, chunks)]
-        columns = np.flatnonzero(missing.any(axis=0))
-        if len(columns):
-            col = int(columns[0])
-            found = (int(chunks[col]), int(ranks[int(np.argmax(missing[:, col]))]))
-            first = found if first is None or found < first else first
-    if first is not None:
-        cid, rank = first
+    ranks, chunks = _members(collective, "post")
+    missing = ~holds[ranks, chunks]
+    if missing.any():
+        chunks, ranks = chunks[missing], ranks[missing]
+        cid = int(chunks.min())
+        rank = int(ranks[chunks == cid].min())
         raise VerificationError(f"{name}: postcondition: rank {rank} never gets chunk {cid}")
 
 

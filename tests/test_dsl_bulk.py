@@ -201,3 +201,28 @@ def test_a_lowered_exchange_and_ring_trace_as_build_chunk_dag_traces():
         dag = lower_algorithm(algo).chunk_dag()
         assert _edges(dag.deps) == _edges(build_chunk_dag(dag.info, dag.ops).deps)
         assert any(d.kind is DepKind.WAR for d in dag.deps)
+
+
+def test_the_bulk_path_asks_the_topology_each_pair_once_and_still_refuses_a_missing_link():
+    """A lowered step's pairs are mostly the step before's: each is asked of the topology once per
+    program (a Python call each: 0.3 s of a 512-rank alltoall's lowering when asked per step)."""
+    prog = ChunkProgram("ag", "ring:4", "allgather")
+    links, asked = prog._links, []
+
+    class Counting:
+        def __contains__(self, pair: object) -> bool:
+            asked.append(pair)
+            return pair in links
+
+    prog._links = Counting()
+    prog.record_slots([("copy", (0, "input", 0), (1, "output", 0), None, None)])
+    prog.record_slots(
+        [
+            ("copy", (1, "output", 0), (2, "output", 0), None, None),
+            ("copy", (0, "input", 0), (1, "scratch", 0), None, None),
+        ]
+    )
+    assert sorted(asked) == [(0, 1), (1, 2)]
+    with pytest.raises(DslError, match="has no link 0 -> 2"):
+        prog.record_slots([("copy", (0, "input", 0), (2, "scratch", 0), None, None)])
+    assert prog.num_ops == 3
