@@ -89,8 +89,9 @@ def entry(argv: Sequence[str] | None = None) -> NoReturn:
     status = main(argv)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        with suppress(OSError, ValueError):  # a reader gone or a stream closed: nothing left to say
-            stream.flush()
+        if stream is not None:  # None: started with that descriptor closed
+            with suppress(OSError, ValueError):  # a reader gone or a stream closed: nothing left to say
+                stream.flush()
     os._exit(status)
 
 
