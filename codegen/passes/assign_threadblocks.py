@@ -25,14 +25,13 @@ launches one CUDA block per threadblock.
 from __future__ import annotations
 
 import bisect
-import itertools
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from codegen.chunk_dag import DepKind
 from codegen.instr_dag import Instr, InstrDAG
 from codegen.passes.channel_flows import steps_of
+from codegen.placed_ir import step_bounds, waiting_edges
 from codegen.schedule import ChannelDAG, ScheduledDAG, TbPlan
 from common.memo import SameObjects
 
@@ -503,7 +502,7 @@ def _waited(dag: InstrDAG, of: np.ndarray, ranks: int) -> list[set[int]]:
     (a loop over a million edges at 512 ranks)."""
     from topologies.numeric import distinct
 
-    pred, succ = _SAME_DAG.get([dag], "waits", lambda: _waiting_edges(dag))
+    pred, succ = waiting_edges(dag)
     rank = _SAME_DAG.get([dag], "sides", lambda: _sides(dag))[0]
     g, h = of[pred], of[succ]
     kept = (g >= 0) & (h >= 0) & (g != h) & (rank[pred] == rank[succ])
@@ -512,53 +511,3 @@ def _waited(dag: InstrDAG, of: np.ndarray, ranks: int) -> list[set[int]]:
     for key in distinct(rank[pred[kept]] * width + g[kept]).tolist():
         waited[key // width].add(key % width)
     return waited
-
-
-def step_bounds(sched: ScheduledDAG) -> tuple[tuple[int, int], ...]:
-    """Per rank, the most steps one of its threadblocks takes in the IR that ``insert_dependencies``
-    and ``fold_deps_into_nops`` build from ``sched``: (at least, at most); where the two agree, the
-    count itself. Known from the placement alone, so the compiler widens a layout whose threadblocks
-    take more steps than the runtime's without building its IR (at 512 ranks the trees allgather's
-    layout 2 at one channel, 129 steps, and the hierarchical alltoall's default layout at one and
-    two, 65: a build each, 3-5 s).
-
-    Why it holds. ``insert_dependencies`` makes each instruction one op of its threadblock and gives
-    it at most one dependency per other threadblock holding one of its waiting predecessors (every
-    predecessor but a receive's send): the last step it needs of each, less those already implied.
-    ``fold_deps_into_nops`` puts all but one of an op's ``k`` dependencies into ``k - 1`` nops in
-    front of it, and the passes after it add no step. So a threadblock takes at least a step per
-    instruction, and at most, per instruction, the number of other threadblocks its waiting
-    predecessors sit in, or one where that is less."""
-    import numpy as np  # not loaded by building the CLI's parser
-
-    from topologies.numeric import distinct
-
-    dag = sched.dag
-    plans = [plan for tbs in sched.threadblocks for plan in tbs]
-    least = np.fromiter(map(len, (plan.instrs for plan in plans)), np.int64, len(plans))
-    run = np.fromiter(itertools.chain.from_iterable(p.instrs for p in plans), np.int64, int(least.sum()))
-    owner = np.repeat(np.arange(len(plans), dtype=np.int64), least)
-    tb_of = np.full(len(dag.instrs), -1, np.int64)  # each instruction's threadblock, over all ranks
-    tb_of[run] = owner
-    pred, succ = _SAME_DAG.get([dag], "waits", lambda: _waiting_edges(dag))
-    crossing = tb_of[pred] != tb_of[succ]
-    pairs = distinct(succ[crossing] * max(len(plans), 1) + tb_of[pred[crossing]])  # (instruction, other tb)
-    waits = np.bincount(pairs // max(len(plans), 1), minlength=len(dag.instrs))
-    most = np.bincount(owner, weights=np.maximum(waits[run], 1), minlength=len(plans)).astype(np.int64)
-    out, start = [], 0
-    for tbs in sched.threadblocks:
-        end = start + len(tbs)
-        out.append((int(least[start:end].max(initial=0)), int(most[start:end].max(initial=0))))
-        start = end
-    return tuple(out)
-
-
-def _waiting_edges(dag: InstrDAG):
-    """The ends of the edges an instruction may wait on (all but a receive's on its send), as
-    NumPy arrays."""
-    import numpy as np
-
-    pred, succ = dag.ends
-    match = DepKind.MATCH
-    kept = np.fromiter((e.kind is not match for e in dag.edges), bool, len(dag.edges))
-    return pred[kept], succ[kept]
