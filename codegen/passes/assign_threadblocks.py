@@ -49,6 +49,7 @@ class _Tb:
     key: tuple | None = None  # user threadblock (rank, hint, instance), or None
     instrs: list[int] = field(default_factory=list)
     order: int = 0  # creation order, for ties
+    born: int = -1  # placed in bulk: the position of the op that made it
     spans: list[tuple[int, int]] = field(default_factory=list)
     """Placed in bulk: its groups, as slices of :attr:`_Groups.positions`; and its local ops' positions."""
     local_at: list[int] = field(default_factory=list)
@@ -170,7 +171,9 @@ def _place_in_bulk(cdag: ChannelDAG, ranks: list[_Rank], timed: bool) -> None:
         if tb is not None:
             tb.spans.append(groups.slice(g))
     loose: dict[int, _Tb] = {}  # per local op
-    for i in groups.events(tb_of):
+    opened = _opened(groups, ranks) if timed and all(tb is None for tb in tb_of) else None
+    tb_of = tb_of if opened is None else opened
+    for i in groups.events(tb_of) if opened is None else groups.loose_in_order():
         g = groups.group[i]
         state, p = ranks[instrs[i].rank], pos[i]
         if g < 0:
@@ -201,6 +204,32 @@ def _place_in_bulk(cdag: ChannelDAG, ranks: list[_Rank], timed: bool) -> None:
     flat, start = by_tb.tolist(), 0
     for tb, k in zip(every, counts, strict=True):
         tb.instrs, start = flat[start : start + k], start + k
+
+
+def _opened(groups: _Groups, ranks: list[_Rank]) -> list[_Tb] | None:
+    """Per group, its threadblock as :func:`_place_in_bulk`'s loop gives it where sends and
+    receives keep apart (``timed``) and no threadblock is owned before: the first of each group
+    opens one (it would join one with both sides free, and only a rank's first op, if local,
+    opens such a one), so each rank's threadblocks are made at once, in the order of their first
+    ops (``_Tb.born``: where; a local op joins one made before it). None where a rank's first op is
+    local (the loop places those)."""
+    import numpy as np
+
+    first, of_rank = groups.pos[groups.first], groups.first_rank
+    start = np.full(len(ranks), len(groups.pos), np.int64)
+    np.minimum.at(start, of_rank, first)
+    if (groups.pos[groups.loose] < start[groups.loose_rank]).any():
+        return None
+    out: list[_Tb | None] = [None] * len(first)
+    channels, codes, peers = groups.first_channel.tolist(), groups.codes.tolist(), groups.peers
+    order = np.lexsort((first, of_rank))
+    for g, r, b in zip(order.tolist(), of_rank[order].tolist(), first[order].tolist(), strict=True):
+        state = ranks[r]
+        side, peer = divmod(codes[g] % (2 * peers), peers)
+        tb = out[g] = _Tb(channels[g], order=len(state.tbs), born=b, spans=[groups.slice(g)])
+        state.tbs.append(tb)
+        state.claim(tb, peer if side == 0 else None, peer if side == 1 else None)
+    return out
 
 
 class _Groups:
@@ -235,6 +264,8 @@ class _Groups:
         self.loose = np.flatnonzero(~grouped)
         self.loose_channels = bool(has[self.loose].any())
         self.codes, self.wide, self.peers, self.pos = code[starts], wide, peers, pos
+        self.first_rank, self.first_channel = rank[self.first], ch[by][starts]
+        self.loose_rank = rank[self.loose]
 
     def slice(self, g: int) -> tuple[int, int]:
         """Where group ``g``'s members' positions are in :attr:`positions`."""
@@ -257,6 +288,12 @@ class _Groups:
             if g < len(self.codes) and self.codes[g] == keys[k]:
                 out[g] = tbs[k]
         return out
+
+    def loose_in_order(self) -> list[int]:
+        """The local ops, in the order."""
+        import numpy as np
+
+        return self.loose[np.argsort(self.pos[self.loose], kind="stable")].tolist()
 
     def events(self, owned: list[_Tb | None]) -> list[int]:
         """The instructions placed one by one, in the order: the local ops, and the first of each
@@ -292,7 +329,7 @@ def _local(state: _Rank, dag: InstrDAG, i: int, placed: tuple) -> _Tb:
             preds.append(tb)
     if preds:
         return max(preds, key=lambda t: _so_far(t, p, plist)[1])
-    free = [t for t in state.tbs if t.key is None]
+    free = [t for t in state.tbs if t.key is None and t.born < p]
     return min(free, key=lambda t: (_so_far(t, p, plist)[0], t.order)) if free else state.new(0)
 
 
