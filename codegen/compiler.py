@@ -200,7 +200,9 @@ class _Layouts:
         uses fewer channels); else the order within the FIFO bound (``order_by_critical_path``).
         Its threadblocks are judged first (:class:`_RuledOut`): at 512 ranks the trees allgather's
         default layout (140 threadblocks per rank, past azure's limits) was built whole and checked
-        for nothing."""
+        for nothing. One that stops widening past the runtime's steps per threadblock, as its
+        placement tells (:class:`_Overlong`), is not built either: whether its order deadlocks is
+        asked of the placement (the hierarchical alltoall's default layout at 512 ranks, 65 steps)."""
         job = self.job
         try:
             result = self.attempt(False, False, (), compact)

@@ -114,9 +114,11 @@ def _calls(dag: InstrDAG):
     chunk where it sends or receives, else one)."""
     import numpy as np
 
+    from codegen.ir import OpType
+
     n = len(dag.instrs)
-    types = list(map(attrgetter("type"), dag.instrs))
-    flags = np.fromiter((t.sends + 2 * t.receives for t in types), np.int64, n)
+    flag = {t: t.sends + 2 * t.receives for t in OpType}  # looked up in C, not a call per instruction
+    flags = np.fromiter(map(flag.__getitem__, map(attrgetter("type"), dag.instrs)), np.int64, n)
     counts = np.fromiter(map(attrgetter("count"), dag.instrs), np.int64, n)
     return flags, np.where(flags > 0, np.maximum(counts, 1), 1)
 
