@@ -46,9 +46,13 @@ __all__ = ["assign_channels", "steps_of"]
 
 
 def _groups(dag: InstrDAG) -> dict[int, tuple]:
-    """Instructions that pin a threadblock's peers: ``i -> (rank, key, send peer, recv peer)``."""
+    """Instructions that pin a threadblock's peers: ``i -> (rank, key, send peer, recv peer)``; among
+    those ``assign_threadblocks`` reads in bulk once per DAG (not a loop over a million at 512 ranks)."""
+    from codegen.passes.assign_threadblocks import pinned
+
     out = {}
-    for i, ins in enumerate(dag.instrs):
+    for i in pinned(dag):
+        ins = dag.instrs[i]
         if ins.tb_hint is not None:
             out[i] = (ins.rank, ("tb", ins.tb_hint, ins.instance), ins.send_to, ins.recv_from)
         elif ins.send_to is not None and ins.recv_from is not None:

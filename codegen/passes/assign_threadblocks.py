@@ -447,6 +447,13 @@ def _sides(dag: InstrDAG):
     return rank, side, np.where(side == 0, send, np.where(side == 1, recv, -1)), pins
 
 
+def pinned(dag: InstrDAG) -> list[int]:
+    """The instructions whose threadblock's peers are pinned (the user's, fused ops), by index."""
+    import numpy as np
+
+    return np.flatnonzero(_SAME_DAG.get([dag], "sides", lambda: _sides(dag))[3]).tolist()
+
+
 def _place(state: _Rank, ins: Instr, channel: int | None, preds: list[_Tb], pos, timed: bool) -> _Tb:
     if ins.tb_hint is not None or (ins.send_to is not None and ins.recv_from is not None):
         return _pinned(state, ins, channel)
