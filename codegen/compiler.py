@@ -247,7 +247,7 @@ class _Layouts:
                     return result  # more channels only add threadblocks: the compact layouts are next
                 steps = _most_steps(ir)
             if not widens or steps <= limit or (before is not None and _stops(compact, steps, before, level)):
-                if steps > limit and known and judge is not None and not (job.verify_each or job.print_after):
+                if known and steps > limit and judge is not None and not (job.verify_each or job.print_after):
                     # fails layout_problems once built: known without building it (_Overlong)
                     allows = f"the {d.name} runtime allows {limit} per threadblock"
                     raise _Overlong(placed, Problem(f"{steps} steps: {allows}"))
