@@ -20,9 +20,10 @@ from codegen.ir import IR
 from codegen.lower import lower_algorithm
 from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.passes.aggregate_chunks import WINDOW
-from codegen.passes.assign_threadblocks import step_bounds, unpaired_bounds
+from codegen.passes.assign_threadblocks import unpaired_bounds
 from codegen.passes.insert_dependencies import awaited
 from codegen.pipeline import CompileOptions, PassRecord, PipelineResult, run_pipeline
+from codegen.placed_ir import placed_deadlock_free, step_bounds
 from codegen.rules import (
     MAX_CHANNELS,
     MAX_COUNT,
@@ -199,9 +200,16 @@ class _Layouts:
         uses fewer channels); else the order within the FIFO bound (``order_by_critical_path``).
         Its threadblocks are judged first (:class:`_RuledOut`): at 512 ranks the trees allgather's
         default layout (140 threadblocks per rank, past azure's limits) was built whole and checked
-        for nothing."""
+        for nothing. One that stops widening past the runtime's steps per threadblock, as its
+        placement tells (:class:`_Overlong`), is not built either: whether its order deadlocks is
+        asked of the placement (the hierarchical alltoall's default layout at 512 ranks, 65 steps)."""
         job = self.job
-        result = self.attempt(False, False, (), compact)
+        try:
+            result = self.attempt(False, False, (), compact)
+        except _Overlong as over:  # fails in this order: the other is tried where this one deadlocks
+            if placed_deadlock_free(over.placed.entry.placed.result):
+                raise _RuledOut(over.problem) from None
+            return self.attempt(True, job.verify_each, job.print_after, compact)
         if isinstance(result.result, IR) and self.tails.deadlock_free(result.result):
             if job.verify_each or job.print_after:
                 result = self.attempt(False, job.verify_each, job.print_after, compact)
@@ -229,6 +237,7 @@ class _Layouts:
             # known without the IR, where the placement tells them (a placement of the default
             # layout was judged too: what layout_problems below finds without steps, it found)
             steps = tails.steps(placed, limit) if widens else None
+            known = steps is not None  # without the IR, which is not built yet
             if steps is None:
                 result = tails.built(placed)
                 ir = result.result
@@ -238,6 +247,10 @@ class _Layouts:
                     return result  # more channels only add threadblocks: the compact layouts are next
                 steps = _most_steps(ir)
             if not widens or steps <= limit or (before is not None and _stops(compact, steps, before, level)):
+                if known and steps > limit and judge is not None and not (job.verify_each or job.print_after):
+                    # fails layout_problems once built: known without building it (_Overlong)
+                    allows = f"the {d.name} runtime allows {limit} per threadblock"
+                    raise _Overlong(placed, Problem(f"{steps} steps: {allows}"))
                 return tails.built(placed)
             level, before = steps == before, steps
             width = min(widest // job.instances, max(width + 1, width * -(-steps // limit)))
@@ -381,6 +394,17 @@ class _RuledOut(CodegenError):
 
     def __init__(self, problem: Problem) -> None:
         super().__init__(str(problem))
+
+
+class _Overlong(CodegenError):
+    """A layout, not the last, whose placement (``placed``, its IR not built) stops widening with more
+    steps per threadblock than the runtime's (``problem``): in this order it fails, and only whether
+    the order deadlocks (:func:`~codegen.placed_ir.placed_deadlock_free`) decides whether the
+    other order is tried for it."""
+
+    def __init__(self, placed: _Try, problem: Problem) -> None:
+        super().__init__(str(problem))
+        self.placed, self.problem = placed, problem
 
 
 def _over_reader(ir: IR, max_nodes: int | None) -> bool:

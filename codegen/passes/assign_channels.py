@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from codegen.errors import CodegenError, DslError
 from codegen.instr_dag import InstrDAG
-from codegen.passes.channel_flows import channel_shares, lone_arrays, steps_of
+from codegen.passes.channel_flows import channel_shares, lone_arrays, steps_of, unset_as_none
 from codegen.passes.channel_flows import flows_of as _flows
 from codegen.passes.channel_flows import lone_flows as _lone
 from codegen.passes.channel_guess import Pairs, first_channels, placed_in_rounds, rank_pairs
@@ -46,9 +46,13 @@ __all__ = ["assign_channels", "steps_of"]
 
 
 def _groups(dag: InstrDAG) -> dict[int, tuple]:
-    """Instructions that pin a threadblock's peers: ``i -> (rank, key, send peer, recv peer)``."""
+    """Instructions that pin a threadblock's peers: ``i -> (rank, key, send peer, recv peer)``; among
+    those ``assign_threadblocks`` reads in bulk once per DAG (not a loop over a million at 512 ranks)."""
+    from codegen.passes.assign_threadblocks import pinned
+
     out = {}
-    for i, ins in enumerate(dag.instrs):
+    for i in pinned(dag):
+        ins = dag.instrs[i]
         if ins.tb_hint is not None:
             out[i] = (ins.rank, ("tb", ins.tb_hint, ins.instance), ins.send_to, ins.recv_from)
         elif ins.send_to is not None and ins.recv_from is not None:
@@ -195,7 +199,8 @@ def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compa
         ch = _place(dag, flow, transfers, pinned, (candidates, lead), hint is not None, taken, max_channels)
         for i in flow:
             local[i] = ch
-    return ChannelDAG(dag, _global_channels(dag, local, max_channels)), taken.passed_busy
+    top = max((c for c in local if c is not None), default=0)
+    return ChannelDAG(dag, _global_channels(dag, local, top, max_channels)), taken.passed_busy
 
 
 def _assign_pairs(
@@ -216,8 +221,7 @@ def _assign_pairs(
         if placed is None:
             return None
         local[pairs.send] = local[pairs.recv] = placed[0]
-        channel = [None if c < 0 else c for c in local.tolist()]
-        return ChannelDAG(dag, _global_channels(dag, channel, max_channels)), placed[1]
+        return ChannelDAG(dag, _global_channels(dag, *unset_as_none(local), max_channels)), placed[1]
     first, fine, busy = first_channels(pairs, channels, shares, timed)
     local[pairs.send[fine]] = local[pairs.recv[fine]] = first[fine]
     taken, tries = _Taken(), _Tries(max_channels)
@@ -232,8 +236,7 @@ def _assign_pairs(
             own = shares.get((one[1], one[2]), 1)
             lead, rest = tries.get(own, turn[j] % own, False)
         local[one[0]] = local[recv[j]] = _place_lone(dag, one, lead, rest, timed, taken, max_channels)
-    channel = [None if c < 0 else c for c in local.tolist()]
-    return ChannelDAG(dag, _global_channels(dag, channel, max_channels)), busy or taken.passed_busy
+    return ChannelDAG(dag, _global_channels(dag, *unset_as_none(local), max_channels)), busy or taken.passed_busy
 
 
 class _Tries:
@@ -420,13 +423,13 @@ def _idle_first(
     yield from candidates[len(lead) :]
 
 
-def _global_channels(dag: InstrDAG, local: list[int | None], max_channels: int) -> tuple[int | None, ...]:
-    """Instance ``i`` takes channels ``i * K .. i * K + K - 1`` (``K``: the channels one uses)."""
-    used = [c for c in local if c is not None]
-    per_instance = 1 + max(used, default=0)
+def _global_channels(dag: InstrDAG, local: list, top: int, max_channels: int) -> tuple[int | None, ...]:
+    """Instance ``i`` takes channels ``i * K .. i * K + K - 1`` (``K``: the channels one uses, ``top``
+    the highest of ``local``, 0 where none is set)."""
+    per_instance = 1 + top
     if _SAME_DAG.get([dag], "one instance", lambda: all(ins.instance == 0 for ins in dag.instrs)):
         channel = tuple(local)  # every instruction in instance 0: its channel is its local one
-        widest = max(used, default=0)
+        widest = top
     else:
         channel = tuple(
             None if c is None else ins.instance * per_instance + c for c, ins in zip(local, dag.instrs, strict=True)

@@ -25,14 +25,13 @@ launches one CUDA block per threadblock.
 from __future__ import annotations
 
 import bisect
-import itertools
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from codegen.chunk_dag import DepKind
 from codegen.instr_dag import Instr, InstrDAG
 from codegen.passes.channel_flows import steps_of
+from codegen.placed_ir import step_bounds, waiting_edges
 from codegen.schedule import ChannelDAG, ScheduledDAG, TbPlan
 from common.memo import SameObjects
 
@@ -50,6 +49,7 @@ class _Tb:
     key: tuple | None = None  # user threadblock (rank, hint, instance), or None
     instrs: list[int] = field(default_factory=list)
     order: int = 0  # creation order, for ties
+    born: int = -1  # placed in bulk: the position of the op that made it
     spans: list[tuple[int, int]] = field(default_factory=list)
     """Placed in bulk: its groups, as slices of :attr:`_Groups.positions`; and its local ops' positions."""
     local_at: list[int] = field(default_factory=list)
@@ -171,7 +171,9 @@ def _place_in_bulk(cdag: ChannelDAG, ranks: list[_Rank], timed: bool) -> None:
         if tb is not None:
             tb.spans.append(groups.slice(g))
     loose: dict[int, _Tb] = {}  # per local op
-    for i in groups.events(tb_of):
+    opened = _opened(groups, ranks) if timed and all(tb is None for tb in tb_of) else None
+    tb_of = tb_of if opened is None else opened
+    for i in groups.events(tb_of) if opened is None else groups.loose_in_order():
         g = groups.group[i]
         state, p = ranks[instrs[i].rank], pos[i]
         if g < 0:
@@ -202,6 +204,32 @@ def _place_in_bulk(cdag: ChannelDAG, ranks: list[_Rank], timed: bool) -> None:
     flat, start = by_tb.tolist(), 0
     for tb, k in zip(every, counts, strict=True):
         tb.instrs, start = flat[start : start + k], start + k
+
+
+def _opened(groups: _Groups, ranks: list[_Rank]) -> list[_Tb] | None:
+    """Per group, its threadblock as :func:`_place_in_bulk`'s loop gives it where sends and
+    receives keep apart (``timed``) and no threadblock is owned before: the first of each group
+    opens one (it would join one with both sides free, and only a rank's first op, if local,
+    opens such a one), so each rank's threadblocks are made at once, in the order of their first
+    ops (``_Tb.born``: where; a local op joins one made before it). None where a rank's first op is
+    local (the loop places those)."""
+    import numpy as np
+
+    first, of_rank = groups.pos[groups.first], groups.first_rank
+    start = np.full(len(ranks), len(groups.pos), np.int64)
+    np.minimum.at(start, of_rank, first)
+    if (groups.pos[groups.loose] < start[groups.loose_rank]).any():
+        return None
+    out: list[_Tb | None] = [None] * len(first)
+    channels, codes, peers = groups.first_channel.tolist(), groups.codes.tolist(), groups.peers
+    order = np.lexsort((first, of_rank))
+    for g, r, b in zip(order.tolist(), of_rank[order].tolist(), first[order].tolist(), strict=True):
+        state = ranks[r]
+        side, peer = divmod(codes[g] % (2 * peers), peers)
+        tb = out[g] = _Tb(channels[g], order=len(state.tbs), born=b, spans=[groups.slice(g)])
+        state.tbs.append(tb)
+        state.claim(tb, peer if side == 0 else None, peer if side == 1 else None)
+    return out
 
 
 class _Groups:
@@ -236,6 +264,8 @@ class _Groups:
         self.loose = np.flatnonzero(~grouped)
         self.loose_channels = bool(has[self.loose].any())
         self.codes, self.wide, self.peers, self.pos = code[starts], wide, peers, pos
+        self.first_rank, self.first_channel = rank[self.first], ch[by][starts]
+        self.loose_rank = rank[self.loose]
 
     def slice(self, g: int) -> tuple[int, int]:
         """Where group ``g``'s members' positions are in :attr:`positions`."""
@@ -258,6 +288,12 @@ class _Groups:
             if g < len(self.codes) and self.codes[g] == keys[k]:
                 out[g] = tbs[k]
         return out
+
+    def loose_in_order(self) -> list[int]:
+        """The local ops, in the order."""
+        import numpy as np
+
+        return self.loose[np.argsort(self.pos[self.loose], kind="stable")].tolist()
 
     def events(self, owned: list[_Tb | None]) -> list[int]:
         """The instructions placed one by one, in the order: the local ops, and the first of each
@@ -293,7 +329,7 @@ def _local(state: _Rank, dag: InstrDAG, i: int, placed: tuple) -> _Tb:
             preds.append(tb)
     if preds:
         return max(preds, key=lambda t: _so_far(t, p, plist)[1])
-    free = [t for t in state.tbs if t.key is None]
+    free = [t for t in state.tbs if t.key is None and t.born < p]
     return min(free, key=lambda t: (_so_far(t, p, plist)[0], t.order)) if free else state.new(0)
 
 
@@ -411,6 +447,13 @@ def _sides(dag: InstrDAG):
     return rank, side, np.where(side == 0, send, np.where(side == 1, recv, -1)), pins
 
 
+def pinned(dag: InstrDAG) -> list[int]:
+    """The instructions whose threadblock's peers are pinned (the user's, fused ops), by index."""
+    import numpy as np
+
+    return np.flatnonzero(_SAME_DAG.get([dag], "sides", lambda: _sides(dag))[3]).tolist()
+
+
 def _place(state: _Rank, ins: Instr, channel: int | None, preds: list[_Tb], pos, timed: bool) -> _Tb:
     if ins.tb_hint is not None or (ins.send_to is not None and ins.recv_from is not None):
         return _pinned(state, ins, channel)
@@ -503,7 +546,7 @@ def _waited(dag: InstrDAG, of: np.ndarray, ranks: int) -> list[set[int]]:
     (a loop over a million edges at 512 ranks)."""
     from topologies.numeric import distinct
 
-    pred, succ = _SAME_DAG.get([dag], "waits", lambda: _waiting_edges(dag))
+    pred, succ = waiting_edges(dag)
     rank = _SAME_DAG.get([dag], "sides", lambda: _sides(dag))[0]
     g, h = of[pred], of[succ]
     kept = (g >= 0) & (h >= 0) & (g != h) & (rank[pred] == rank[succ])
@@ -512,53 +555,3 @@ def _waited(dag: InstrDAG, of: np.ndarray, ranks: int) -> list[set[int]]:
     for key in distinct(rank[pred[kept]] * width + g[kept]).tolist():
         waited[key // width].add(key % width)
     return waited
-
-
-def step_bounds(sched: ScheduledDAG) -> tuple[tuple[int, int], ...]:
-    """Per rank, the most steps one of its threadblocks takes in the IR that ``insert_dependencies``
-    and ``fold_deps_into_nops`` build from ``sched``: (at least, at most); where the two agree, the
-    count itself. Known from the placement alone, so the compiler widens a layout whose threadblocks
-    take more steps than the runtime's without building its IR (at 512 ranks the trees allgather's
-    layout 2 at one channel, 129 steps, and the hierarchical alltoall's default layout at one and
-    two, 65: a build each, 3-5 s).
-
-    Why it holds. ``insert_dependencies`` makes each instruction one op of its threadblock and gives
-    it at most one dependency per other threadblock holding one of its waiting predecessors (every
-    predecessor but a receive's send): the last step it needs of each, less those already implied.
-    ``fold_deps_into_nops`` puts all but one of an op's ``k`` dependencies into ``k - 1`` nops in
-    front of it, and the passes after it add no step. So a threadblock takes at least a step per
-    instruction, and at most, per instruction, the number of other threadblocks its waiting
-    predecessors sit in, or one where that is less."""
-    import numpy as np  # not loaded by building the CLI's parser
-
-    from topologies.numeric import distinct
-
-    dag = sched.dag
-    plans = [plan for tbs in sched.threadblocks for plan in tbs]
-    least = np.fromiter(map(len, (plan.instrs for plan in plans)), np.int64, len(plans))
-    run = np.fromiter(itertools.chain.from_iterable(p.instrs for p in plans), np.int64, int(least.sum()))
-    owner = np.repeat(np.arange(len(plans), dtype=np.int64), least)
-    tb_of = np.full(len(dag.instrs), -1, np.int64)  # each instruction's threadblock, over all ranks
-    tb_of[run] = owner
-    pred, succ = _SAME_DAG.get([dag], "waits", lambda: _waiting_edges(dag))
-    crossing = tb_of[pred] != tb_of[succ]
-    pairs = distinct(succ[crossing] * max(len(plans), 1) + tb_of[pred[crossing]])  # (instruction, other tb)
-    waits = np.bincount(pairs // max(len(plans), 1), minlength=len(dag.instrs))
-    most = np.bincount(owner, weights=np.maximum(waits[run], 1), minlength=len(plans)).astype(np.int64)
-    out, start = [], 0
-    for tbs in sched.threadblocks:
-        end = start + len(tbs)
-        out.append((int(least[start:end].max(initial=0)), int(most[start:end].max(initial=0))))
-        start = end
-    return tuple(out)
-
-
-def _waiting_edges(dag: InstrDAG):
-    """The ends of the edges an instruction may wait on (all but a receive's on its send), as
-    NumPy arrays."""
-    import numpy as np
-
-    pred, succ = dag.ends
-    match = DepKind.MATCH
-    kept = np.fromiter((e.kind is not match for e in dag.edges), bool, len(dag.edges))
-    return pred[kept], succ[kept]
