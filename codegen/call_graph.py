@@ -116,19 +116,46 @@ class CallGraph:
         list-of-lists form did (its rank's first, then by connection, transfer and kind). Beyond the
         rank: the matching call on its connection and, with a ``depth``, the call received ``depth``
         calls earlier on the connection it sends on."""
-        sent, got = self.send_hi - self.send_lo, self.recv_hi - self.recv_lo
-        m = np.minimum(sent, got)
+        spans = (self.send_lo, self.send_hi, self.recv_lo, self.recv_hi)
+        matched, room = connection_waits(self.sends, self.recvs, *spans, depth)
+        m = matched[2]
         offset = int(self.base_seq.max(initial=0)) + 1 + np.cumsum(2 * m) - 2 * m
-        src, dst, seq = [self.base_src], [self.base_dst], [self.base_seq]
-        src.append(self.sends[ranges(self.send_lo, m)])
-        dst.append(self.recvs[ranges(self.recv_lo, m)])
+        src, dst, seq = [self.base_src, matched[0]], [self.base_dst, matched[1]], [self.base_seq]
         seq.append(np.repeat(offset, m) + 2 * _within(m))
-        if depth is not None:
-            k = np.where(sent > depth, np.minimum(m, sent - depth), 0)
-            src.append(self.recvs[ranges(self.recv_lo, k)])
-            dst.append(self.sends[ranges(self.send_lo + depth, k)])
+        if room is not None:
+            k = room[2]
+            src.append(room[0])
+            dst.append(room[1])
             seq.append(np.repeat(offset, k) + 2 * _within(k) + 1)
         return np.concatenate(src), np.concatenate(dst), np.concatenate(seq)
+
+
+Waits = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""(src, dst, count): call ``dst`` waits for call ``src``, connection after connection, ``count``
+of them per connection."""
+
+
+def connection_waits(
+    sends: np.ndarray,
+    recvs: np.ndarray,
+    send_lo: np.ndarray,
+    send_hi: np.ndarray,
+    recv_lo: np.ndarray,
+    recv_hi: np.ndarray,
+    depth: int | None,
+) -> tuple[Waits, Waits | None]:
+    """The waits across connections: each one's k-th receiving call for its k-th sending call,
+    and (with a ``depth``) its k-th sending call for the receiving call ``depth`` calls back (else
+    None). A connection's sending calls are ``sends[send_lo:send_hi]``, its receiving ones
+    ``recvs[recv_lo:recv_hi]`` (one entry per connection in each bound); shared by
+    :meth:`CallGraph.edges` and the check of a placement (``codegen.placed_ir``)."""
+    sent, got = send_hi - send_lo, recv_hi - recv_lo
+    m = np.minimum(sent, got)
+    matched = (sends[ranges(send_lo, m)], recvs[ranges(recv_lo, m)], m)
+    if depth is None:
+        return matched, None
+    k = np.where(sent > depth, np.minimum(m, sent - depth), 0)
+    return matched, (recvs[ranges(recv_lo, k)], sends[ranges(send_lo + depth, k)], k)
 
 
 def _steps(ops: list[Op]) -> tuple[np.ndarray, ...]:

@@ -74,12 +74,12 @@ def placed_deadlock_free(sched: ScheduledDAG) -> bool:
 
 
 def _moves(sched: ScheduledDAG, call_flags, tb_calls, depth: int | None, src: list, dst: list) -> None:
-    """Add the waits across each connection (as ``CallGraph.edges``): its k-th receiving call for
-    its k-th sending call, and with a ``depth`` its k-th sending call for the receiving call
-    ``depth`` calls back (``tb_calls``: where each threadblock's calls start, and the end)."""
+    """Add the waits across each connection of the placement, as ``CallGraph.edges`` finds them
+    (:func:`codegen.call_graph.connection_waits`; ``tb_calls``: where each threadblock's calls
+    start, and the end)."""
     import numpy as np
 
-    from codegen.call_graph import _ranges
+    from codegen.call_graph import connection_waits
 
     ends: dict[tuple[int, int, int], list[int]] = {}  # (sender, receiver, channel) -> [send tb, recv tb]
     t = 0
@@ -95,14 +95,10 @@ def _moves(sched: ScheduledDAG, call_flags, tb_calls, depth: int | None, src: li
     send_at, recv_at = np.searchsorted(sends, tb_calls), np.searchsorted(recvs, tb_calls)
     send_lo, send_hi = send_at[pairs[:, 0]], send_at[pairs[:, 0] + 1]
     recv_lo, recv_hi = recv_at[pairs[:, 1]], recv_at[pairs[:, 1] + 1]
-    sent, got = send_hi - send_lo, recv_hi - recv_lo
-    m = np.minimum(sent, got)
-    src.append(sends[_ranges(send_lo, m)])
-    dst.append(recvs[_ranges(recv_lo, m)])
-    if depth is not None:
-        k = np.where(sent > depth, np.minimum(m, sent - depth), 0)
-        src.append(recvs[_ranges(recv_lo, k)])
-        dst.append(sends[_ranges(send_lo + depth, k)])
+    for waits in connection_waits(sends, recvs, send_lo, send_hi, recv_lo, recv_hi, depth):
+        if waits is not None:
+            src.append(waits[0])
+            dst.append(waits[1])
 
 
 _SAME_DAG = SameObjects()
