@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ir_interpreter import execute
 
+import codegen.compiler as compiler
 from codegen.compiler import compile_program
 from codegen.dsl import ChunkProgram
 from codegen.instr_dag import InstrEdge
 from codegen.ir import IR
-from codegen.passes import DEFAULT_PIPELINE
+from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.pipeline import CompileOptions, run_pipeline
 from codegen.rules import DIALECTS, file_problems, unlimited_window_problems
 from codegen.semantics import find_wrong_result
@@ -20,6 +22,7 @@ from codegen.semantics import find_wrong_result
 __all__ = [
     "assert_loads_and_computes",
     "compile_and_run",
+    "counted_builds",
     "heap_order",
     "map_ops",
     "stage_after",
@@ -94,3 +97,22 @@ def heap_order(n: int, edges: Sequence[InstrEdge], key: Callable[[int], object])
             if indegree[j] == 0:
                 heapq.heappush(ready, (key(j), j))
     return tuple(order)
+
+
+def counted_builds(monkeypatch) -> Counter:
+    """Counts of whole IRs built (``insert_dependencies`` runs) and of deadlock checks
+    (``codegen.compiler.find_deadlock``) while the test runs."""
+    counts: Counter = Counter()
+    build, check = PASSES["insert_dependencies"], compiler.find_deadlock
+
+    def built(sched):
+        counts["IRs"] += 1
+        return build.run(sched)
+
+    def checked(ir):
+        counts["deadlock checks"] += 1
+        return check(ir)
+
+    monkeypatch.setitem(PASSES, "insert_dependencies", replace(build, run=built))
+    monkeypatch.setattr(compiler, "find_deadlock", checked)
+    return counts

@@ -14,6 +14,7 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
+from codegen_helpers import counted_builds
 
 import codegen.compiler as compiler
 import xccl
@@ -37,24 +38,6 @@ def _trees(name: str, collective: str):
     return xccl.synthesize(name, collective, method="trees")
 
 
-def _counted(monkeypatch) -> Counter:
-    """Counts of whole IRs built (``insert_dependencies`` runs) and deadlock checks."""
-    counts: Counter = Counter()
-    build, check = PASSES["insert_dependencies"], compiler.find_deadlock
-
-    def built(sched):
-        counts["IRs"] += 1
-        return build.run(sched)
-
-    def checked(ir):
-        counts["deadlock checks"] += 1
-        return check(ir)
-
-    monkeypatch.setitem(PASSES, "insert_dependencies", replace(build, run=built))
-    monkeypatch.setattr(compiler, "find_deadlock", checked)
-    return counts
-
-
 @pytest.mark.parametrize(
     "limit",
     [{"max_threadblocks": 16}, {"max_dep_threadblock": 15}],
@@ -64,7 +47,7 @@ def test_a_default_layout_over_the_runtimes_threadblocks_is_not_built(trees_allg
     algo, topo = trees_allgather
     tight = replace(get_dialect("azure"), **limit)
     assert layout_problems(compile_algorithm(algo, topo), tight, steps=False)  # 30 threadblocks per rank
-    counts = _counted(monkeypatch)
+    counts = counted_builds(monkeypatch)
     ir = compile_algorithm(algo, topo, dialect=tight)
     # before: 4 IRs (the default layout's, layout 2's at one channel, 89 steps, and at two, 23
     # threadblocks, layout 3's, kept) and 3 deadlock checks; now layout 2 at two channels and the
@@ -202,7 +185,7 @@ def test_the_steps_a_placement_tells_widen_as_the_built_ir_does(trees_allgather,
     # 20 steps: the default layout takes 45 at one channel, widened to three without its IR built
     algo, topo = trees_allgather
     tight = replace(get_dialect("azure"), max_steps=20)
-    counts = _counted(monkeypatch)
+    counts = counted_builds(monkeypatch)
     ir = compile_algorithm(algo, topo, dialect=tight)
     assert counts["IRs"] == 1 and ir.nchannels == 3
     unknown = compiler.step_bounds

@@ -13,6 +13,7 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
+from codegen_helpers import counted_builds
 
 import codegen.compiler as compiler
 import xccl
@@ -21,7 +22,7 @@ from codegen.compiler import compile_algorithm
 from codegen.dsl import ChunkProgram, chunk
 from codegen.examples import hierarchical_allreduce, ring_allreduce, two_step_alltoall
 from codegen.lower import lower_algorithm
-from codegen.passes import DEFAULT_PIPELINE, PASSES
+from codegen.passes import DEFAULT_PIPELINE
 from codegen.pipeline import CompileOptions, run_pipeline
 from codegen.placed_ir import placed_deadlock_free
 from codegen.rules import get_dialect
@@ -75,23 +76,13 @@ def test_a_layout_past_the_runtimes_steps_is_not_built_to_ask_whether_it_deadloc
     # built only for find_deadlock (2 IRs, 2 checks), now judged by its placement
     algo, topo = _hierarchical_alltoall(), load("dgx-h100x2")
     tight = replace(get_dialect("azure"), max_steps=4)
-    counts: Counter = Counter()
-    build, check, judge = PASSES["insert_dependencies"], compiler.find_deadlock, placed_deadlock_free
-
-    def built(sched):
-        counts["IRs"] += 1
-        return build.run(sched)
-
-    def checked(ir):
-        counts["deadlock checks"] += 1
-        return check(ir)
+    counts = counted_builds(monkeypatch)
+    judge = placed_deadlock_free
 
     def placed(sched):
         counts["placements judged"] += 1
         return judge(sched)
 
-    monkeypatch.setitem(PASSES, "insert_dependencies", replace(build, run=built))
-    monkeypatch.setattr(compiler, "find_deadlock", checked)
     monkeypatch.setattr(compiler, "placed_deadlock_free", placed, raising=False)
     ir = compile_algorithm(algo, topo, dialect=tight)
     assert counts == {"IRs": 1, "deadlock checks": 1, "placements judged": 1}
