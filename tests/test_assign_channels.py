@@ -116,4 +116,32 @@ def test_a_compact_layout_at_one_channel_takes_the_default_ones_only_where_they_
     monkeypatch.setattr(ac, "_SAME_DAG", ac.SameObjects())
     alone = assign_channels(dag, channels=1, compact=1)  # nothing remembered
     assert compact.channel == alone.channel
-    assert (compact is plain) == (plain.channel == alone.channel) == (where == "dgx-h100x2")
+    reused = compact.channel is plain.channel  # the default layout's channels, as remembered
+    assert reused == (plain.channel == alone.channel) == (where == "dgx-h100x2")
+
+
+def test_a_compile_keeps_no_hold_on_its_instruction_dag():
+    """The passes' memos of the last DAG hold it weakly: a 512-rank DAG is a million instructions,
+    and the channels' memo, holding a ChannelDAG that refers to its DAG, kept it alive for good."""
+    import gc
+    import weakref
+
+    from codegen.compiler import compile_program
+    from codegen.instr_dag import InstrDAG
+
+    made: list[weakref.ref] = []
+    real = InstrDAG.__init__
+
+    def seen(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(weakref.ref(self))
+
+    InstrDAG.__init__ = seen
+    try:
+        ir = compile_program(two_step_alltoall.program("dgx-a100x2"))
+    finally:
+        InstrDAG.__init__ = real
+    assert ir.num_ranks == 16 and made
+    del ir
+    gc.collect()
+    assert [ref for ref in made if ref() is not None] == []

@@ -139,16 +139,16 @@ def assign_channels(
     # would assign the same channels twice; and at one channel they often take the default one's
     one = _SAME_DAG.get([dag], ("at one channel", max_channels), dict)  # "plain": (its, passed busy)
     if compact and channels == 1 and one.get("plain", (None, True))[1] is False:
-        return one["plain"][0]
+        return ChannelDAG(dag, one["plain"][0])
     key = ("assigned", channels, max_channels, compact > 0)
     made = _SAME_DAG.get([dag], key, lambda: _assign(dag, groups, channels, max_channels, compact > 0))
     if not compact and channels == 1:
         one["plain"] = made
-    return made[0]
+    return ChannelDAG(dag, made[0])  # made here: the memo holds no reference to its key, the DAG
 
 
-def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compact: bool) -> tuple[ChannelDAG, bool]:
-    """:func:`assign_channels` once its hints are checked; whether a flow passed a busy channel over."""
+def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compact: bool) -> tuple[tuple, bool]:
+    """The channels :func:`assign_channels` gives, its hints checked; whether a flow passed a busy one."""
     taken = _Taken()
     local: list[int | None] = [None] * len(dag.instrs)  # each instruction's channel in its instance
     shares = channel_shares(dag, channels, max_channels) if compact else None
@@ -200,12 +200,12 @@ def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compa
         for i in flow:
             local[i] = ch
     top = max((c for c in local if c is not None), default=0)
-    return ChannelDAG(dag, _global_channels(dag, local, top, max_channels)), taken.passed_busy
+    return _global_channels(dag, local, top, max_channels), taken.passed_busy
 
 
 def _assign_pairs(
     dag: InstrDAG, pairs: Pairs, lone_of: Callable[[], list[tuple | None]], width: tuple, timed: bool
-) -> tuple[ChannelDAG, bool] | None:
+) -> tuple[tuple, bool] | None:
     """:func:`_assign` where the rank pairs cannot meet (:mod:`codegen.passes.channel_guess`): the
     pairs whose flows all take the channel they try first, at once; the others' flows one at a
     time as :func:`_assign` places them, in the order (``width``: the channels, the most, and
@@ -221,7 +221,7 @@ def _assign_pairs(
         if placed is None:
             return None
         local[pairs.send] = local[pairs.recv] = placed[0]
-        return ChannelDAG(dag, _global_channels(dag, *unset_as_none(local), max_channels)), placed[1]
+        return _global_channels(dag, *unset_as_none(local), max_channels), placed[1]
     first, fine, busy = first_channels(pairs, channels, shares, timed)
     local[pairs.send[fine]] = local[pairs.recv[fine]] = first[fine]
     taken, tries = _Taken(), _Tries(max_channels)
@@ -236,7 +236,7 @@ def _assign_pairs(
             own = shares.get((one[1], one[2]), 1)
             lead, rest = tries.get(own, turn[j] % own, False)
         local[one[0]] = local[recv[j]] = _place_lone(dag, one, lead, rest, timed, taken, max_channels)
-    return ChannelDAG(dag, _global_channels(dag, *unset_as_none(local), max_channels)), busy or taken.passed_busy
+    return _global_channels(dag, *unset_as_none(local), max_channels), busy or taken.passed_busy
 
 
 class _Tries:
