@@ -12,9 +12,9 @@ bandwidth. Calls have no priority of their own (a GPU arbitrates a port first co
 served), so the engine's tie rule decides: the call that has waited longest, then by rank and
 threadblock id.
 
-Each of those waits is for one other call, known before anything runs (:class:`_Jobs`), so a
-call is handed to the engine when the last of its predecessors starts, as the Algorithm model
-(:mod:`synth.cost`) hands it a send: nothing is looked at again while it waits.
+Each of those waits is for one other call, known before anything runs (:class:`_Jobs`), so the
+simulator hands the engine every call at once as a graph (:class:`synth.timing.Jobs`), an arc from
+each call to each that waits for it, as the Algorithm model (:mod:`synth.cost`) hands it its sends.
 
 By default each step moves all its chunks in one call (``tile_bytes=None``), the granularity of the
 Algorithm-level simulator it must agree with. Give ``tile_bytes`` (e.g.
@@ -26,7 +26,6 @@ in the model's achievable rate).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
@@ -41,7 +40,8 @@ from runtime.errors import BlockedStep, DeadlockError, ExecutionError
 from runtime.program import Transmission, judged, transmissions
 from synth.collectives import Collective
 from synth.cost import SimResult, algbw_GBps
-from synth.timing import DEFAULT_MODEL, Engine, Network, Params, model_params
+from synth.timing import DEFAULT_MODEL, Network, Params, Transfer, model_params
+from synth.timing.engine import Jobs, arcs_by_source, run_jobs
 from topologies.model import Topology
 from topologies.numeric import distinct, ranges
 
@@ -165,10 +165,9 @@ class _Jobs:
     dependencies name (to end); if it receives, for the send of the same rank on its connection
     (to arrive: the k-th receive takes the k-th message); if it sends, for the receive ``depth``
     calls before it on its connection (to start: the slot it frees). One threadblock drives each
-    end of a connection, in order, so each wait is one call known before anything runs: a call is
-    handed to the engine when its count of predecessors not yet started (:attr:`waits`) reaches
-    zero. A predecessor that never exists (a dependency past the last publication, a message never
-    sent) is counted and never starts."""
+    end of a connection, in order, so each wait is one call known before anything runs: an arc of
+    the engine's graph. A predecessor that never exists (a dependency past the last publication, a
+    message never sent) is counted in :attr:`waits` and never starts."""
 
     tb: np.ndarray
     tile: np.ndarray
@@ -181,15 +180,15 @@ class _Jobs:
     """The jobs that publish, threadblock by threadblock (``j``'s from ``pub_start[j]``)."""
     match: np.ndarray
     """Per job, the send whose message it receives (-1: none, or never sent)."""
-    waits: list[int]
-    after: list[tuple[int, ...]]
-    """Per job, the jobs of other threadblocks that wait for it to end (its publication)."""
-    last: list[bool]
-    """Per job, whether it is its threadblock's last (else job ``k + 1`` waits for it to end)."""
-    arrival: list[int]
-    """Per job, the receive that waits for its message to arrive (-1: none)."""
-    room: list[int]
-    """Per job, the send that waits for it to start (-1: none)."""
+    waits: np.ndarray
+    """Per job, how many predecessors it waits for (those that never exist too)."""
+    arcs_from: np.ndarray
+    arc_to: np.ndarray
+    arc_kind: np.ndarray
+    """Each job's arcs to the jobs that wait for it (``arcs_from[k]:arcs_from[k + 1]``: the
+    engine's :class:`~synth.timing.engine.Jobs`), and what each waits for: :data:`_START` (a send
+    for the receive that frees its slot), :data:`_ARRIVAL` (a receive for its message) or
+    :data:`_END` (the threadblock's next call, a publication's waiters); the model prices them."""
     sent: list[tuple[int, int, int, int, int]]
     """The distinct transfers of the jobs that send: (rank, peer, channel, chunks, tile)."""
     transfer_of: np.ndarray
@@ -212,15 +211,28 @@ def _jobs(plan: _Plan, ntiles: int, max_count: int, depth: int) -> _Jobs:
     pub_jobs = np.flatnonzero(plan.has_dep[tx] & final)
     pub_start = np.searchsorted(tb[pub_jobs], np.arange(len(plan.rank)))
     waits = own.astype(np.int64)
-    after = _dependencies(plan, ntiles, tile, tx, np.flatnonzero(part == 0), pub_jobs, pub_start, waits)
+    pred, succ = _dependencies(plan, ntiles, tile, tx, np.flatnonzero(part == 0), pub_jobs, pub_start, waits)
     match, arrival, room = _connections(plan, tb, tx, depth, waits)
-    last = np.ones(len(tb), bool)
-    last[:-1] = ~own[1:]
+    nexts = np.flatnonzero(own) - 1  # each call but a threadblock's last: the next one waits for it
+    sends, receives = np.flatnonzero(arrival >= 0), np.flatnonzero(room >= 0)
+    kinds = (_ARRIVAL, _START, _END, _END)
+    parts = ((sends, arrival[sends]), (receives, room[receives]), (nexts, nexts + 1), (pred, succ))
+    source = np.concatenate([a for a, _ in parts])
+    arcs_from, arc_to, kind = arcs_by_source(
+        source,
+        np.concatenate([b for _, b in parts]),
+        np.concatenate([np.full(len(a), k) for (a, _), k in zip(parts, kinds, strict=True)]),
+        len(tb),
+    )
     sent, transfer_of = _sent(plan, tb, tile, tx, chunks, ntiles)
     return _Jobs(
-        tb, tile, tx, chunks, part == 0, pub_jobs, pub_start, match, waits.tolist(), after,
-        last.tolist(), arrival.tolist(), room.tolist(), sent, transfer_of,
+        tb, tile, tx, chunks, part == 0, pub_jobs, pub_start, match, waits, arcs_from, arc_to,
+        kind.astype(np.int8), sent, transfer_of,
     )  # fmt: skip
+
+
+_START, _ARRIVAL, _END = 0, 1, 2
+"""What an arc waits for (:attr:`_Jobs.arc_kind`): its source's start, its arrival, its end."""
 
 
 def _sent(
@@ -249,9 +261,9 @@ def _dependencies(
     pub_jobs: np.ndarray,
     pub_start: np.ndarray,
     waits: np.ndarray,
-) -> list[tuple[int, ...]]:
-    """Per job, the jobs that wait for its publication; adds to ``waits`` each step's first call's
-    dependencies (those never published too)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """The (publishing job, waiting job) pairs of the dependencies; adds to ``waits`` each step's
+    first call's dependencies (those never published too)."""
     begin = plan.dep_start[tx[firsts]]
     ndeps = plan.dep_start[tx[firsts] + 1] - begin
     waiter, d = np.repeat(firsts, ndeps), ranges(begin, ndeps)
@@ -260,16 +272,7 @@ def _dependencies(
     per_tile = plan.publications[p]
     q = tile[waiter] * per_tile + plan.dep_index[d]
     met = q < ntiles * per_tile
-    pred, succ = pub_jobs[pub_start[p[met]] + q[met]], waiter[met]
-    order = np.argsort(pred, kind="stable")
-    pred, succ = pred[order], succ[order].tolist()
-    after: list[tuple[int, ...]] = [()] * len(waits)
-    if succ:
-        heads = np.flatnonzero(np.diff(pred, prepend=-1))  # each publisher's first waiter
-        bounds = heads.tolist()
-        for h, a, b in zip(pred[heads].tolist(), bounds, [*bounds[1:], len(succ)], strict=True):
-            after[h] = tuple(succ[a:b])
-    return after
+    return pub_jobs[pub_start[p[met]] + q[met]], waiter[met]
 
 
 def _ranked(jobs: np.ndarray, conn: np.ndarray, nconn: int) -> tuple[np.ndarray, ...]:
@@ -315,103 +318,56 @@ def _tile_sizes(chunk_bytes: float, tile: int | None) -> list[float]:
 
 
 class _Sim:
-    """One simulation of a plan's jobs: each handed to the engine once its predecessors
-    (:class:`_Jobs`) have started, ready at the latest time any of them lets it go."""
+    """One simulation of a plan's jobs in the engine: each ready once its predecessors
+    (:class:`_Jobs`) have started, at the latest time any of them lets it go."""
 
     def __init__(self, ir: IR, plan: _Plan, jobs: _Jobs, network: Network, sizes: list[float]) -> None:
         self.ir, self.name, self.plan, self.jobs = ir, ir.name, plan, jobs
         self.network, self.sizes = network, sizes
-        self.paths, self.busy, self.delay = self._transfers()
-        self.starts = [math.nan] * len(jobs.tb)
+        self.made = self._made()
+        busy = np.array([t.busy_us for t in self.made] + [0.0])[jobs.transfer_of]
+        delay = np.array([t.delay_us for t in self.made] + [0.0])[jobs.transfer_of]
+        self.busy, self.delay = busy, delay
+        """Per job, how long it keeps its threadblock busy and when its data lands after its start
+        (0.0: it sends nothing)."""
+        self.starts = np.full(len(jobs.tb), math.nan)
         """When each job started (NaN: never)."""
+        self.order = np.full(len(jobs.tb), -1)
+        """Each job's place in start order (-1: never)."""
 
-    def _transfers(self) -> tuple[list[tuple[tuple[int, float], ...] | None], np.ndarray, np.ndarray]:
-        """Each job's transfer's path (None: it sends nothing) and its busy and delay times (0
-        without), asked of the network once per distinct transfer (:attr:`_Jobs.sent`); every
-        transfer is made before the engine (:meth:`Engine.offer`)."""
+    def _made(self) -> list[Transfer]:
+        """The jobs' distinct transfers, asked of the network once each (:attr:`_Jobs.sent`)."""
         sizes, transfer = self.sizes, self.network.transfer
-        made = [transfer(r, p, count * sizes[t], t == 0, ch) for r, p, ch, count, t in self.jobs.sent]
-        index = self.jobs.transfer_of
-        paths = [t.path for t in made]
-        paths.append(None)
-        busy = np.array([t.busy_us for t in made] + [0.0])[index]
-        delay = np.array([t.delay_us for t in made] + [0.0])[index]
-        return [paths[i] for i in index.tolist()], busy, delay
+        return [transfer(r, p, count * sizes[t], t == 0, ch) for r, p, ch, count, t in self.jobs.sent]
 
     def run(self) -> None:
-        """Run every job that can run (:attr:`starts`)."""
-        jobs, paths, starts = self.jobs, self.paths, self.starts
-        left, ready = list(jobs.waits), [0.0] * len(starts)
-        after, last, arrival, room = jobs.after, jobs.last, jobs.arrival, jobs.room
-        busy, delay = self.busy.tolist(), self.delay.tolist()
-        engine = Engine(self.network)
-        submit = engine.offer
+        """Run every job that can run (:attr:`starts`); a receive of a count of bytes its message
+        does not carry is refused once it would have started (a broken IR; a sound one pays
+        nothing for the check)."""
+        jobs = self.jobs
+        src = np.repeat(np.arange(len(jobs.tb)), np.diff(jobs.arcs_from))
+        after = np.select(
+            [jobs.arc_kind == _ARRIVAL, jobs.arc_kind == _END], [self.delay[src], self.busy[src]], 0.0
+        )
+        transfer = np.where(jobs.transfer_of == len(self.made), -1, jobs.transfer_of)
+        graph = Jobs(
+            self.made, transfer, np.zeros(len(transfer), np.int64), jobs.waits,
+            np.zeros(len(transfer)), jobs.arcs_from, jobs.arc_to, after,
+        )  # fmt: skip
+        started = run_jobs(self.network, graph)
+        self.starts, self.order = started.starts, started.order
+        bad = self._mismatched()
+        ran = bad[self.order[bad] >= 0]
+        if len(ran):
+            raise self.mismatch(int(ran[np.argmin(self.order[ran])]))
 
-        def start(job: int, t: float) -> None:
-            """Job ``job`` started at ``t``: count it off its successors' waits (inline, for speed:
-            a million starts at 512 ranks), each ready no earlier than what this one gives it (a
-            job that sends nothing is busy for 0.0 and feeds no receive). A successor whose last
-            wait this is goes to the engine at once: its count and ready time are read no more."""
-            starts[job] = t
-            s = arrival[job]
-            if s >= 0:
-                at, r, n = t + delay[job], ready[s], left[s] - 1
-                if n:
-                    left[s] = n
-                    if at > r:
-                        ready[s] = at
-                else:
-                    submit(s, at if at > r else r, paths[s])
-            s = room[job]
-            if s >= 0:
-                r, n = ready[s], left[s] - 1
-                if n:
-                    left[s] = n
-                    if t > r:
-                        ready[s] = t
-                else:
-                    submit(s, t if t > r else r, paths[s])
-            end = t + busy[job]
-            if not last[job]:
-                s = job + 1
-                r, n = ready[s], left[s] - 1
-                if n:
-                    left[s] = n
-                    if end > r:
-                        ready[s] = end
-                else:
-                    submit(s, end if end > r else r, paths[s])
-            for s in after[job]:
-                r, n = ready[s], left[s] - 1
-                if n:
-                    left[s] = n
-                    if end > r:
-                        ready[s] = end
-                else:
-                    submit(s, end if end > r else r, paths[s])
-
-        for job, count in enumerate(left):
-            if not count:
-                submit(job, 0.0, paths[job])
-        engine.run(self._checked(start))
-
-    def _checked(self, start: Callable[[int, float], None]) -> Callable[[int, float], None]:
-        """``start``, raising first where a receive takes a count of bytes its message does not
-        carry (a broken IR; a sound one pays nothing for the check)."""
+    def _mismatched(self) -> np.ndarray:
+        """The receives that take a count of bytes their sender did not send."""
         jobs = self.jobs
         nbytes = jobs.chunks * np.array(self.sizes)[jobs.tile]
         recv = np.flatnonzero(jobs.match >= 0)
         got, sent = nbytes[recv], nbytes[jobs.match[recv]]
-        bad = set(recv[np.abs(sent - got) > 1e-6 * np.maximum(1.0, got)].tolist())
-        if not bad:
-            return start
-
-        def checked(job: int, t: float) -> None:
-            if job in bad:
-                raise self.mismatch(job)
-            start(job, t)
-
-        return checked
+        return recv[np.abs(sent - got) > 1e-6 * np.maximum(1.0, got)]
 
     def nbytes(self, job: int) -> float:
         return int(self.jobs.chunks[job]) * self.sizes[int(self.jobs.tile[job])]
@@ -436,12 +392,12 @@ class _Sim:
 
     def finish(self) -> float:
         """When the last call ends or its data lands (0.0: nothing ran)."""
-        starts = np.array(self.starts)
+        starts = np.nan_to_num(self.starts, nan=-np.inf)
         return float(max(0.0, (starts + self.busy).max(initial=0.0), (starts + self.delay).max(initial=0.0)))
 
     def stuck(self) -> list[int]:
         """Each threadblock's first job that never started, in threadblock order."""
-        never = np.flatnonzero(np.isnan(np.array(self.starts)))
+        never = np.flatnonzero(np.isnan(self.starts))
         return never[np.unique(self.jobs.tb[never], return_index=True)[1]].tolist()
 
     def started(self, job: int) -> bool:

@@ -30,7 +30,8 @@ import numpy as np
 
 from common.memo import SameObjects
 from common.units import BYTES_PER_US_PER_GBPS
-from synth.timing import DEFAULT, IDEAL, PROTOCOLS, Engine, Network, Params, model_params
+from synth.timing import DEFAULT, IDEAL, PROTOCOLS, Network, Params, model_params
+from synth.timing.engine import Jobs, arcs_by_source, run_jobs
 from topologies.numeric import distinct, ranges
 
 if TYPE_CHECKING:
@@ -240,12 +241,13 @@ def _columns(sends: list[tuple[int, Send]]) -> tuple[np.ndarray, ...]:
     return step, chunk, src, dst
 
 
-_Shape = tuple[list[list[int]], list[int], list[int], list[list[int]], list[tuple[int, int, int]], list[int]]
+_Shape = tuple[list[list[int]], list[int], np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int, int]], list[int]]
 """A list of sends as the engine runs them: its groups, each send's group, per group (and per slot
-node after them: :func:`_dependencies`) how many it waits for and which wait for it, and the
-distinct ``(src, dst, sends)`` the groups move with each group's place among them (the same for
-every size and model: a run asks the network for each distinct transfer once, not once per group,
-a quarter of a million at 512 ranks)."""
+node after them: :func:`_dependencies`) how many it waits for, the arcs to what waits for each
+(:class:`~synth.timing.engine.Jobs`' ``arcs_from`` and ``arc_to``), and the distinct
+``(src, dst, sends)`` the groups move with each group's place among them (the same for every size
+and model: a run asks the network for each distinct transfer once, not once per group, a quarter
+of a million at 512 ranks)."""
 
 
 def feed(
@@ -272,12 +274,12 @@ def _shape(
 ) -> _Shape:
     """The groups and dependencies of ``sends`` (``columns``: theirs, where known)."""
     groups, group_of = _groups(sends, network.connection_servers if merge else None, columns)
-    waiting, dependents = _dependencies(sends, groups, group_of, columns)
+    waiting, arcs_from, arc_to = _dependencies(sends, groups, group_of, columns)
     distinct: dict[tuple[int, int, int], int] = {}
     link_of = [
         distinct.setdefault((sends[g[0]][1].src, sends[g[0]][1].dst, len(g)), len(distinct)) for g in groups
     ]
-    return groups, group_of, waiting, dependents, list(distinct), link_of
+    return groups, group_of, waiting, arcs_from, arc_to, list(distinct), link_of
 
 
 def _run(
@@ -287,53 +289,24 @@ def _run(
     shape: _Shape,
     ready: Sequence[float] | None,
 ) -> tuple[list[float], list[float]]:
-    """:func:`feed`'s engine run of ``sends`` grouped as ``shape`` says: a group is handed to the
-    engine when the last group it waits for starts, directly or through slot nodes (a node is met,
-    and hands on its latest arrival, in the call that starts its last write), ready at the latest
-    arrival among them, as without the nodes (a maximum is the same taken in steps)."""
-    groups, group_of, waits, dependents, links, link_of = shape
-    waiting = list(waits)
-    distinct = [network.transfer(src, dst, nbytes * n) for src, dst, n in links]
-    paths = [distinct[x].path for x in link_of]
-    delays = [distinct[x].delay_us for x in link_of]
+    """:func:`feed`'s engine run of ``sends`` grouped as ``shape`` says: a group is ready when the
+    groups it waits for, directly or through slot nodes, have arrived (a node passes on the latest
+    arrival among its writes), and not before its sends' ``ready`` times; its priority is its place."""
+    groups, group_of, waits, arcs_from, arc_to, links, link_of = shape
     size = len(groups)
-    ready_at = [0.0] * len(waiting)  # groups, then the slots' nodes (:func:`_dependencies`)
-    for i, at in enumerate(ready or ()):
-        ready_at[group_of[i]] = max(ready_at[group_of[i]], at)
-    started = [0.0] * size
-    arrived = [0.0] * size
-    engine = Engine(network)
-    submit = engine.offer  # every transfer made above
-
-    def on_start(i: int, start: float) -> None:
-        """Hand the arrival of group ``i``, just started, to what waits for it; a node met so
-        (every write it waits for has started) hands its latest arrival on at once, in turn, in
-        the same call (a million starts at 512 ranks). A group's ready time is read no more once
-        it started."""
-        started[i] = start
-        at = arrived[i] = start + delays[i]
-        nodes: list[int] = []
-        x = i
-        while True:
-            for d in dependents[x]:
-                if at > ready_at[d]:
-                    ready_at[d] = at
-                waiting[d] -= 1
-                if waiting[d] == 0:
-                    if d < size:
-                        submit(d, ready_at[d], paths[d], d)
-                    else:
-                        nodes.append(d)
-            if not nodes:
-                return
-            x = nodes.pop()
-            at = ready_at[x]
-
-    for i in range(size):
-        if waiting[i] == 0:
-            submit(i, ready_at[i], paths[i], i)
-    engine.run(on_start)
-    return [started[g] for g in group_of], [arrived[g] for g in group_of]
+    made = [network.transfer(src, dst, nbytes * n) for src, dst, n in links]
+    delays = np.array([t.delay_us for t in made])[np.asarray(link_of, np.int64)] if size else np.zeros(0)
+    ready_at = np.zeros(len(waits))  # groups, then the slots' nodes (:func:`_dependencies`)
+    if ready is not None and len(ready):
+        given = np.asarray(ready, np.float64)
+        np.maximum.at(ready_at, np.asarray(group_of[: len(given)], np.int64), given)
+    source = np.repeat(np.arange(len(waits)), np.diff(arcs_from))
+    after = np.where(source < size, np.concatenate((delays, np.zeros(len(waits) - size)))[source], 0.0)
+    jobs = Jobs(made, np.asarray(link_of, np.int64), np.arange(size), waits, ready_at, arcs_from, arc_to, after)
+    starts = run_jobs(network, jobs).starts
+    never = np.isnan(starts)  # keeps 0.0 for both
+    of = np.asarray(group_of, np.int64)
+    return np.where(never, 0.0, starts)[of].tolist(), np.where(never, 0.0, starts + delays)[of].tolist()
 
 
 def _groups(
@@ -377,8 +350,9 @@ def _dependencies(
     groups: list[list[int]],
     group_of: list[int],
     columns: tuple[np.ndarray, ...] | None = None,
-) -> tuple[list[int], list[list[int]]]:
-    """Per group, how many it waits for and which wait for it (each in increasing order): a send
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group (then per node), how many it waits for, and the arcs to those that wait for it
+    (:func:`synth.timing.arcs_by_source`' ``arcs_from`` and ``arc_to``, each in increasing order): a send
     reads its chunk at its source once every earlier step's write there has arrived. Sends in step
     order are matched to those writes by sorting (NumPy), through a node per slot and reading step
     (ids from ``len(groups)`` on): the node waits for the slot's writes since its previous node and
@@ -415,8 +389,8 @@ def _dependencies(
             )
         )
     )
-    waiting = np.bincount(pairs % total, minlength=total).tolist()
-    return waiting, _split(pairs // total, (pairs % total).tolist(), total)
+    arcs_from, arc_to, _ = arcs_by_source(pairs // total, pairs % total, np.zeros(len(pairs)), total)
+    return np.bincount(pairs % total, minlength=total), arcs_from, arc_to
 
 
 def _split(keys: np.ndarray, values: list[int], size: int) -> list[list[int]]:
@@ -428,22 +402,20 @@ def _split(keys: np.ndarray, values: list[int], size: int) -> list[list[int]]:
 
 def _dependencies_in_order(
     sends: list[tuple[int, Send]], groups: list[list[int]], group_of: list[int]
-) -> tuple[list[int], list[list[int]]]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_dependencies` by a loop over the writes to each slot, in the order of ``sends``."""
     writes: dict[tuple[int, int], list[int]] = {}
     for i, (_, send) in enumerate(sends):
         writes.setdefault((send.dst, send.chunk), []).append(i)
-    waits: list[set[int]] = [set() for _ in groups]
+    pairs: set[tuple[int, int]] = set()
     for i, (k, send) in enumerate(sends):
         for j in writes.get((send.src, send.chunk), ()):
             if sends[j][0] >= k:
                 break  # the rest are this step's or later, where sends are in step order
-            waits[group_of[i]].add(group_of[j])
-    dependents: list[list[int]] = [[] for _ in groups]
-    for g, before in enumerate(waits):
-        for b in sorted(before):
-            dependents[b].append(g)
-    return [len(w) for w in waits], dependents
+            pairs.add((group_of[j], group_of[i]))
+    ordered = np.array(sorted(pairs), np.int64).reshape(-1, 2)
+    arcs_from, arc_to, _ = arcs_by_source(ordered[:, 0], ordered[:, 1], np.zeros(len(ordered)), len(groups))
+    return np.bincount(ordered[:, 1], minlength=len(groups)), arcs_from, arc_to
 
 
 def sized(provenance: Provenance, size_bytes: float, params: Params = DEFAULT) -> Provenance:

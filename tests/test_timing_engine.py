@@ -3,23 +3,46 @@ goes first when several want one server at the same instant."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from synth.timing import CONNECTION, DEFAULT, IDEAL, Engine, Network
+from synth.timing import CONNECTION, DEFAULT, IDEAL, Network
+from synth.timing.engine import Jobs, Started, arcs_by_source, run_jobs
 from topologies.builders import line, switch
 from topologies.model import Link, Topology
 
 MB = 1e3  # bytes per microsecond at 1 GB/s
 
 
-def _run(network: Network, jobs: list[tuple[int, float, tuple[int, int], int]], nbytes: float) -> dict:
-    """Start ``(job, ready, (src, dst), priority)`` jobs on ``network``; job -> start time."""
-    engine = Engine(network)
-    for job, ready, (src, dst), priority in jobs:
-        engine.submit(job, ready, network.transfer(src, dst, nbytes), priority)
-    starts: dict[int, float] = {}
-    engine.run(lambda job, at: starts.__setitem__(job, at))
-    return starts
+def _graph(
+    network: Network,
+    jobs: list[tuple[int, float, tuple[int, int] | None, int]],
+    nbytes: float | list[float],
+    arcs: tuple[tuple[int, int, float], ...] = (),
+) -> Jobs:
+    """``(job, ready, (src, dst) or None, priority)`` jobs of ``nbytes`` each (or each its own) and
+    ``(source, target, after)`` arcs; an id between them that is not listed never starts (it
+    waits for an arc that is not there), so ids keep their place in the tie rule."""
+    size = max(job for job, *_ in jobs) + 1
+    sizes = nbytes if isinstance(nbytes, list) else [nbytes] * len(jobs)
+    transfers = [network.transfer(*link, b) for (_, _, link, _), b in zip(jobs, sizes, strict=True) if link]
+    transfer, priority = np.full(size, -1), np.zeros(size, np.int64)
+    waits, ready = np.ones(size, np.int64), np.zeros(size)
+    made = 0
+    for job, at, link, prio in jobs:
+        waits[job], ready[job], priority[job] = 0, at, prio
+        if link is not None:
+            transfer[job], made = made, made + 1
+    for _, target, _ in arcs:
+        waits[target] += 1
+    source, target, after = (np.array(column) for column in zip(*arcs, strict=True)) if arcs else ([], [], [])
+    return Jobs(transfers, transfer, priority, waits, ready, *arcs_by_source(source, target, after, size))
+
+
+def _run(network: Network, jobs: list, nbytes: float | list[float], **given: object) -> dict[int, float]:
+    """Start ``jobs`` (:func:`_graph`) on ``network``; job -> start time, for those that start."""
+    started = run_jobs(network, _graph(network, jobs, nbytes, **given))
+    return {job: float(at) for job, at in enumerate(started.starts) if not np.isnan(at)}
 
 
 def test_a_transfer_holds_each_edge_of_its_path_and_arrives_alpha_plus_bytes_over_bandwidth():
@@ -53,11 +76,7 @@ def test_a_job_takes_the_server_that_frees_first():
     frees (20 us) on that link, the one after when the longer frees (40 us), the last at 60 us."""
     doubled = Topology.build("pair", 2, {(0, 1): Link(25.0, 0.7, count=2), (1, 0): Link(25.0, 0.7, count=2)})
     network = Network(doubled, IDEAL)
-    engine = Engine(network)
-    for job, nbytes in enumerate([1e6, 0.5e6, 1e6, 1e6, 1e6]):
-        engine.submit(job, 0.0, network.transfer(0, 1, nbytes), job)
-    starts: dict[int, float] = {}
-    engine.run(lambda job, at: starts.__setitem__(job, at))
+    starts = _run(network, [(job, 0.0, (0, 1), job) for job in range(5)], [1e6, 0.5e6, 1e6, 1e6, 1e6])
     assert starts == pytest.approx({0: 0.0, 1: 0.0, 2: 20.0, 3: 40.0, 4: 60.0})
 
 
@@ -78,27 +97,38 @@ def test_a_job_ready_at_the_instant_being_decided_competes_in_it():
     """Job 0 starts at 0 and enables job 2 at once (a zero-time step, as a receive is); job 2 has a
     better priority than job 1, which was ready at 0 too, so it takes the link first."""
     network = Network(line(3, 25.0, 0.7), IDEAL)
-    engine = Engine(network)
-    starts: dict[int, float] = {}
-
-    def on_start(job: int, at: float) -> None:
-        starts[job] = at
-        if job == 0:
-            engine.submit(2, at, network.transfer(1, 2, 1e6), 0)
-
-    engine.submit(0, 0.0, None, 0)
-    engine.submit(1, 0.0, network.transfer(1, 2, 1e6), 1)
-    engine.run(on_start)
+    jobs = [(0, 0.0, None, 0), (1, 0.0, (1, 2), 1), (2, 0.0, (1, 2), 0)]
+    starts = _run(network, jobs, 1e6, arcs=((0, 2, 0.0),))
     assert starts == {0: 0.0, 2: 0.0, 1: pytest.approx(40.0)}
+    # an arc giving it a later ready time leaves the link to job 1 at 0 us
+    assert _run(network, jobs, 1e6, arcs=((0, 2, 1.0),)) == {0: 0.0, 1: 0.0, 2: pytest.approx(40.0)}
+
+
+def test_arcs_give_start_plus_after_and_nodes_pass_the_latest_on_at_once():
+    """Job 2 waits for job 0's start + 5 us and job 1's start + 30 us (the later); job 3 waits
+    through node 4 (ids past the jobs), which waits for jobs 0 and 1 at + 10 and + 20 us and gives
+    its ready time + 1 us on; job 5 waits for a job that never starts and never starts either."""
+    network = Network(line(3, 25.0, 0.7), IDEAL)
+    ready = np.zeros(5)
+    ready[1] = 2.0  # job 1 is ready at 2 us
+    source, target, after = [0, 1, 0, 1, 4], [2, 2, 4, 4, 3], [5.0, 30.0, 10.0, 20.0, 1.0]
+    waits = np.bincount(target, minlength=5)
+    jobs = Jobs([], np.full(4, -1), np.zeros(4, np.int64), waits, ready, *arcs_by_source(source, target, after, 5))
+    started = run_jobs(network, jobs)
+    assert started.starts.tolist() == [0.0, 2.0, 32.0, 23.0]
+    one_arc = arcs_by_source([0], [1], [0.0], 2)
+    never = Jobs([], np.full(2, -1), np.zeros(2, np.int64), np.array([1, 1]), np.zeros(2), *one_arc)
+    assert np.isnan(run_jobs(network, never).starts).all()
+    assert run_jobs(network, never).order.tolist() == [-1, -1]
 
 
 def test_the_server_that_carried_each_job_is_recorded():
     network = Network(switch(3, 25.0, 0.7), IDEAL)
-    engine = Engine(network, record=True)
-    for job, src in ((0, 0), (1, 1)):
-        engine.submit(job, 0.0, network.transfer(src, 2, 1e6), job)
-    engine.run(lambda job, at: None)
-    assert engine.used[(("switch", 2), 0)] == [0, 1]
+    started = run_jobs(network, _graph(network, [(0, 0.0, (0, 2), 0), (1, 0.0, (1, 2), 1)], 1e6), record=True)
+    assert isinstance(started, Started)
+    assert started.used[(("switch", 2), 0)] == [0, 1]
+    assert started.used[((0, "switch"), 0)] == [0]
+    assert started.order.tolist() == [0, 1]
 
 
 def test_a_connection_is_per_channel_where_the_channel_is_known():
@@ -157,23 +187,25 @@ def test_the_algorithm_models_sorted_dependencies_are_the_loops(collective):
         for servers in (None, lambda src, dst: 2):
             groups, group_of = cost._groups(order, servers)
             waits, dependents = _through_nodes(*cost._dependencies(order, groups, group_of), len(groups))
-            assert (waits, dependents) == cost._dependencies_in_order(order, groups, group_of)
+            assert (waits, dependents) == _through_nodes(*cost._dependencies_in_order(order, groups, group_of), len(groups))
             assert order is not sends or sum(waits) > 0
     for params in (IDEAL, DEFAULT):  # and the model times the sends alike either way
         network = Network(topo, params)
         shape = cost._shape(sends, network, False)
-        loop = (*shape[:2], *cost._dependencies_in_order(sends, shape[0], shape[1]), *shape[4:])
+        loop = (*shape[:2], *cost._dependencies_in_order(sends, shape[0], shape[1]), *shape[5:])
         assert cost._run(sends, network, 1e6, shape, None) == cost._run(sends, network, 1e6, loop, None)
 
 
 def _through_nodes(
-    waits: list[int], dependents: list[list[int]], size: int
+    waits: np.ndarray, arcs_from: np.ndarray, arc_to: np.ndarray, size: int
 ) -> tuple[list[int], list[list[int]]]:
-    """The groups each group waits for, through the slots' nodes (ids from ``size`` on), as the
-    loop's form: how many per group, and per group the groups that wait for it."""
+    """The groups each group waits for, through the slots' nodes (ids from ``size`` on): how many
+    per group, and per group the groups that wait for it."""
+    assert int(waits.sum()) == len(arc_to)  # every wait is an arc's
 
     def reached(x: int) -> set[int]:
-        return {g for d in dependents[x] for g in ([d] if d < size else reached(d))}
+        targets = arc_to[arcs_from[x] : arcs_from[x + 1]].tolist()
+        return {g for d in targets for g in ([d] if d < size else reached(d))}
 
     assert all(w > 0 for w in waits[size:])  # every node waits for a write
     after = [sorted(reached(g)) for g in range(size)]

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from synth.deadline import NO_DEADLINE, Deadline
-from synth.timing import IDEAL, Engine, Network, Params, Transfer
+from synth.timing import IDEAL, Network, Params, Transfer
+from synth.timing.engine import Jobs, arcs_by_source, run_jobs
 from topologies.model import Topology
 
 __all__ = ["PRIORITIES", "Schedule", "TimedSend", "list_schedule", "offsets"]
@@ -156,25 +159,18 @@ def _run(
     """The engine fed every arc, ready when its parent has arrived, with its place in ``ranks``
     order as its priority: (starts, arrivals, the arcs each server carried in order)."""
     count = len(transfers)
-    children: list[list[int]] = [[] for _ in range(count)]
-    for i, p in enumerate(parents):
-        if p >= 0:
-            children[p].append(i)
-    prio = [0] * count
-    for p, i in enumerate(sorted(range(count), key=ranks.__getitem__)):
-        prio[i] = p
-    start = [0.0] * count
-    arrive = [0.0] * count
-    engine = Engine(network, record=True)
-
-    def on_start(i: int, at: float) -> None:
-        start[i] = at
-        arrive[i] = at + transfers[i].delay_us
-        for c in children[i]:
-            engine.submit(c, arrive[i], transfers[c], prio[c])
-
-    for i in range(count):
-        if parents[i] < 0:
-            engine.submit(i, 0.0, transfers[i], prio[i])
-    engine.run(on_start, deadline.check)
-    return start, arrive, engine.used or {}
+    prio = np.empty(count, np.int64)
+    prio[sorted(range(count), key=ranks.__getitem__)] = np.arange(count)
+    parent = np.asarray(parents, np.int64).reshape(-1)
+    child = np.flatnonzero(parent >= 0)
+    delay = np.array([t.delay_us for t in transfers]).reshape(-1)
+    graph = Jobs(
+        transfers, np.arange(count), prio, (parent >= 0).astype(np.int64), np.zeros(count),
+        *arcs_by_source(parent[child], child, delay[parent[child]], count),
+    )  # fmt: skip
+    deadline.check()
+    started = run_jobs(network, graph, record=True)
+    deadline.check()
+    start = np.nan_to_num(started.starts, nan=0.0)
+    arrive = np.where(np.isnan(started.starts), 0.0, started.starts + delay)
+    return start.tolist(), arrive.tolist(), started.used or {}

@@ -30,8 +30,10 @@ The model (:class:`Params` holds its parameters, :class:`Network` applies them t
 - Store and forward: a transfer that forwards data starts only once that data has arrived, so a
   chunk crosses a relay rank whole; pipelining comes from splitting data into smaller transfers
   (chunks, MILP pieces, the IR's tiles), each timed on its own.
-- Non-delay list scheduling (:class:`Engine`): a transfer starts as soon as it is ready (what its
-  feeder says it waits for has happened) and a server of every resource of its path is free.
+- Non-delay list scheduling (:func:`synth.timing.engine.run_jobs`, imported from there: it loads
+  NumPy and numba, which a command that only names the models need not): a transfer starts as soon
+  as it is ready (what its feeder says it waits for has happened) and a server of every resource of
+  its path is free.
   Transfers that could take the same server at the same instant go in the order of their feeder's
   *priority* (smaller first); at equal priority the one that has waited longest (the earliest ready
   time) goes first, then the smaller job id. Instants closer than ``Params.tolerance_us`` are one.
@@ -52,7 +54,6 @@ from synth.timing.calibration import (
     TimingModelError,
     model_params,
 )
-from synth.timing.engine import Engine
 from synth.timing.model import CONNECTION, Network, Params, Transfer
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "IDEAL",
     "MODELS",
     "PROTOCOLS",
-    "Engine",
     "Network",
     "Params",
     "TimingModelError",

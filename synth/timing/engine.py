@@ -1,203 +1,121 @@
 """Non-delay list scheduling of transfers on shared edges (the rules: :mod:`synth.timing`).
 
-A feeder submits a job when it knows when the job is ready (``ready_us``: everything it waits for
-besides links has happened), with the :class:`~synth.timing.model.Transfer` it makes (``None`` for a
-job that uses no link: a receive, a local copy) and its priority. :meth:`Engine.run` starts jobs in
-the model's order and calls the feeder back at each start, where it may submit the jobs that start
-enables. Event driven: a job blocked by a busy edge waits in that edge's queue and is looked at
-again only when the edge frees, so a busy switch port does not rescan its queue at every transfer;
-an edge's freeing is an event only while jobs wait for it. The loop is the hot path of every
-modeled time (half a million starts per IR simulation at 512 ranks, with a thousand candidates
-at one instant), so it keeps each resource's earliest free server (:attr:`Engine.first`) instead
-of taking a minimum per try, keeps its events by instant (one heap entry per instant), orders
-candidates by flat tuples, and runs a whole instant in one function.
+A feeder hands the engine its whole job graph at once (:class:`Jobs`): each job's transfer (or
+none: a receive, a local copy), its priority, and what it waits for as arcs, each giving its
+target a ready time some fixed time after the job starts. The engine starts every job that can
+start and says when (:class:`Started`). Knowing the graph before anything runs is what lets the
+loop run compiled (:mod:`synth.timing.event_loop`): the Algorithm model, the MILP's ordering and
+the IR simulator each describe what they time as arrays, and none is called back per start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from heapq import heapify, heappop, heappush
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
+
+from synth.timing.event_loop import run_loop
 
 if TYPE_CHECKING:
     from synth.timing.model import Network, Transfer
     from topologies.logical import Edge
 
-__all__ = ["Engine"]
-
-CHECK_EVERY = 1024
-"""Instants of the event loop between two calls of ``run``'s ``tick``."""
-
-Candidate = tuple[int, float, int, int, "tuple[tuple[int, float], ...] | None"]
-"""A job as it waits: (priority, ready time, job id, the edge whose queue holds it (-1: none), its
-transfer's path: None for a job that uses no link); flat, so that ordering two compares numbers
-only. One tuple per job and wait: made at its submission, and again when it joins an edge's queue,
-where it stays as it is (job ids are unique among waiting jobs, so ordering never reaches past the
-id) and is offered as it is when the edge frees."""
+__all__ = ["Jobs", "Started", "arcs_by_source", "run_jobs", "warm_up"]
 
 
-class Engine:
-    """One run of the model on a :class:`~synth.timing.model.Network`; ``record`` keeps, per
-    ``(edge, server index)``, the jobs that server carried in order (:attr:`used`)."""
+@dataclass(frozen=True)
+class Jobs:
+    """A job graph: jobs ``0 .. n - 1``, then *nodes* (ids from ``n`` on) that take no time and
+    no link and pass their ready time on as soon as their waits are met (a feeder's shared waits:
+    :func:`synth.cost._dependencies`' slot nodes).
 
-    def __init__(self, network: Network, *, record: bool = False) -> None:
-        self.network = network
-        self._servers = network.servers
-        """The network's resources (it adds connections as transfers first use them)."""
-        self.tolerance = network.params.tolerance_us
-        self.free: list[list[float] | None] = [
-            None if count == 1 else [0.0] * count for count in network.servers
-        ]
-        """Per resource of several servers, when each frees (None for one server: :attr:`first` is it)."""
-        self.first: list[float] = [0.0] * len(network.servers)
-        """Per resource, when its first server frees (``min(free[e])``, kept as servers change)."""
-        self.used: dict[tuple[Edge, int], list[int]] | None = {} if record else None
-        self._plain = not record and all(count == 1 for count in network.servers)
-        """Every resource has one server and nothing is recorded: a start only sets :attr:`first`
-        (every resource of the 512-rank trees' runs)."""
-        self._waiting: list[list[Candidate]] = [[] for _ in network.servers]
-        self._armed: list[float | None] = [None] * len(network.servers)
-        """Per edge, when its pending freeing event fires (None: no event pending)."""
-        self._times: list[float] = []
-        """The instants that have events, as a heap; each instant's events are in :attr:`_events`."""
-        self._events: dict[float, tuple[list[Candidate], list[int]]] = {}
-        """Per instant, the jobs that become ready then and the edges that free then (in any order:
-        an instant takes all its events before it decides anything)."""
-        self._now = float("-inf")
-        self._candidates: list[Candidate] | None = None
+    A job or node becomes ready when its ``waits`` arcs have all been counted off (a wait that no
+    arc counts off, for a predecessor that never exists, is never met), at the latest of its
+    ``ready`` time and what each arc gave it: an arc from a job gives ``start + after``, an arc
+    from a node ``ready + after``. Arcs are grouped by source (``arcs_from[i]:arcs_from[i + 1]``)."""
 
-    def submit(self, job: int, ready_us: float, transfer: Transfer | None, priority: int = 0) -> None:
-        """Job ``job`` (an id unique among the jobs waiting at once) is ready at ``ready_us``."""
-        path = None
-        if transfer is not None:
-            path = transfer.path
-            if len(self.first) < len(self._servers):
-                self._grow()
-        self.offer(job, ready_us, path, priority)
+    transfers: Sequence[Transfer]
+    """The distinct transfers the jobs make."""
+    transfer: np.ndarray
+    """Per job, its transfer's index in :attr:`transfers` (-1: it uses no link)."""
+    priority: np.ndarray
+    """Per job, its priority (smaller first: the tie rule)."""
+    waits: np.ndarray
+    """Per job, then per node, how many arcs it waits for."""
+    ready: np.ndarray
+    """Per job, then per node, the earliest it is ready (0.0: as soon as its arcs allow)."""
+    arcs_from: np.ndarray
+    arc_to: np.ndarray
+    arc_after: np.ndarray
 
-    def offer(
-        self, job: int, ready_us: float, path: tuple[tuple[int, float], ...] | None, priority: int = 0
-    ) -> None:
-        """:meth:`submit` of a transfer's path (None: no link), for a feeder whose network made
-        every transfer before this engine (a million submits at 512 ranks)."""
-        candidate = (priority, ready_us, job, -1, path)
-        now = self._now
-        if ready_us <= now + self.tolerance and self._candidates is not None:
-            heappush(self._candidates, candidate)  # ready at the instant being decided
-            return
-        at = now if now > ready_us else ready_us
-        events = self._events.get(at)  # _at, inline: a call per submit at 512 ranks
-        if events is None:
-            events = self._events[at] = ([], [])
-            heappush(self._times, at)
-        events[0].append(candidate)
+    @property
+    def count(self) -> int:
+        return len(self.transfer)
 
-    def _at(self, at: float) -> tuple[list[Candidate], list[int]]:
-        """The events of instant ``at``, made on first use."""
-        events = self._events.get(at)
-        if events is None:
-            events = self._events[at] = ([], [])
-            heappush(self._times, at)
-        return events
 
-    def _grow(self) -> None:
-        """Take in the resources the network made since (connections are made on first use)."""
-        for count in self._servers[len(self.free) :]:
-            self.free.append(None if count == 1 else [0.0] * count)
-            self._plain = self._plain and count == 1
-            self.first.append(0.0)
-            self._waiting.append([])
-            self._armed.append(None)
+@dataclass(frozen=True)
+class Started:
+    """What a run started: each job's start (NaN: never) and place in start order (-1: never),
+    and, where recorded, the jobs each ``(edge, server index)`` carried in order."""
 
-    def run(self, on_start: Callable[[int, float], None], tick: Callable[[], None] | None = None) -> None:
-        """Start every job that can start, calling ``on_start(job, start_us)`` for each, in start
-        order; ``tick`` is called every :data:`CHECK_EVERY` instants (e.g. to check a deadline).
-        Each instant takes its events, then starts its candidates in the tie rule's order."""
-        times, events, waiting, armed = self._times, self._events, self._waiting, self._armed
-        instants = 0
-        while times:
-            instants += 1
-            if tick is not None and instants % CHECK_EVERY == 0:
-                tick()
-            self._now = now = heappop(times)
-            candidates, freed = events.pop(now)
-            self._candidates = candidates
-            for edge in freed:
-                armed[edge] = None
-                if waiting[edge]:
-                    candidates.append(waiting[edge][0])
-            if len(candidates) > 1:
-                heapify(candidates)
-            self._instant(now, candidates, on_start)
-            self._candidates = None
+    starts: np.ndarray
+    order: np.ndarray
+    used: dict[tuple[Edge | tuple, int], list[int]] | None = None
 
-    def _instant(
-        self, now: float, candidates: list[Candidate], on_start: Callable[[int, float], None]
-    ) -> None:
-        """Start the candidates of instant ``now`` that can start (one drawn as an edge's queue
-        head that is no longer it is stale), and queue the others on the edge that frees last; an
-        edge a candidate came from offers its next head while it has a free server. Where every
-        resource has one server and nothing is recorded, a start sets :attr:`first` alone."""
-        waiting, first, armed, events = self._waiting, self.first, self._armed, self._events
-        plain = self._plain
-        limit = now + self.tolerance
-        while candidates:
-            candidate = heappop(candidates)
-            via = candidate[3]
-            if via >= 0:
-                queue = waiting[via]
-                if queue and queue[0] is candidate:
-                    heappop(queue)
-                else:
-                    candidate = None
-            if candidate is not None:
-                _, ready, job, _, path = candidate
-                start = ready if ready > now else now
-                if path is None:
-                    on_start(job, start)
-                else:
-                    binding = -1
-                    for e, _ in path:
-                        if first[e] > start:
-                            start, binding = first[e], e
-                    if start > limit:
-                        heappush(waiting[binding], (candidate[0], ready, job, binding, path))
-                        if armed[binding] != start:  # _arm, inline: a blocked try per start at 512 ranks
-                            armed[binding] = start
-                            freeing = events.get(start)
-                            if freeing is None:
-                                freeing = self._at(start)
-                            freeing[1].append(binding)
-                    else:
-                        if plain:
-                            for e, hold in path:
-                                first[e] = start + hold
-                        else:
-                            self._take(path, start, job)
-                        on_start(job, start)
-            if via >= 0 and waiting[via]:
-                at = first[via]
-                if at <= limit:
-                    heappush(candidates, waiting[via][0])
-                elif armed[via] != at:  # _arm, inline
-                    armed[via] = at
-                    freeing = events.get(at)
-                    if freeing is None:
-                        freeing = self._at(at)
-                    freeing[1].append(via)
 
-    def _take(self, path: tuple[tuple[int, float], ...], start: float, job: int) -> None:
-        """Job ``job`` takes a server of each resource of ``path`` from ``start``: the one that
-        frees first (recorded in :attr:`used`)."""
-        first, free, used = self.first, self.free, self.used
-        for e, hold in path:
-            servers = free[e]
-            if servers is None:
-                first[e] = start + hold
-                k = 0
-            else:
-                k = servers.index(min(servers))
-                servers[k] = start + hold
-                first[e] = min(servers)
-            if used is not None:
-                used.setdefault((self.network.edges[e], k), []).append(job)
+def arcs_by_source(source: np.ndarray, target: np.ndarray, after: np.ndarray, size: int) -> tuple[np.ndarray, ...]:
+    """:class:`Jobs`' ``(arcs_from, arc_to, arc_after)`` of arcs given in any order, for ``size``
+    jobs and nodes (within one source, the order given is kept)."""
+    source = np.asarray(source, np.int64)
+    order = np.argsort(source, kind="stable")
+    start = np.zeros(size + 1, np.int64)
+    np.cumsum(np.bincount(source, minlength=size), out=start[1:])
+    return start, np.asarray(target, np.int64)[order], np.asarray(after, np.float64)[order]
+
+
+def run_jobs(network: Network, jobs: Jobs, *, record: bool = False) -> Started:
+    """Run ``jobs`` on ``network`` (every transfer in ``jobs.transfers`` made by it); ``record``:
+    keep which jobs each server carried (:attr:`Started.used`)."""
+    holds = [t.path for t in jobs.transfers]
+    lengths = np.fromiter((len(p) for p in holds), np.int64, len(holds))
+    path_start = np.zeros(len(holds) + 1, np.int64)
+    np.cumsum(lengths, out=path_start[1:])
+    flat = [item for path in holds for item in path]
+    path_edge = np.fromiter((e for e, _ in flat), np.int64, len(flat))
+    path_hold = np.fromiter((h for _, h in flat), np.float64, len(flat))
+    starts, order, taken = run_loop(
+        np.ascontiguousarray(jobs.priority, np.int64),
+        np.ascontiguousarray(jobs.transfer, np.int64),
+        path_start,
+        path_edge,
+        path_hold,
+        np.array(network.servers, np.int64),
+        float(network.params.tolerance_us),
+        np.ascontiguousarray(jobs.arcs_from, np.int64),
+        np.ascontiguousarray(jobs.arc_to, np.int64),
+        np.ascontiguousarray(jobs.arc_after, np.float64),
+        jobs.count,
+        np.array(jobs.waits, np.int64),  # copies: the loop uses them up
+        np.array(jobs.ready, np.float64),
+        record,
+    )
+    used = None
+    if record:
+        used = {}
+        for job, e, k in taken.tolist():
+            used.setdefault((network.edges[e], k), []).append(job)
+    return Started(starts, order, used)
+
+
+def warm_up() -> None:
+    """Compile the event loop now, if no earlier run has (numba keeps it in ``__pycache__`` beside
+    its module, or in the user's cache where that is read-only): ``make`` calls this after it
+    installs, so that no first simulation pays the compile (about 8 s)."""
+    from synth.timing.model import Network
+    from topologies.builders import ring
+
+    network = Network(ring(2, 25.0, 0.7))
+    none = arcs_by_source([], [], [], 1)
+    run_jobs(network, Jobs([network.transfer(0, 1, 1.0)], *np.zeros((4, 1)), *none), record=True)

@@ -1,0 +1,299 @@
+"""The engine's event loop, compiled (numba): :func:`run_loop` runs a feeder's whole job graph
+(:class:`synth.timing.engine.Jobs`, as arrays) under the rules of :mod:`synth.timing`.
+
+Why compiled: the loop is the hot path of every modeled time. At 512 ranks an IR simulation starts
+a million calls, with hundreds of candidates at an instant; in Python each start cost 7-8 us, so
+the four runs of a 512-rank ``xccl compile`` took 25 s. Compiled, the graph is arrays and every
+wait is counted off in the loop itself, not in a Python callback.
+
+The loop (non-delay list scheduling, event driven):
+
+- An *event* is a job becoming ready or a resource freeing while jobs wait for it, kept in a heap
+  by instant. An instant takes all its events, then decides: its candidates go in the tie rule's
+  order, ``(priority, ready time, job)``.
+- A candidate starts where every resource of its path has a free server within the tolerance of
+  the instant; it takes, on each, the server that frees first (the first such). Otherwise it waits
+  in the queue of the resource that frees last (the first such on its path), and that resource's
+  freeing becomes an event. Only a queue's head is ever a candidate: when its resource frees, and
+  again after a candidate drawn from that queue was decided, while a server is free.
+- A start counts the job off its arcs' targets; a target whose last wait this is becomes ready at
+  the latest of what its arcs gave it. A target that is a *node* (ids from the number of jobs on)
+  takes no time and no link: it hands its ready time on at once, in the same start.
+
+A queue's candidate carries the job's queue generation; a job queued again since (on any resource)
+has a new one, so the stale copy is passed over. Per-resource queues are skew heaps threaded
+through per-job arrays (a job waits in one queue at a time); the candidates and the events are
+binary heaps in arrays, sized before the loop (the events' grow in the rare case they must).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["run_loop"]
+
+
+@njit(inline="always")
+def _first(p1, r1, j1, v1, g1, p2, r2, j2, v2, g2):
+    """Candidate 1 goes before candidate 2: priority, ready time, job, then (two copies of one job,
+    one stale) the resource it waited on and its queue generation."""
+    if p1 != p2:
+        return p1 < p2
+    if r1 != r2:
+        return r1 < r2
+    if j1 != j2:
+        return j1 < j2
+    if v1 != v2:
+        return v1 < v2
+    return g1 < g2
+
+
+@njit(inline="always")
+def _push_candidate(hp, hr, hj, hv, hg, size, p, r, j, v, g):
+    """Add a candidate to the heap ``h*[:size]`` (sift up)."""
+    pos = size
+    while pos > 0:
+        up = (pos - 1) >> 1
+        if not _first(p, r, j, v, g, hp[up], hr[up], hj[up], hv[up], hg[up]):
+            break
+        hp[pos], hr[pos], hj[pos], hv[pos], hg[pos] = hp[up], hr[up], hj[up], hv[up], hg[up]
+        pos = up
+    hp[pos], hr[pos], hj[pos], hv[pos], hg[pos] = p, r, j, v, g
+
+
+@njit(inline="always")
+def _drop_candidate(hp, hr, hj, hv, hg, size):
+    """Remove the top of the heap ``h*[:size]`` (the caller has read it; sift down the last)."""
+    n = size - 1
+    p, r, j, v, g = hp[n], hr[n], hj[n], hv[n], hg[n]
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= n:
+            break
+        c = child + 1
+        if c < n and _first(hp[c], hr[c], hj[c], hv[c], hg[c], hp[child], hr[child], hj[child], hv[child], hg[child]):
+            child = c
+        if not _first(hp[child], hr[child], hj[child], hv[child], hg[child], p, r, j, v, g):
+            break
+        hp[pos], hr[pos], hj[pos], hv[pos], hg[pos] = hp[child], hr[child], hj[child], hv[child], hg[child]
+        pos = child
+    if n > 0:
+        hp[pos], hr[pos], hj[pos], hv[pos], hg[pos] = p, r, j, v, g
+
+
+@njit(inline="always")
+def _push_event(at, what, size, t, w):
+    """Add event ``w`` (a job, or ``-1 - resource`` for a freeing) at instant ``t`` to the heap."""
+    pos = size
+    while pos > 0:
+        up = (pos - 1) >> 1
+        if not t < at[up]:
+            break
+        at[pos], what[pos] = at[up], what[up]
+        pos = up
+    at[pos], what[pos] = t, w
+
+
+@njit(inline="always")
+def _pop_event(at, what, size):
+    """Remove and return the earliest event of the heap ``at/what[:size]``."""
+    top = what[0]
+    n = size - 1
+    t, w = at[n], what[n]
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= n:
+            break
+        if child + 1 < n and at[child + 1] < at[child]:
+            child += 1
+        if not at[child] < t:
+            break
+        at[pos], what[pos] = at[child], what[child]
+        pos = child
+    if n > 0:
+        at[pos], what[pos] = t, w
+    return top
+
+
+@njit(inline="always")
+def _queued_first(a, b, prio, ready, via):
+    """Queued job ``a`` goes before queued job ``b`` (one queue: the same resource)."""
+    if prio[a] != prio[b]:
+        return prio[a] < prio[b]
+    if ready[a] != ready[b]:
+        return ready[a] < ready[b]
+    return a < b
+
+
+@njit(inline="always")
+def _merge(a, b, left, right, prio, ready, via):
+    """The root of skew heaps ``a`` and ``b`` merged (-1: empty; top-down, children swapped)."""
+    if a < 0:
+        return b
+    if b < 0:
+        return a
+    if _queued_first(b, a, prio, ready, via):
+        a, b = b, a
+    cur = a
+    while True:
+        nxt = right[cur]
+        right[cur] = left[cur]
+        if nxt < 0:
+            left[cur] = b
+            break
+        if _queued_first(b, nxt, prio, ready, via):
+            nxt, b = b, nxt
+        left[cur] = nxt
+        cur = nxt
+    return a
+
+
+@njit(cache=True)
+def _grown(at, what):
+    """The event heap's arrays, twice as large."""
+    n = len(at)
+    at2, what2 = np.empty(2 * n, np.float64), np.empty(2 * n, np.int64)
+    at2[:n], what2[:n] = at, what
+    return at2, what2
+
+
+@njit(cache=True)
+def run_loop(
+    priority, transfer, path_start, path_edge, path_hold, servers, tolerance,
+    arc_start, arc_to, arc_after, njobs, waits, ready, record,
+):
+    """Run the job graph (module docstring); ``waits`` and ``ready`` are used up. Returns each
+    job's start (NaN: never), its place in start order (-1: never), and where ``record`` the
+    (job, resource, server) of every server taken, in start order (else empty)."""
+    nres = len(servers)
+    server_at = np.zeros(nres + 1, np.int64)
+    for r in range(nres):
+        server_at[r + 1] = server_at[r] + servers[r]
+    free = np.zeros(server_at[nres], np.float64)  # per server, when it frees
+    first = np.zeros(nres, np.float64)  # per resource, when its first server frees
+    armed = np.full(nres, np.nan)  # per resource, the instant of its pending freeing event
+    head = np.full(nres, -1, np.int64)  # per resource, its queue's root job
+    left, right = np.full(njobs, -1, np.int64), np.full(njobs, -1, np.int64)
+    via, generation = np.full(njobs, -1, np.int64), np.zeros(njobs, np.int64)
+    starts, order = np.full(njobs, np.nan), np.full(njobs, -1, np.int64)
+    held = 0
+    if record:
+        for j in range(njobs):
+            if transfer[j] >= 0:
+                held += path_start[transfer[j] + 1] - path_start[transfer[j]]
+    taken = np.empty((held, 3), np.int64)
+    ntaken = 0
+    cap = njobs + nres + 1  # a bound on candidates at one instant
+    hp, hr, hj = np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.int64)
+    hv, hg = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    nc = 0
+    at, what = np.empty(njobs + 2 * len(free) + 16, np.float64), np.empty(njobs + 2 * len(free) + 16, np.int64)
+    ne = 0
+    stack = np.empty(max(1, len(waits) - njobs), np.int64)
+    for j in range(njobs):
+        if waits[j] == 0:
+            _push_event(at, what, ne, ready[j], j)
+            ne += 1
+    started = 0
+    while ne:
+        now = at[0]
+        while ne and at[0] == now:  # the instant's events
+            w = _pop_event(at, what, ne)
+            ne -= 1
+            if w >= 0:
+                _push_candidate(hp, hr, hj, hv, hg, nc, priority[w], ready[w], w, -1, -1)
+                nc += 1
+            else:
+                e = -1 - w
+                armed[e] = np.nan
+                q = head[e]
+                if q >= 0:
+                    _push_candidate(hp, hr, hj, hv, hg, nc, priority[q], ready[q], q, e, generation[q])
+                    nc += 1
+        limit = now + tolerance
+        while nc:
+            job, came, gen = hj[0], hv[0], hg[0]
+            _drop_candidate(hp, hr, hj, hv, hg, nc)
+            nc -= 1
+            go = True
+            if came >= 0:  # a queue's head: taken off the queue, unless stale
+                if head[came] == job and generation[job] == gen:
+                    head[came] = _merge(left[job], right[job], left, right, priority, ready, via)
+                else:
+                    go = False
+            if go:
+                start = max(ready[job], now)
+                t = transfer[job]
+                if t >= 0:
+                    binding = -1
+                    for k in range(path_start[t], path_start[t + 1]):
+                        if first[path_edge[k]] > start:
+                            start, binding = first[path_edge[k]], path_edge[k]
+                    if start > limit:  # waits in the queue of the resource that frees last
+                        go = False
+                        generation[job] += 1
+                        via[job], left[job], right[job] = binding, -1, -1
+                        head[binding] = _merge(head[binding], job, left, right, priority, ready, via)
+                        if armed[binding] != start:
+                            armed[binding] = start
+                            if ne == len(at):
+                                at, what = _grown(at, what)
+                            _push_event(at, what, ne, start, -1 - binding)
+                            ne += 1
+                    else:
+                        for k in range(path_start[t], path_start[t + 1]):
+                            e, end = path_edge[k], start + path_hold[k]
+                            s = server_at[e]
+                            if servers[e] > 1:  # the server that frees first, then the first such
+                                for x in range(server_at[e] + 1, server_at[e + 1]):
+                                    if free[x] < free[s]:
+                                        s = x
+                                free[s] = end
+                                end = free[server_at[e]]
+                                for x in range(server_at[e] + 1, server_at[e + 1]):
+                                    end = min(end, free[x])
+                            first[e] = end
+                            if record:
+                                taken[ntaken, 0], taken[ntaken, 1], taken[ntaken, 2] = job, e, s - server_at[e]
+                                ntaken += 1
+            if go:
+                starts[job], order[job] = start, started
+                started += 1
+                x, base, ns = job, start, 0
+                while True:  # count the job (then each node it completes) off its arcs' targets
+                    for a in range(arc_start[x], arc_start[x + 1]):
+                        d = arc_to[a]
+                        ready[d] = max(ready[d], base + arc_after[a])
+                        waits[d] -= 1
+                        if waits[d] == 0:
+                            if d >= njobs:
+                                stack[ns] = d
+                                ns += 1
+                            elif ready[d] <= limit:
+                                _push_candidate(hp, hr, hj, hv, hg, nc, priority[d], ready[d], d, -1, -1)
+                                nc += 1
+                            else:
+                                if ne == len(at):
+                                    at, what = _grown(at, what)
+                                _push_event(at, what, ne, ready[d], d)
+                                ne += 1
+                    if ns == 0:
+                        break
+                    ns -= 1
+                    x = stack[ns]
+                    base = ready[x]
+            if came >= 0 and head[came] >= 0:  # the queue it came from offers its next head
+                q = head[came]
+                if first[came] <= limit:
+                    _push_candidate(hp, hr, hj, hv, hg, nc, priority[q], ready[q], q, came, generation[q])
+                    nc += 1
+                elif armed[came] != first[came]:
+                    armed[came] = first[came]
+                    if ne == len(at):
+                        at, what = _grown(at, what)
+                    _push_event(at, what, ne, first[came], -1 - came)
+                    ne += 1
+    return starts, order, taken[:ntaken]
