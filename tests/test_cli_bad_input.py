@@ -139,3 +139,27 @@ def test_milp_interrupted_writes_its_best_result_and_exits_130(tmp_path, monkeyp
     proc = xccl(*args, "--chunkup", "2", "-o", str(out))
     assert proc.returncode == 130, proc.stderr
     assert out.exists() and "interrupted: best verified result kept" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("broken", "says"),
+    [
+        (lambda s: s[-1]["sends"].pop(), "postcondition: rank 2 never gets chunk 3"),
+        (lambda s: s[0]["sends"][0].__setitem__(1, 2), "rank 2 does not hold chunk 0 yet"),
+        (lambda s: s[0]["sends"][0].__setitem__(2, 2), "no link 0 -> 2 in ring:4"),
+    ],
+)
+@pytest.mark.parametrize("order", ["auto", "on"])
+def test_compiling_a_schedule_that_does_not_verify_says_why_it_does_not(tmp_path, xccl, broken, says, order):
+    # `xccl compile` verifies an algorithm beside its lowering (port order auto): whatever the
+    # lowering makes of a broken schedule, the verifier's error is the one reported, and no file
+    import json
+
+    algo = tmp_path / "ag.json"
+    assert xccl("baseline", "ring", "-t", "ring:4", "-C", "allgather", "-o", str(algo)).returncode == 0
+    data = json.loads(algo.read_text())
+    broken(data["schedule"])
+    algo.write_text(json.dumps(data))
+    out = tmp_path / "ag.xml"
+    assert_one_line_error(xccl("compile", str(algo), "--port-order", order, "-o", str(out)), says)
+    assert not out.exists()

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from codegen.passes.aggregate_chunks import WINDOW
 from codegen.protocols import PROTOCOLS
 from codegen.rules import DIALECTS
 from common.errors import XcclError
+from common.forked import forked
 from common.gc_pause import gc_paused
 from common.units import format_size, parse_size
 from runtime.datatypes import REDUCTIONS
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
     from codegen.dsl import ChunkProgram
     from codegen.ir import IR
     from codegen.pipeline import PassRecord, PipelineResult
-    from runtime.choice import Variant
+    from runtime.choice import Choice, Variant
+    from synth.algorithm import Algorithm
     from topologies import Topology
 
 __all__ = ["register"]
@@ -118,20 +121,31 @@ def _compile_algorithm(args: argparse.Namespace) -> Compiled:
 
     algo = Algorithm.load(args.input)
     topo = algorithm_topology(algo, args.topology, args.input)
-    algo.verify(topo)
     if args.port_order != "auto":
+        algo.verify(topo)
         return _run_compiler(lower_algorithm(algo, topo, inplace=args.inplace), args, args.port_order == "on"), topo
+    with forked(partial(algo.verify, topo)) as verifying:  # beside the lowering (2 s at 512 ranks)
+        try:
+            result, choice = _choosing(algo, topo, args)
+        except Exception:
+            verifying.result()  # a schedule that does not verify: its error, not what it broke
+            raise
+        verifying.result()
+    if choice is not None:
+        _stderr(choice.as_written(result.window).describe())
+    return result, topo
+
+
+def _choosing(algo: Algorithm, topo: Topology, args: argparse.Namespace) -> tuple[PipelineResult, Choice | None]:
+    """``runtime.choice.compile_choosing`` of ``algo`` with the command's options."""
     from runtime.choice import compile_choosing
 
     def run(program: ChunkProgram, v: Variant) -> PipelineResult:
         return _run_compiler(program, args, v.port_order, v.window, v.channels, v.port_overlap, v.protocol)
 
-    result, choice = compile_choosing(
+    return compile_choosing(
         algo, topo, run, _result_ir, protocol=args.protocol, channels=args.channels, inplace=args.inplace
     )
-    if choice is not None:
-        _stderr(choice.as_written(result.window).describe())
-    return result, topo
 
 
 Compiled = tuple["PipelineResult", "Topology | None"]
