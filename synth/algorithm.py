@@ -144,6 +144,13 @@ class Algorithm:
 
         verify(self, topology)
 
+    def route(self, topology: Topology) -> None:
+        """Route every rank pair the schedule sends between on ``topology`` now, one search per
+        source (pairs over no link are skipped; the verifier says so), so that processes forked
+        afterwards share the routes instead of each finding them: ``xccl compile`` verifies and
+        times an Algorithm in children (about 2 s of routing each at 512 ranks)."""
+        topology.logical().route({(s.src, s.dst) for step in self.steps for s in step.sends})
+
     def with_provenance(self, **changes: Any) -> Algorithm:
         return replace(self, provenance=replace(self.provenance, **changes))
 

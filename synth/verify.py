@@ -137,8 +137,8 @@ def final_state(algo: Algorithm, topology: Topology | None = None) -> State:
         raise VerificationError(
             f"{algo.name}: the topology has {topology.num_ranks} ranks, the collective {n}"
         )
-    if logical is not None:
-        logical.route({(s.src, s.dst) for step in algo.steps for s in step.sends})
+    if topology is not None:
+        algo.route(topology)
     state = _initial(algo)
     linked: set[tuple[int, int]] = set()
     for index, step in enumerate(algo.steps):

@@ -28,10 +28,22 @@ binary heaps in arrays, sized before the loop (the events' grow in the rare case
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
 
 __all__ = ["run_loop"]
+
+
+def _compiled(fn: Callable) -> Callable:
+    """``fn`` compiled by numba and cached on disk (beside this module, else in the user's cache),
+    so a process loads it instead of compiling it (about 8 s); where numba finds no writable place
+    (a read-only install and home), compiled once per process instead."""
+    try:
+        return njit(cache=True)(fn)
+    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
+        return njit(fn)
 
 
 @njit(inline="always")
@@ -151,7 +163,7 @@ def _merge(a, b, left, right, prio, ready, via):
     return a
 
 
-@njit(cache=True)
+@_compiled
 def _grown(at, what):
     """The event heap's arrays, twice as large."""
     n = len(at)
@@ -160,7 +172,7 @@ def _grown(at, what):
     return at2, what2
 
 
-@njit(cache=True)
+@_compiled
 def run_loop(
     priority, transfer, path_start, path_edge, path_hold, servers, tolerance,
     arc_start, arc_to, arc_after, njobs, waits, ready, record,

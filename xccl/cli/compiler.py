@@ -18,7 +18,7 @@ from codegen.passes.aggregate_chunks import WINDOW
 from codegen.protocols import PROTOCOLS
 from codegen.rules import DIALECTS
 from common.errors import XcclError
-from common.forked import forked
+from common.forked import Forked, forked
 from common.gc_pause import gc_paused
 from common.units import format_size, parse_size
 from runtime.datatypes import REDUCTIONS
@@ -124,28 +124,61 @@ def _compile_algorithm(args: argparse.Namespace) -> Compiled:
     if args.port_order != "auto":
         algo.verify(topo)
         return _run_compiler(lower_algorithm(algo, topo, inplace=args.inplace), args, args.port_order == "on"), topo
-    with forked(partial(algo.verify, topo)) as verifying:  # beside the lowering (2 s at 512 ranks)
-        try:
-            result, choice = _choosing(algo, topo, args)
-        except Exception:
-            verifying.result()  # a schedule that does not verify: its error, not what it broke
-            raise
-        verifying.result()
+    algo.route(topo)  # before the forks: the verifier's child and the timings' share the routes
+    verifier = _Verifier(algo, topo)
+    try:
+        result, choice = _choosing(algo, topo, args, verifier)
+    except Exception:
+        verifier.result()  # a schedule that does not verify: its error, not what it broke
+        raise
+    finally:
+        verifier.close()
     if choice is not None:
         _stderr(choice.as_written(result.window).describe())
     return result, topo
 
 
-def _choosing(algo: Algorithm, topo: Topology, args: argparse.Namespace) -> tuple[PipelineResult, Choice | None]:
-    """``runtime.choice.compile_choosing`` of ``algo`` with the command's options."""
+class _Verifier:
+    """An Algorithm's verification, in a child process (``common.forked``) started with its first
+    compile: a second CPU is idle then (the Algorithm's timings, in children beside the lowering,
+    are done), and the compile takes longer than the verification (2 s at 512 ranks)."""
+
+    def __init__(self, algo: Algorithm, topo: Topology) -> None:
+        self.algo, self.topo = algo, topo
+        self.child: Forked[None] | None = None
+
+    def start(self) -> None:
+        if self.child is None:
+            self.child = forked(partial(self.algo.verify, self.topo))
+
+    def result(self) -> None:
+        """Raise what the verification raises (verified here if no compile started it)."""
+        if self.child is None:
+            self.algo.verify(self.topo)
+        else:
+            self.child.result()
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.close()
+
+
+def _choosing(
+    algo: Algorithm, topo: Topology, args: argparse.Namespace, verifier: _Verifier
+) -> tuple[PipelineResult, Choice | None]:
+    """``runtime.choice.compile_choosing`` of ``algo`` with the command's options, verified
+    beside its compiles (the result once verified)."""
     from runtime.choice import compile_choosing
 
     def run(program: ChunkProgram, v: Variant) -> PipelineResult:
+        verifier.start()
         return _run_compiler(program, args, v.port_order, v.window, v.channels, v.port_overlap, v.protocol)
 
-    return compile_choosing(
+    chosen = compile_choosing(
         algo, topo, run, _result_ir, protocol=args.protocol, channels=args.channels, inplace=args.inplace
     )
+    verifier.result()
+    return chosen
 
 
 Compiled = tuple["PipelineResult", "Topology | None"]
