@@ -13,7 +13,7 @@ served), so the engine's tie rule decides: the call that has waited longest, the
 threadblock id.
 
 Each of those waits is for one other call, known before anything runs (:class:`_Jobs`), so the
-simulator hands the engine every call at once as a graph (:class:`synth.timing.Jobs`), an arc from
+simulator hands the engine every call at once as a graph (:class:`synth.timing.engine.Jobs`), an arc from
 each call to each that waits for it, as the Algorithm model (:mod:`synth.cost`) hands it its sends.
 
 By default each step moves all its chunks in one call (``tile_bytes=None``), the granularity of the

@@ -352,8 +352,8 @@ def _dependencies(
     columns: tuple[np.ndarray, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per group (then per node), how many it waits for, and the arcs to those that wait for it
-    (:func:`synth.timing.arcs_by_source`' ``arcs_from`` and ``arc_to``, each in increasing order): a send
-    reads its chunk at its source once every earlier step's write there has arrived. Sends in step
+    (:func:`synth.timing.engine.arcs_by_source`' ``arcs_from`` and ``arc_to``, each in increasing
+    order): a send reads its chunk at its source once every earlier step's write there has arrived. Sends in step
     order are matched to those writes by sorting (NumPy), through a node per slot and reading step
     (ids from ``len(groups)`` on): the node waits for the slot's writes since its previous node and
     for that node, and the slot's readers at that step wait for it, as each reader waits for every

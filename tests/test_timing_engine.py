@@ -226,3 +226,19 @@ def test_merged_sends_spread_round_robin_over_a_connections_parallel_links():
     assert groups == [[0, 3, 6], [1, 4], [2, 5], [7], [8], [9]]
     assert group_of == [0, 1, 2, 0, 1, 2, 0, 3, 4, 5]
     assert cost._groups(sends, None) == ([[i] for i in range(10)], list(range(10)))
+
+
+def test_a_graph_the_loop_cannot_run_is_refused_before_it_runs():
+    # the compiled loop reads its arrays unchecked: an arc past the last job or a transfer not
+    # given would read or write past them, so run_jobs refuses the graph first
+    network = Network(line(2, 25.0, 0.7), IDEAL)
+    t = network.transfer(0, 1, 1e6)
+    good = _graph(network, [(0, 0.0, (0, 1), 0), (1, 0.0, (0, 1), 1)], 1e6)
+    assert run_jobs(network, good).starts.tolist() == [0.0, 40.0]
+    one = (np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1))  # priority, waits, ready
+    past = Jobs([t], np.array([0]), *one, *arcs_by_source([0], [5], [0.0], 1))
+    with pytest.raises(ValueError, match="arc targets"):
+        run_jobs(network, past)
+    missing = Jobs([t], np.array([1]), *one, *arcs_by_source([], [], [], 1))
+    with pytest.raises(ValueError, match="transfers among those given"):
+        run_jobs(network, missing)

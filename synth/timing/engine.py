@@ -85,6 +85,7 @@ def run_jobs(network: Network, jobs: Jobs, *, record: bool = False) -> Started:
     flat = [item for path in holds for item in path]
     path_edge = np.fromiter((e for e, _ in flat), np.int64, len(flat))
     path_hold = np.fromiter((h for _, h in flat), np.float64, len(flat))
+    _check(jobs, path_edge, len(network.servers))
     starts, order, taken = run_loop(
         np.ascontiguousarray(jobs.priority, np.int64),
         np.ascontiguousarray(jobs.transfer, np.int64),
@@ -107,6 +108,25 @@ def run_jobs(network: Network, jobs: Jobs, *, record: bool = False) -> Started:
         for job, e, k in taken.tolist():
             used.setdefault((network.edges[e], k), []).append(job)
     return Started(starts, order, used)
+
+
+def _check(jobs: Jobs, path_edge: np.ndarray, resources: int) -> None:
+    """Raise ValueError where ``jobs`` is not a graph the loop can run: the compiled loop reads
+    its arrays unchecked, so a feeder's mistake would read or write past them."""
+    n, size = jobs.count, len(jobs.waits)
+    problems = [
+        (len(jobs.priority) != n, "a priority per job"),
+        (size < n or len(jobs.ready) != size, "waits and ready times for every job, then every node"),
+        (len(jobs.arcs_from) != size + 1 or (size and jobs.arcs_from[-1] != len(jobs.arc_to)), "arcs_from over all arcs"),
+        (len(jobs.arc_after) != len(jobs.arc_to), "a time per arc"),
+        (bool(np.any(np.diff(jobs.arcs_from) < 0)), "arcs_from increasing"),
+        (bool(np.any((jobs.arc_to < 0) | (jobs.arc_to >= size))), "arc targets among the jobs and nodes"),
+        (bool(np.any((jobs.transfer < -1) | (jobs.transfer >= len(jobs.transfers)))), "transfers among those given"),
+        (bool(np.any((path_edge < 0) | (path_edge >= resources))), "paths over the network's resources"),
+    ]
+    for bad, expected in problems:
+        if bad:
+            raise ValueError(f"engine: a job graph needs {expected}")
 
 
 def warm_up() -> None:
