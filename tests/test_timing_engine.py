@@ -242,3 +242,20 @@ def test_a_graph_the_loop_cannot_run_is_refused_before_it_runs():
     missing = Jobs([t], np.array([1]), *one, *arcs_by_source([], [], [], 1))
     with pytest.raises(ValueError, match="transfers among those given"):
         run_jobs(network, missing)
+
+
+def test_a_run_that_outgrows_its_room_for_events_runs_again_with_more(monkeypatch):
+    # the compiled loop never reallocates: where more events are pending at once than the room
+    # given, it stops and runs again with twice the room; the starts are those of a roomy run
+    import synth.timing.engine as engine
+
+    network = Network(switch(4, 25.0, 0.7), IDEAL)
+    jobs = [(j, 0.5 * j, (j % 3, 3), j % 2) for j in range(12)]
+    arcs = tuple((j, j + 3, 1.0) for j in range(9))
+    roomy = _run(network, jobs, 1e6, arcs=arcs)
+    tries: list[int] = []
+    run_loop = engine.run_loop
+    monkeypatch.setattr(engine, "_events_room", lambda jobs, servers: 1)
+    monkeypatch.setattr(engine, "run_loop", lambda *args: tries.append(args[-1]) or run_loop(*args))
+    assert _run(network, jobs, 1e6, arcs=arcs) == roomy
+    assert tries[:3] == [1, 2, 4] and len(roomy) == 12

@@ -78,36 +78,50 @@ def arcs_by_source(source: np.ndarray, target: np.ndarray, after: np.ndarray, si
 def run_jobs(network: Network, jobs: Jobs, *, record: bool = False) -> Started:
     """Run ``jobs`` on ``network`` (every transfer in ``jobs.transfers`` made by it); ``record``:
     keep which jobs each server carried (:attr:`Started.used`)."""
-    holds = [t.path for t in jobs.transfers]
-    lengths = np.fromiter((len(p) for p in holds), np.int64, len(holds))
-    path_start = np.zeros(len(holds) + 1, np.int64)
-    np.cumsum(lengths, out=path_start[1:])
-    flat = [item for path in holds for item in path]
-    path_edge = np.fromiter((e for e, _ in flat), np.int64, len(flat))
-    path_hold = np.fromiter((h for _, h in flat), np.float64, len(flat))
-    _check(jobs, path_edge, len(network.servers))
-    starts, order, taken = run_loop(
-        np.ascontiguousarray(jobs.priority, np.int64),
-        np.ascontiguousarray(jobs.transfer, np.int64),
-        path_start,
-        path_edge,
-        path_hold,
-        np.array(network.servers, np.int64),
-        float(network.params.tolerance_us),
-        np.ascontiguousarray(jobs.arcs_from, np.int64),
-        np.ascontiguousarray(jobs.arc_to, np.int64),
-        np.ascontiguousarray(jobs.arc_after, np.float64),
-        jobs.count,
-        np.array(jobs.waits, np.int64),  # copies: the loop uses them up
-        np.array(jobs.ready, np.float64),
-        record,
-    )
+    lengths, paths = _paths(jobs.transfers)
+    _check(jobs, paths[1], len(network.servers))
+    transfer = np.ascontiguousarray(jobs.transfer, np.int64)
+    taken = np.empty((int(lengths[transfer[transfer >= 0]].sum()) if record else 0, 3), np.int64)
+    servers = np.array(network.servers, np.int64)
+    events = _events_room(jobs.count, servers)
+    while True:
+        starts, order, done = run_loop(
+            np.ascontiguousarray(jobs.priority, np.int64), transfer, *paths, servers,
+            float(network.params.tolerance_us),
+            np.ascontiguousarray(jobs.arcs_from, np.int64), np.ascontiguousarray(jobs.arc_to, np.int64),
+            np.ascontiguousarray(jobs.arc_after, np.float64), jobs.count,
+            np.array(jobs.waits, np.int64), np.array(jobs.ready, np.float64),  # copies: used up
+            taken, events,
+        )  # fmt: skip
+        if done:
+            break
+        events *= 2  # more pending at once than the room given: the run again, with more
     used = None
     if record:
         used = {}
         for job, e, k in taken.tolist():
             used.setdefault((network.edges[e], k), []).append(job)
     return Started(starts, order, used)
+
+
+def _paths(transfers: Sequence[Transfer]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Each transfer's path length, and the paths as the loop reads them: where each starts, then
+    every path's resources and holds, one after the other."""
+    holds = [t.path for t in transfers]
+    lengths = np.fromiter((len(p) for p in holds), np.int64, len(holds))
+    path_start = np.zeros(len(holds) + 1, np.int64)
+    np.cumsum(lengths, out=path_start[1:])
+    flat = [item for path in holds for item in path]
+    path_edge = np.fromiter((e for e, _ in flat), np.int64, len(flat))
+    path_hold = np.fromiter((h for _, h in flat), np.float64, len(flat))
+    return lengths, (path_start, path_edge, path_hold)
+
+
+def _events_room(jobs: int, servers: np.ndarray) -> int:
+    """Room for the events pending at once: each job's readiness once, and a resource's freeing per
+    server (its first server's next free time; a few more where instants fall within the
+    tolerance). Where that is short the loop stops and :func:`run_jobs` runs it again with twice."""
+    return jobs + 2 * int(servers.sum()) + 64
 
 
 def _check(jobs: Jobs, path_edge: np.ndarray, resources: int) -> None:

@@ -163,23 +163,97 @@ def _merge(a, b, left, right, prio, ready, via):
     return a
 
 
-@_compiled
-def _grown(at, what):
-    """The event heap's arrays, twice as large."""
-    n = len(at)
-    at2, what2 = np.empty(2 * n, np.float64), np.empty(2 * n, np.int64)
-    at2[:n], what2[:n] = at, what
-    return at2, what2
+@njit(inline="always")
+def _take(first, free, server_at, servers, path_start, path_edge, path_hold, t, start, job, taken, ntaken):
+    """Transfer ``t`` started by ``job`` at ``start`` takes, on each resource of its path, the
+    server that frees first (the first such); where ``taken`` has room, it says which. Returns how
+    many servers ``taken`` holds."""
+    for k in range(path_start[t], path_start[t + 1]):
+        e, end = path_edge[k], start + path_hold[k]
+        s = server_at[e]
+        if servers[e] > 1:
+            for x in range(server_at[e] + 1, server_at[e + 1]):
+                if free[x] < free[s]:
+                    s = x
+            free[s] = end
+            end = free[server_at[e]]
+            for x in range(server_at[e] + 1, server_at[e + 1]):
+                end = min(end, free[x])
+        first[e] = end
+        if ntaken < len(taken):
+            taken[ntaken, 0], taken[ntaken, 1], taken[ntaken, 2] = job, e, s - server_at[e]
+            ntaken += 1
+    return ntaken
+
+
+@njit(inline="always")
+def _queue(job, e, start, head, left, right, via, generation, priority, ready, armed, at, what, ne):
+    """``job``, blocked until ``start`` by resource ``e``, waits in its queue; the resource's freeing
+    then becomes an event (unless one is pending for that instant). Returns the events' count
+    (-1: no room for the event)."""
+    generation[job] += 1
+    via[job], left[job], right[job] = e, -1, -1
+    head[e] = _merge(head[e], job, left, right, priority, ready, via)
+    return _arm(e, start, armed, at, what, ne)
+
+
+@njit(inline="always")
+def _arm(e, t, armed, at, what, ne):
+    """Resource ``e``'s freeing at ``t`` as an event, unless one is pending for that instant.
+    Returns the events' count (-1: no room)."""
+    if armed[e] == t:
+        return ne
+    if ne == len(at):
+        return -1
+    armed[e] = t
+    _push_event(at, what, ne, t, -1 - e)
+    return ne + 1
+
+
+@njit(inline="always")
+def _count_off(
+    job, start, limit, njobs, arc_start, arc_to, arc_after, waits, ready, priority, stack, hp, hr, hj, hv, hg,
+    nc, at, what, ne,
+):
+    """Count ``job``, started at ``start``, off its arcs' targets (and each node it completes off
+    theirs, at once): a job whose last wait this is becomes a candidate of this instant, or an
+    event of a later one. Returns the candidates' and the events' counts (events -1: no room)."""
+    x, base, ns = job, start, 0
+    while True:
+        for a in range(arc_start[x], arc_start[x + 1]):
+            d = arc_to[a]
+            ready[d] = max(ready[d], base + arc_after[a])
+            waits[d] -= 1
+            if waits[d] != 0:
+                continue
+            if d >= njobs:
+                stack[ns] = d
+                ns += 1
+            elif ready[d] <= limit:
+                _push_candidate(hp, hr, hj, hv, hg, nc, priority[d], ready[d], d, -1, -1)
+                nc += 1
+            elif ne == len(at):
+                return nc, -1
+            else:
+                _push_event(at, what, ne, ready[d], d)
+                ne += 1
+        if ns == 0:
+            return nc, ne
+        ns -= 1
+        x = stack[ns]
+        base = ready[x]
 
 
 @_compiled
 def run_loop(
     priority, transfer, path_start, path_edge, path_hold, servers, tolerance,
-    arc_start, arc_to, arc_after, njobs, waits, ready, record,
+    arc_start, arc_to, arc_after, njobs, waits, ready, taken, events,
 ):
-    """Run the job graph (module docstring); ``waits`` and ``ready`` are used up. Returns each
-    job's start (NaN: never), its place in start order (-1: never), and where ``record`` the
-    (job, resource, server) of every server taken, in start order (else empty)."""
+    """Run the job graph (module docstring); ``waits`` and ``ready`` are used up, ``taken`` (rows
+    of (job, resource, server), one per server a started job takes, in start order) filled while
+    it has room. Returns each job's start (NaN: never), its place in start order (-1: never) and
+    whether it ran to the end: False where ``events`` pending at once were too few (the caller
+    runs it again with more; a heap that never grows keeps the loop free of reallocations)."""
     nres = len(servers)
     server_at = np.zeros(nres + 1, np.int64)
     for r in range(nres):
@@ -191,51 +265,40 @@ def run_loop(
     left, right = np.full(njobs, -1, np.int64), np.full(njobs, -1, np.int64)
     via, generation = np.full(njobs, -1, np.int64), np.zeros(njobs, np.int64)
     starts, order = np.full(njobs, np.nan), np.full(njobs, -1, np.int64)
-    held = 0
-    if record:
-        for j in range(njobs):
-            if transfer[j] >= 0:
-                held += path_start[transfer[j] + 1] - path_start[transfer[j]]
-    taken = np.empty((held, 3), np.int64)
-    ntaken = 0
-    cap = njobs + nres + 1  # a bound on candidates at one instant
+    cap = njobs + nres + 1  # a bound on the candidates at one instant
     hp, hr, hj = np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.int64)
     hv, hg = np.empty(cap, np.int64), np.empty(cap, np.int64)
-    nc = 0
-    at, what = np.empty(njobs + 2 * len(free) + 16, np.float64), np.empty(njobs + 2 * len(free) + 16, np.int64)
-    ne = 0
+    at, what = np.empty(events, np.float64), np.empty(events, np.int64)
     stack = np.empty(max(1, len(waits) - njobs), np.int64)
+    nc, ne, ntaken, started = 0, 0, 0, 0
     for j in range(njobs):
         if waits[j] == 0:
+            if ne == events:
+                return starts, order, False
             _push_event(at, what, ne, ready[j], j)
             ne += 1
-    started = 0
     while ne:
         now = at[0]
-        while ne and at[0] == now:  # the instant's events
+        while ne and at[0] == now:  # the instant's events: ready jobs, freed resources' queue heads
             w = _pop_event(at, what, ne)
             ne -= 1
             if w >= 0:
                 _push_candidate(hp, hr, hj, hv, hg, nc, priority[w], ready[w], w, -1, -1)
                 nc += 1
             else:
-                e = -1 - w
-                armed[e] = np.nan
-                q = head[e]
+                armed[-1 - w] = np.nan
+                q = head[-1 - w]
                 if q >= 0:
-                    _push_candidate(hp, hr, hj, hv, hg, nc, priority[q], ready[q], q, e, generation[q])
+                    _push_candidate(hp, hr, hj, hv, hg, nc, priority[q], ready[q], q, -1 - w, generation[q])
                     nc += 1
         limit = now + tolerance
         while nc:
             job, came, gen = hj[0], hv[0], hg[0]
             _drop_candidate(hp, hr, hj, hv, hg, nc)
             nc -= 1
-            go = True
-            if came >= 0:  # a queue's head: taken off the queue, unless stale
-                if head[came] == job and generation[job] == gen:
-                    head[came] = _merge(left[job], right[job], left, right, priority, ready, via)
-                else:
-                    go = False
+            go = came < 0 or (head[came] == job and generation[job] == gen)  # else a stale copy
+            if go and came >= 0:  # a queue's head: taken off its queue
+                head[came] = _merge(left[job], right[job], left, right, priority, ready, via)
             if go:
                 start = max(ready[job], now)
                 t = transfer[job]
@@ -246,66 +309,29 @@ def run_loop(
                             start, binding = first[path_edge[k]], path_edge[k]
                     if start > limit:  # waits in the queue of the resource that frees last
                         go = False
-                        generation[job] += 1
-                        via[job], left[job], right[job] = binding, -1, -1
-                        head[binding] = _merge(head[binding], job, left, right, priority, ready, via)
-                        if armed[binding] != start:
-                            armed[binding] = start
-                            if ne == len(at):
-                                at, what = _grown(at, what)
-                            _push_event(at, what, ne, start, -1 - binding)
-                            ne += 1
+                        ne = _queue(
+                            job, binding, start, head, left, right, via, generation, priority, ready,
+                            armed, at, what, ne,
+                        )  # fmt: skip
                     else:
-                        for k in range(path_start[t], path_start[t + 1]):
-                            e, end = path_edge[k], start + path_hold[k]
-                            s = server_at[e]
-                            if servers[e] > 1:  # the server that frees first, then the first such
-                                for x in range(server_at[e] + 1, server_at[e + 1]):
-                                    if free[x] < free[s]:
-                                        s = x
-                                free[s] = end
-                                end = free[server_at[e]]
-                                for x in range(server_at[e] + 1, server_at[e + 1]):
-                                    end = min(end, free[x])
-                            first[e] = end
-                            if record:
-                                taken[ntaken, 0], taken[ntaken, 1], taken[ntaken, 2] = job, e, s - server_at[e]
-                                ntaken += 1
+                        ntaken = _take(
+                            first, free, server_at, servers, path_start, path_edge, path_hold, t, start,
+                            job, taken, ntaken,
+                        )  # fmt: skip
             if go:
                 starts[job], order[job] = start, started
                 started += 1
-                x, base, ns = job, start, 0
-                while True:  # count the job (then each node it completes) off its arcs' targets
-                    for a in range(arc_start[x], arc_start[x + 1]):
-                        d = arc_to[a]
-                        ready[d] = max(ready[d], base + arc_after[a])
-                        waits[d] -= 1
-                        if waits[d] == 0:
-                            if d >= njobs:
-                                stack[ns] = d
-                                ns += 1
-                            elif ready[d] <= limit:
-                                _push_candidate(hp, hr, hj, hv, hg, nc, priority[d], ready[d], d, -1, -1)
-                                nc += 1
-                            else:
-                                if ne == len(at):
-                                    at, what = _grown(at, what)
-                                _push_event(at, what, ne, ready[d], d)
-                                ne += 1
-                    if ns == 0:
-                        break
-                    ns -= 1
-                    x = stack[ns]
-                    base = ready[x]
-            if came >= 0 and head[came] >= 0:  # the queue it came from offers its next head
+                nc, ne = _count_off(
+                    job, start, limit, njobs, arc_start, arc_to, arc_after, waits, ready, priority,
+                    stack, hp, hr, hj, hv, hg, nc, at, what, ne,
+                )  # fmt: skip
+            if ne >= 0 and came >= 0 and head[came] >= 0:  # the queue it came from offers its next head
                 q = head[came]
                 if first[came] <= limit:
                     _push_candidate(hp, hr, hj, hv, hg, nc, priority[q], ready[q], q, came, generation[q])
                     nc += 1
-                elif armed[came] != first[came]:
-                    armed[came] = first[came]
-                    if ne == len(at):
-                        at, what = _grown(at, what)
-                    _push_event(at, what, ne, first[came], -1 - came)
-                    ne += 1
-    return starts, order, taken[:ntaken]
+                else:
+                    ne = _arm(came, first[came], armed, at, what, ne)
+            if ne < 0:
+                return starts, order, False
+    return starts, order, True
