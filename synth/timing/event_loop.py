@@ -23,7 +23,8 @@ The loop (non-delay list scheduling, event driven):
 A queue's candidate carries the job's queue generation; a job queued again since (on any resource)
 has a new one, so the stale copy is passed over. Per-resource queues are skew heaps threaded
 through per-job arrays (a job waits in one queue at a time); the candidates and the events are
-binary heaps in arrays, sized before the loop (the events' grow in the rare case they must).
+binary heaps in arrays sized before the loop, which never reallocates: where more events are
+pending at once than the room given, it stops, and the caller runs it again with more.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def _pop_event(at, what, size):
 
 
 @njit(inline="always")
-def _queued_first(a, b, prio, ready, via):
+def _queued_first(a, b, prio, ready):
     """Queued job ``a`` goes before queued job ``b`` (one queue: the same resource)."""
     if prio[a] != prio[b]:
         return prio[a] < prio[b]
@@ -141,13 +142,13 @@ def _queued_first(a, b, prio, ready, via):
 
 
 @njit(inline="always")
-def _merge(a, b, left, right, prio, ready, via):
+def _merge(a, b, left, right, prio, ready):
     """The root of skew heaps ``a`` and ``b`` merged (-1: empty; top-down, children swapped)."""
     if a < 0:
         return b
     if b < 0:
         return a
-    if _queued_first(b, a, prio, ready, via):
+    if _queued_first(b, a, prio, ready):
         a, b = b, a
     cur = a
     while True:
@@ -156,7 +157,7 @@ def _merge(a, b, left, right, prio, ready, via):
         if nxt < 0:
             left[cur] = b
             break
-        if _queued_first(b, nxt, prio, ready, via):
+        if _queued_first(b, nxt, prio, ready):
             nxt, b = b, nxt
         left[cur] = nxt
         cur = nxt
@@ -187,13 +188,13 @@ def _take(first, free, server_at, servers, path_start, path_edge, path_hold, t, 
 
 
 @njit(inline="always")
-def _queue(job, e, start, head, left, right, via, generation, priority, ready, armed, at, what, ne):
+def _queue(job, e, start, head, left, right, generation, priority, ready, armed, at, what, ne):
     """``job``, blocked until ``start`` by resource ``e``, waits in its queue; the resource's freeing
     then becomes an event (unless one is pending for that instant). Returns the events' count
     (-1: no room for the event)."""
     generation[job] += 1
-    via[job], left[job], right[job] = e, -1, -1
-    head[e] = _merge(head[e], job, left, right, priority, ready, via)
+    left[job], right[job] = -1, -1
+    head[e] = _merge(head[e], job, left, right, priority, ready)
     return _arm(e, start, armed, at, what, ne)
 
 
@@ -263,7 +264,7 @@ def run_loop(
     armed = np.full(nres, np.nan)  # per resource, the instant of its pending freeing event
     head = np.full(nres, -1, np.int64)  # per resource, its queue's root job
     left, right = np.full(njobs, -1, np.int64), np.full(njobs, -1, np.int64)
-    via, generation = np.full(njobs, -1, np.int64), np.zeros(njobs, np.int64)
+    generation = np.zeros(njobs, np.int64)  # per job, how often it was queued
     starts, order = np.full(njobs, np.nan), np.full(njobs, -1, np.int64)
     cap = njobs + nres + 1  # a bound on the candidates at one instant
     hp, hr, hj = np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.int64)
@@ -298,7 +299,7 @@ def run_loop(
             nc -= 1
             go = came < 0 or (head[came] == job and generation[job] == gen)  # else a stale copy
             if go and came >= 0:  # a queue's head: taken off its queue
-                head[came] = _merge(left[job], right[job], left, right, priority, ready, via)
+                head[came] = _merge(left[job], right[job], left, right, priority, ready)
             if go:
                 start = max(ready[job], now)
                 t = transfer[job]
@@ -310,7 +311,7 @@ def run_loop(
                     if start > limit:  # waits in the queue of the resource that frees last
                         go = False
                         ne = _queue(
-                            job, binding, start, head, left, right, via, generation, priority, ready,
+                            job, binding, start, head, left, right, generation, priority, ready,
                             armed, at, what, ne,
                         )  # fmt: skip
                     else:
