@@ -112,7 +112,10 @@ class Forked(Generic[T]):
                 self.close()
                 raise
             if answer is _INLINE:
-                answer = (True, self._fn())  # type: ignore[misc]  # raises as it would
+                try:
+                    answer = (True, self._fn())  # type: ignore[misc]
+                except Exception as exc:  # kept, as a child's is: asked again, raised again, not rerun
+                    answer = (False, exc)
             self._answer, self._fn = answer, None
         returned, value = self._answer
         if not returned:

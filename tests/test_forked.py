@@ -157,6 +157,23 @@ def test_the_environment_variable_keeps_the_work_inline(monkeypatch):
     assert together(os.getpid, os.getpid) == [os.getpid()] * 2
 
 
+def test_work_done_inline_is_done_once_even_where_it_fails(monkeypatch):
+    # as a child's answer is kept, so is the inline one: asking again raises the same error, and
+    # the work (a 512-rank verification: 2 s) does not run again
+    monkeypatch.setenv(ENV, "0")
+    calls: list[int] = []
+
+    def fails() -> None:
+        calls.append(1)
+        raise XcclError("broken schedule")
+
+    job = forked(fails)
+    for _ in range(2):
+        with pytest.raises(XcclError, match="broken schedule"):
+            job.result()
+    assert calls == [1]
+
+
 def test_one_cpu_keeps_the_work_inline(monkeypatch):
     monkeypatch.setattr(forked_module, "_cpus", lambda: 1)
     assert forked(os.getpid).pid is None
