@@ -201,6 +201,8 @@ def _layers(n: int, pred: np.ndarray, succ: np.ndarray) -> np.ndarray | None:
     a cycle leaves nodes unpeeled."""
     import numpy as np
 
+    from topologies.numeric import ranges
+
     layer = np.full(n, -1, np.int64)
     indegree = np.bincount(succ, minlength=n)
     by_pred = np.argsort(pred, kind="stable")
@@ -213,9 +215,7 @@ def _layers(n: int, pred: np.ndarray, succ: np.ndarray) -> np.ndarray | None:
         total = int(counts.sum())
         if not total:
             break
-        ends = np.cumsum(counts)
-        edges = np.repeat(lo - ends + counts, counts) + np.arange(total)  # the out-edges, by place
-        reached = targets[edges]
+        reached = targets[ranges(lo, counts)]  # the out-edges' targets
         reached.sort()
         first = np.flatnonzero(np.concatenate(([True], reached[1:] != reached[:-1])))
         nodes = reached[first]

@@ -260,9 +260,11 @@ def _judge_deps(
     steps some step awaits that lack ``has_dep``."""
     import numpy as np
 
+    from topologies.numeric import ranges  # NumPy: loaded when an IR is judged, not with the CLI
+
     n = table.ndeps[table.which]  # per step, its dependencies
     at = np.repeat(np.arange(n.size), n)  # per dependency, the step waiting
-    picked = np.repeat(table.dep_first[table.which] - (np.cumsum(n) - n), n) + np.arange(at.size)
+    picked = ranges(table.dep_first[table.which], n)
     dep_tb, dep_op = table.dep_tb[picked], table.dep_op[picked]
     gpu = np.fromiter((a for a, _, _ in tbs), np.int64, len(tbs))
     ids = np.fromiter((tb.id for _, _, tb in tbs), np.int64, len(tbs))
