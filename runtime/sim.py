@@ -41,7 +41,7 @@ from runtime.program import Transmission, judged, transmissions
 from synth.collectives import Collective
 from synth.cost import SimResult, algbw_GBps
 from synth.timing import DEFAULT_MODEL, Network, Params, Transfer, model_params
-from synth.timing.engine import Jobs, arcs_by_source, run_jobs
+from synth.timing.engine import Jobs, arc_sources, arcs_by_source, run_jobs
 from topologies.model import Topology
 from topologies.numeric import distinct, ranges
 
@@ -345,7 +345,7 @@ class _Sim:
         does not carry is refused once it would have started (a broken IR; a sound one pays
         nothing for the check)."""
         jobs = self.jobs
-        src = np.repeat(np.arange(len(jobs.tb)), np.diff(jobs.arcs_from))
+        src = arc_sources(jobs.arcs_from)
         after = np.select(
             [jobs.arc_kind == _ARRIVAL, jobs.arc_kind == _END], [self.delay[src], self.busy[src]], 0.0
         )

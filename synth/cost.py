@@ -31,7 +31,7 @@ import numpy as np
 from common.memo import SameObjects
 from common.units import BYTES_PER_US_PER_GBPS
 from synth.timing import DEFAULT, IDEAL, PROTOCOLS, Network, Params, model_params
-from synth.timing.engine import Jobs, arcs_by_source, run_jobs
+from synth.timing.engine import Jobs, arc_sources, arcs_by_source, run_jobs
 from topologies.numeric import distinct, ranges
 
 if TYPE_CHECKING:
@@ -300,8 +300,7 @@ def _run(
     if ready is not None and len(ready):
         given = np.asarray(ready, np.float64)
         np.maximum.at(ready_at, np.asarray(group_of[: len(given)], np.int64), given)
-    source = np.repeat(np.arange(len(waits)), np.diff(arcs_from))
-    after = np.where(source < size, np.concatenate((delays, np.zeros(len(waits) - size)))[source], 0.0)
+    after = np.concatenate((delays, np.zeros(len(waits) - size)))[arc_sources(arcs_from)]  # nodes: 0
     jobs = Jobs(made, np.asarray(link_of, np.int64), np.arange(size), waits, ready_at, arcs_from, arc_to, after)
     starts = run_jobs(network, jobs).starts
     never = np.isnan(starts)  # keeps 0.0 for both

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from synth.timing.model import Network, Transfer
     from topologies.logical import Edge
 
-__all__ = ["Jobs", "Started", "arcs_by_source", "run_jobs", "warm_up"]
+__all__ = ["Jobs", "Started", "arc_sources", "arcs_by_source", "run_jobs", "warm_up"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,12 @@ def arcs_by_source(source: np.ndarray, target: np.ndarray, after: np.ndarray, si
     start = np.zeros(size + 1, np.int64)
     np.cumsum(np.bincount(source, minlength=size), out=start[1:])
     return start, np.asarray(target, np.int64)[order], np.asarray(after, np.float64)[order]
+
+
+def arc_sources(arcs_from: np.ndarray) -> np.ndarray:
+    """Each arc's source, from :class:`Jobs`' ``arcs_from``: for a feeder that prices its arcs by
+    what their source does (a start, an arrival, an end), once per model."""
+    return np.repeat(np.arange(len(arcs_from) - 1), np.diff(arcs_from))
 
 
 def run_jobs(network: Network, jobs: Jobs, *, record: bool = False) -> Started:
