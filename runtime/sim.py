@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from codegen.ir import IR, Op
-from codegen.rules import MAX_COUNT, Folded, connections, fold_steps, get_dialect
+from codegen.ir import IR, Dep, Op, Threadblock
+from codegen.rules import MAX_COUNT, connections, fold_steps, get_dialect, runs_alone
 from common.gc_pause import gc_paused
 from common.memo import SameObjects
 from runtime import protocol
@@ -99,41 +100,48 @@ _OPS, _DEPS, _COUNT, _HAS_DEP, _KIND = (
     attrgetter("ops"), attrgetter("deps"), attrgetter("count"), attrgetter("has_dep"), attrgetter("type")
 )  # fmt: skip
 _RECEIVES, _SENDS = attrgetter("receives"), attrgetter("sends")
+_TB, _OP = attrgetter("tb"), attrgetter("op")
 
 
 def _plan(ir: IR, connections: tuple[tuple[int, int, int], ...]) -> _Plan:
     """The plan of a judged IR (:func:`runtime.program.judged`), folded as the runtime's parser
     folds it, without a :class:`Transmission` object per step (half a million at 512 ranks):
     the fields the simulator reads are taken in C (``map``) from the ops that head and end each
-    transmission."""
+    transmission. A threadblock whose steps each run alone (:func:`codegen.rules.runs_alone`:
+    most) is read as it is, with no :class:`Folded` made per step."""
     d = get_dialect("msccl")
     tbs = sorted(
         ((gpu.rank, tb) for gpu in ir.gpus for tb in gpu.threadblocks), key=lambda x: (x[0], x[1].id)
     )
-    index = {(r, tb.id): j for j, (r, tb) in enumerate(tbs)}
     heads: list[Op] = []
     tails: list[Op] = []
-    folds: list[Folded] = []
-    per_tb, deps = [], []
-    for r, tb in tbs:
-        ops, folded = tb.ops, fold_steps(tb.ops, d)
-        per_tb.append(len(folded))
-        folds.extend(folded)
-        if len(folded) == len(ops):  # each op alone, in order
+    steps: list[int] = []
+    deps: list[tuple[Dep, ...]] = []  # per transmission, what it waits for
+    per_tb = []
+    for _, tb in tbs:
+        ops = tb.ops
+        if runs_alone(ops):
             heads.extend(ops)
             tails.extend(ops)
-        else:
-            heads.extend(map(ops.__getitem__, map(_FIRST, map(_OPS, folded))))
-            tails.extend(map(ops.__getitem__, map(_LAST, map(_OPS, folded))))
-        deps.extend((index[(r, dep.tb)], dep.op) for f in folded if f.deps for dep in f.deps)
-    n = len(folds)
+            steps.extend(range(len(ops)))
+            deps.extend(map(_DEPS, ops))
+            per_tb.append(len(ops))
+            continue
+        folded = fold_steps(ops, d)
+        last = list(map(_LAST, map(_OPS, folded)))
+        heads.extend(map(ops.__getitem__, map(_FIRST, map(_OPS, folded))))
+        tails.extend(map(ops.__getitem__, last))
+        steps.extend(last)
+        deps.extend(map(_DEPS, folded))
+        per_tb.append(len(folded))
+    n = len(heads)
     kinds = list(map(_KIND, heads))
     has_dep = np.fromiter(map(_HAS_DEP, tails), bool, n)
-    step = np.fromiter(map(_LAST, map(_OPS, folds)), np.int64, n)
-    ndeps = np.fromiter(map(len, map(_DEPS, folds)), np.int64, n)
-    dep_tb, dep_op = np.array(deps, np.int64).reshape(-1, 2).T
+    step = np.array(steps, np.int64)
+    ndeps = np.fromiter(map(len, deps), np.int64, n)
     per_tb_a = np.array(per_tb, np.int64)
     tx_tb = np.repeat(np.arange(len(tbs)), per_tb_a)
+    dep_tb, dep_op = _dep_columns(tbs, tx_tb, ndeps, list(chain.from_iterable(deps)))
     publications = np.bincount(tx_tb[has_dep], minlength=len(tbs))
     # bisect_left of each op among its publisher's steps that publish (increasing), all at once
     span = int(max(step.max(initial=0), dep_op.max(initial=0))) + 1
@@ -152,6 +160,20 @@ def _plan(ir: IR, connections: tuple[tuple[int, int, int], ...]) -> _Plan:
         np.array([-1 if tb.send is None else conns[(r, tb.send, tb.channel)] for r, tb in tbs], np.int64),
         connections,
     )  # fmt: skip
+
+
+def _dep_columns(
+    tbs: list[tuple[int, Threadblock]], tx_tb: np.ndarray, ndeps: np.ndarray, deps: list[Dep]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each dependency's threadblock (its place in ``tbs``, found on the rank of the transmission
+    that waits: ``tx_tb``, ``ndeps`` each) and op, read in C from the ``deps`` in order."""
+    rank = np.array([r for r, _ in tbs], np.int64)
+    ids = np.array([tb.id for _, tb in tbs], np.int64)
+    place = np.zeros((int(rank.max(initial=0)) + 1, int(ids.max(initial=0)) + 1), np.int64)
+    place[rank, ids] = np.arange(len(tbs))
+    dep_rank = np.repeat(rank[tx_tb], ndeps)
+    dep_tb = place[dep_rank, np.fromiter(map(_TB, deps), np.int64, len(deps))]
+    return dep_tb, np.fromiter(map(_OP, deps), np.int64, len(deps))
 
 
 @dataclass(frozen=True, eq=False)

@@ -43,6 +43,7 @@ from codegen.rules.runtime import (
     machine_problems,
     placed_problems,
     reduction_problems,
+    runs_alone,
 )
 from codegen.rules.structure import (
     Sizes,
@@ -109,6 +110,7 @@ __all__ = [
     "placed_problems",
     "ranks_in_order",
     "reduction_problems",
+    "runs_alone",
     "strtol",
     "structure_problems",
     "threadblock_problems",

@@ -35,6 +35,7 @@ __all__ = [
     "machine_problems",
     "placed_problems",
     "reduction_problems",
+    "runs_alone",
 ]
 
 
@@ -301,7 +302,7 @@ class Folded:
 
 def fold_steps(ops: Sequence[Op], d: Dialect) -> tuple[Folded, ...]:
     """How ``d``'s parser reads one threadblock's steps (see the module docstring)."""
-    if _FOLDING.isdisjoint(map(_TYPE, ops)):  # no nop, no re (most threadblocks): each step runs alone
+    if runs_alone(ops):
         return tuple(Folded((i,), op.deps) if op.deps else _alone(i) for i, op in enumerate(ops))
     out: list[Folded] = []
     pending: list[Dep] = []
@@ -319,6 +320,12 @@ def fold_steps(ops: Sequence[Op], d: Dialect) -> tuple[Folded, ...]:
         chained = key is not None and not op.has_dep and len(out[-1].ops) < d.reduce_fusion
         chain = key if chained else None
     return tuple(out)
+
+
+def runs_alone(ops: Sequence[Op]) -> bool:
+    """Whether :func:`fold_steps` runs each of one threadblock's steps alone: it has no nop and
+    no ``re`` (most threadblocks)."""
+    return _FOLDING.isdisjoint(map(_TYPE, ops))
 
 
 _FOLDING = frozenset((OpType.NOP, OpType.REDUCE))
