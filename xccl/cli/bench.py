@@ -25,7 +25,7 @@ from runtime.torch.backend import MAX_TIMEOUT_S
 from runtime.torch.launch import DEFAULT_TIMEOUT_S, DIST_BACKENDS
 from synth.timing.calibration import DEFAULT_MODEL, MODELS
 from xccl.cli.algorithms import algorithm_topology
-from xccl.cli.common import input_kind
+from xccl.cli.common import InputFile
 from xccl.cli.output import format_table, print_json, print_table, progress, slow_stage
 from xccl.cli.solving import long_command
 
@@ -76,11 +76,11 @@ def load_runnable(
     keeps within ``per_rank`` threadblocks per rank where a layout does; an IR file runs as written."""
     from topologies import load
 
-    kind = input_kind(source)
-    if params and kind != "program":
-        what = "an IR" if kind == "ir" else "an algorithm"
+    given = InputFile(source)
+    if params and given.kind != "program":
+        what = "an IR" if given.kind == "ir" else "an algorithm"
         raise DslError(f"{source}: -D applies to DSL programs, not to {what}")
-    return LOADERS[kind](source, params, inplace, load(topology) if topology else None, per_rank or _no_bound)
+    return LOADERS[given.kind](given, params, inplace, load(topology) if topology else None, per_rank or _no_bound)
 
 
 def _no_bound(num_ranks: int) -> None:
@@ -89,38 +89,37 @@ def _no_bound(num_ranks: int) -> None:
 
 
 def _ir(
-    source: str, params: dict[str, object], inplace: bool, topology: Topology | None, per_rank: PerRank
+    given: InputFile, params: dict[str, object], inplace: bool, topology: Topology | None, per_rank: PerRank
 ) -> Runnable:
     """An IR file, run as written (judged by its own dialect's window)."""
     from runtime.selection import run_target
 
-    target = run_target(source)
+    target = run_target(given.source)
     return Runnable(target.ir, topology, target.declared, target.dialect)
 
 
 def _program(
-    source: str, params: dict[str, object], inplace: bool, topology: Topology | None, per_rank: PerRank
+    given: InputFile, params: dict[str, object], inplace: bool, topology: Topology | None, per_rank: PerRank
 ) -> Runnable:
     """A DSL program, compiled for the runtime that runs its collective, on the topology it names."""
     from codegen.loader import load_program
     from runtime.selection import run_target, runtime_dialect
 
-    prog = load_program(source, params)
+    prog = load_program(given.source, params)
     limit = per_rank(prog.collective.num_ranks)
     target = _within(lambda d: run_target(prog, d), runtime_dialect(prog.collective.name), limit)
     return Runnable(target.ir, topology or prog.topology, target.declared, target.dialect)
 
 
 def _algorithm(
-    source: str, params: dict[str, object], inplace: bool, topology: Topology | None, per_rank: PerRank
+    given: InputFile, params: dict[str, object], inplace: bool, topology: Topology | None, per_rank: PerRank
 ) -> Runnable:
     """An algorithm file, verified on its topology and compiled (for in-place calls if ``inplace``)
     as ``xccl compile`` compiles it (a timed schedule: the port order the IR simulator finds faster)."""
     from runtime.choice import compile_fastest
-    from synth.algorithm import Algorithm
 
-    algo = Algorithm.load(source)
-    topo = algorithm_topology(algo, topology, source)
+    algo = given.algorithm()
+    topo = algorithm_topology(algo, topology, given.source)
     algo.verify(topo)
     limit = per_rank(algo.collective.num_ranks)
     ir = _within(lambda d: compile_fastest(algo, topo, inplace=inplace, dialect=d)[0], "azure", limit)
@@ -134,12 +133,12 @@ def _within(compile: Callable[[Dialect], T], dialect: str, limit: int | None) ->
     return compiled_within(compile, dialect, limit, progress)
 
 
-LOADERS: dict[str, Callable[[str, dict[str, object], bool, Topology | None, PerRank], Runnable]] = {
+LOADERS: dict[str, Callable[[InputFile, dict[str, object], bool, Topology | None, PerRank], Runnable]] = {
     "ir": _ir,
     "program": _program,
     "algorithm": _algorithm,
 }
-"""How ``run`` and ``bench`` get an IR from each kind of FILE (``xccl.cli.common.input_kind``)."""
+"""How ``run`` and ``bench`` get an IR from each kind of FILE (``xccl.cli.common.InputFile``)."""
 
 
 def _placement(ir: IR, inplace: bool) -> bool:

@@ -23,7 +23,7 @@ from common.gc_pause import gc_paused
 from common.units import format_size, parse_size
 from runtime.datatypes import REDUCTIONS
 from xccl.cli.algorithms import algorithm_topology
-from xccl.cli.common import input_kind
+from xccl.cli.common import InputFile
 from xccl.cli.output import format_table, slow_stage
 from xccl.cli.solving import positive_int
 
@@ -69,7 +69,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.output:
         check_writable(args.output, args.force, CodegenError)
     with slow_stage(f"compiling {args.input}"):
-        result, topology = COMPILERS[input_kind(args.input)](args)
+        given = InputFile(args.input)
+        result, topology = COMPILERS[given.kind](args, given)
     ir = _selected(_result_ir(result), args.min_bytes, args.max_bytes)
     _report_passes(result.records, args.time_passes)
     with slow_stage(f"writing {args.dialect}"):
@@ -83,7 +84,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compile_ir(args: argparse.Namespace) -> Compiled:
+def _compile_ir(args: argparse.Namespace, given: InputFile) -> Compiled:
     """An IR file: checked for what it computes, then normalized and checked again (no topology)."""
     from codegen.formats import load_ir
     from codegen.pipeline import run_pipeline
@@ -103,7 +104,7 @@ def _compile_ir(args: argparse.Namespace) -> Compiled:
     return run_pipeline(ir, IR_PASSES, verify_each=args.verify_each, print_after=tuple(args.print_after)), None
 
 
-def _compile_program(args: argparse.Namespace) -> Compiled:
+def _compile_program(args: argparse.Namespace, given: InputFile) -> Compiled:
     """A DSL program (a file, or a shipped example) with its ``-D`` parameters."""
     from codegen.loader import load_program, parse_params
 
@@ -114,12 +115,11 @@ def _compile_program(args: argparse.Namespace) -> Compiled:
 
 
 @gc_paused()  # loading, verifying and lowering build millions of acyclic objects (common.gc_pause)
-def _compile_algorithm(args: argparse.Namespace) -> Compiled:
+def _compile_algorithm(args: argparse.Namespace, given: InputFile) -> Compiled:
     """An algorithm file, verified on its topology and lowered to a program first."""
     from codegen.lower import lower_algorithm
-    from synth.algorithm import Algorithm
 
-    algo = Algorithm.load(args.input)
+    algo = given.algorithm()
     topo = algorithm_topology(algo, args.topology, args.input)
     if args.port_order != "auto":
         algo.verify(topo)
@@ -184,12 +184,12 @@ def _choosing(
 Compiled = tuple["PipelineResult", "Topology | None"]
 """What a compiler of ``xccl compile`` gives: the pipeline's result and the topology, where known."""
 
-COMPILERS: dict[str, Callable[[argparse.Namespace], Compiled]] = {
+COMPILERS: dict[str, Callable[[argparse.Namespace, InputFile], Compiled]] = {
     "ir": _compile_ir,
     "program": _compile_program,
     "algorithm": _compile_algorithm,
 }
-"""What ``xccl compile`` does with each kind of input (``xccl.cli.common.input_kind``)."""
+"""What ``xccl compile`` does with each kind of input (``xccl.cli.common.InputFile``)."""
 
 
 def _run_compiler(
