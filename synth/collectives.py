@@ -336,15 +336,17 @@ def make_collective(
             raise CollectiveError(f"{key}: root: expected a rank in 0..{num_ranks - 1}, got {root}")
     else:
         root = None
-    coll = _named(key, num_ranks, chunks_per_rank, root)
-    if not lazy:
-        coll.chunks  # noqa: B018 - described now, the limits checked before any work
-    return coll
+    if lazy:
+        return Collective(key, num_ranks, chunks_per_rank, root)
+    _check_limits(key, num_ranks, chunks_per_rank)  # those in force now (XCCL_MAX_CHUNKS), every time
+    return _described(key, num_ranks, chunks_per_rank, root)
 
 
 @lru_cache(maxsize=2)
-def _named(key: str, num_ranks: int, chunks_per_rank: int, root: int | None) -> Collective:
-    """The named collective, one object for the same four numbers while it is among the last two
-    made: it is immutable, and describing it is work (``xccl compile`` of a 512-rank allreduce made
-    it twice, for the Algorithm and for the IR it compiles to: 262,144 chunks each, 0.3 s)."""
-    return Collective(key, num_ranks, chunks_per_rank, root)
+def _described(key: str, num_ranks: int, chunks_per_rank: int, root: int | None) -> Collective:
+    """The named collective, described: one object for the same four numbers while it is among the
+    last two made, immutable as it is (``xccl compile`` of a 512-rank allreduce described it twice,
+    for the Algorithm and for the IR it compiles to: 262,144 chunks each, 0.3 s)."""
+    coll = Collective(key, num_ranks, chunks_per_rank, root)
+    coll.chunks  # noqa: B018 - described now
+    return coll

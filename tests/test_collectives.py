@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from common.limits import LimitError
 from synth.collectives import COLLECTIVES, CollectiveError, make_collective
 
 
@@ -62,3 +63,14 @@ def test_busbw_factors_are_nccl_tests():
 def test_bad_parameters(args, fragment):
     with pytest.raises(CollectiveError, match=fragment):
         make_collective(*args)
+
+
+def test_a_collective_made_again_is_described_once_and_judged_by_the_limits_in_force(monkeypatch):
+    # xccl compile made the 512-rank allreduce twice (for the Algorithm and for its IR); the second
+    # is the first object, but the limits are asked again: XCCL_MAX_CHUNKS may have changed
+    first = make_collective("allreduce", 16, 4)
+    assert make_collective("allreduce", 16, 4) is first
+    assert make_collective("allreduce", 16, 2) is not first
+    monkeypatch.setenv("XCCL_MAX_CHUNKS", "32")
+    with pytest.raises(LimitError, match="XCCL_MAX_CHUNKS"):
+        make_collective("allreduce", 16, 4)
