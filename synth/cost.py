@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -241,7 +242,7 @@ def _columns(sends: list[tuple[int, Send]]) -> tuple[np.ndarray, ...]:
     return step, chunk, src, dst
 
 
-_Shape = tuple[list[list[int]], list[int], np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int, int]], list[int]]
+_Shape = tuple[list[list[int]], list[int], np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int, int]], np.ndarray]
 """A list of sends as the engine runs them: its groups, each send's group, per group (and per slot
 node after them: :func:`_dependencies`) how many it waits for, the arcs to what waits for each
 (:class:`~synth.timing.engine.Jobs`' ``arcs_from`` and ``arc_to``), and the distinct
@@ -273,13 +274,32 @@ def _shape(
     columns: tuple[np.ndarray, ...] | None = None,
 ) -> _Shape:
     """The groups and dependencies of ``sends`` (``columns``: theirs, where known)."""
+    columns = _columns(sends) if columns is None else columns
     groups, group_of = _groups(sends, network.connection_servers if merge else None, columns)
     waiting, arcs_from, arc_to = _dependencies(sends, groups, group_of, columns)
-    distinct: dict[tuple[int, int, int], int] = {}
-    link_of = [
-        distinct.setdefault((sends[g[0]][1].src, sends[g[0]][1].dst, len(g)), len(distinct)) for g in groups
-    ]
-    return groups, group_of, waiting, arcs_from, arc_to, list(distinct), link_of
+    return (groups, group_of, waiting, arcs_from, arc_to, *_distinct_links(groups, columns))
+
+
+_FIRST = itemgetter(0)
+
+
+def _distinct_links(groups: list[list[int]], columns: tuple[np.ndarray, ...]) -> tuple[list, np.ndarray]:
+    """The distinct ``(src, dst, sends)`` of ``groups`` in the order of their first group, and each
+    group's place among them, by NumPy (a Python key per group was 0.3 s of a 512-rank schedule)."""
+    if not groups:
+        return [], np.zeros(0, np.int64)
+    _, _, src, dst = columns
+    first = np.fromiter(map(_FIRST, groups), np.int64, len(groups))
+    sizes = np.fromiter(map(len, groups), np.int64, len(groups))
+    ranks = int(max(src.max(), dst.max())) + 1
+    key = (src[first] * ranks + dst[first]) * (int(sizes.max()) + 1) + sizes
+    _, at, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(at, kind="stable")  # the distinct keys by their first group
+    place = np.empty_like(order)
+    place[order] = np.arange(order.size)
+    kept = first[at[order]]
+    links = list(zip(src[kept].tolist(), dst[kept].tolist(), sizes[at[order]].tolist(), strict=True))
+    return links, place[inverse.reshape(-1)]
 
 
 def _run(
