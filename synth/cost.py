@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -56,6 +56,9 @@ __all__ = [
     "sized",
     "start_times",
 ]
+
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_CHUNK, _SRC, _DST = attrgetter("chunk"), attrgetter("src"), attrgetter("dst")
 
 
 def chunk_bytes(collective: Collective, size_bytes: float) -> float:
@@ -235,11 +238,9 @@ def _columns_of(algo: Algorithm, topology: Topology) -> tuple[np.ndarray, ...]:
 def _columns(sends: list[tuple[int, Send]]) -> tuple[np.ndarray, ...]:
     """(step, chunk, src, dst) of each of ``sends``, as arrays."""
     n = len(sends)
-    step = np.fromiter((k for k, _ in sends), np.int64, n)
-    chunk = np.fromiter((s.chunk for _, s in sends), np.int64, n)
-    src = np.fromiter((s.src for _, s in sends), np.int64, n)
-    dst = np.fromiter((s.dst for _, s in sends), np.int64, n)
-    return step, chunk, src, dst
+    step = np.fromiter(map(_FIRST, sends), np.int64, n)
+    plain = list(map(_SECOND, sends))  # each field read through map, in C
+    return step, *(np.fromiter(map(get, plain), np.int64, n) for get in (_CHUNK, _SRC, _DST))
 
 
 _Shape = tuple[list[list[int]], list[int], np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int, int]], np.ndarray]
@@ -278,9 +279,6 @@ def _shape(
     groups, group_of = _groups(sends, network.connection_servers if merge else None, columns)
     waiting, arcs_from, arc_to = _dependencies(sends, groups, group_of, columns)
     return (groups, group_of, waiting, arcs_from, arc_to, *_distinct_links(groups, columns))
-
-
-_FIRST = itemgetter(0)
 
 
 def _distinct_links(groups: list[list[int]], columns: tuple[np.ndarray, ...]) -> tuple[list, np.ndarray]:
