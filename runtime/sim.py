@@ -166,7 +166,8 @@ def _dep_columns(
     tbs: list[tuple[int, Threadblock]], tx_tb: np.ndarray, ndeps: np.ndarray, deps: list[Dep]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each dependency's threadblock (its place in ``tbs``, found on the rank of the transmission
-    that waits: ``tx_tb``, ``ndeps`` each) and op, read in C from the ``deps`` in order."""
+    that waits: ``tx_tb``, ``ndeps`` each) and op, read in C from the ``deps`` in order. The IR is
+    judged: each names a threadblock of its rank."""
     rank = np.array([r for r, _ in tbs], np.int64)
     ids = np.array([tb.id for _, tb in tbs], np.int64)
     place = np.zeros((int(rank.max(initial=0)) + 1, int(ids.max(initial=0)) + 1), np.int64)

@@ -274,7 +274,7 @@ def _shape(
     merge: bool,
     columns: tuple[np.ndarray, ...] | None = None,
 ) -> _Shape:
-    """The groups and dependencies of ``sends`` (``columns``: theirs, where known)."""
+    """The groups and dependencies of ``sends`` (``columns``: theirs, where known: :func:`_columns`)."""
     columns = _columns(sends) if columns is None else columns
     groups, group_of = _groups(sends, network.connection_servers if merge else None, columns)
     waiting, arcs_from, arc_to = _dependencies(sends, groups, group_of, columns)
@@ -329,7 +329,7 @@ def _run(
 def _groups(
     sends: list[tuple[int, Send]],
     servers: Callable[[int, int], int] | None,
-    columns: tuple[np.ndarray, ...] | None = None,
+    columns: tuple[np.ndarray, ...],
 ) -> tuple[list[list[int]], list[int]]:
     """Sends that travel as one call: where sends cost time and the compiler merges them
     (``servers`` given), those of a step with one connection and the same recorded start (or none),
@@ -340,7 +340,7 @@ def _groups(
     n = len(sends)
     if servers is None or not n:
         return [[i] for i in range(n)], list(range(n))
-    step, _, src, dst = _columns(sends) if columns is None else columns
+    step, _, src, dst = columns
     ranks = int(max(src.max(), dst.max())) + 1
     pair, link = np.unique(src * ranks + dst, return_inverse=True)
     lanes = np.array([servers(*divmod(p, ranks)) for p in pair.tolist()], np.int64)[link.reshape(-1)]
@@ -366,7 +366,7 @@ def _dependencies(
     sends: list[tuple[int, Send]],
     groups: list[list[int]],
     group_of: list[int],
-    columns: tuple[np.ndarray, ...] | None = None,
+    columns: tuple[np.ndarray, ...],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per group (then per node), how many it waits for, and the arcs to those that wait for it
     (:func:`synth.timing.engine.arcs_by_source`' ``arcs_from`` and ``arc_to``, each in increasing
@@ -377,7 +377,7 @@ def _dependencies(
     write before its step (the 512-rank trees allreduce: 4.5 million (write, reader) pairs, 65,024
     nodes). Any other order keeps to a loop, one group waiting for another directly."""
     n = len(sends)
-    step, chunk, src, dst = _columns(sends) if columns is None else columns
+    step, chunk, src, dst = columns
     if not n or np.any(step[1:] < step[:-1]):
         return _dependencies_in_order(sends, groups, group_of)
     chunks, steps = int(chunk.max(initial=0)) + 1, int(step.max(initial=0)) + 1

@@ -184,9 +184,10 @@ def test_the_algorithm_models_sorted_dependencies_are_the_loops(collective):
     algo = make_baseline("ring", topo, make_collective(collective, 4, 4))
     sends = [(k, s) for k, step in enumerate(algo.steps) for s in step.sends]
     for order in (sends, sends[::-1]):
+        columns = cost._columns(order)
         for servers in (None, lambda src, dst: 2):
-            groups, group_of = cost._groups(order, servers)
-            waits, dependents = _through_nodes(*cost._dependencies(order, groups, group_of), len(groups))
+            groups, group_of = cost._groups(order, servers, columns)
+            waits, dependents = _through_nodes(*cost._dependencies(order, groups, group_of, columns), len(groups))
             assert (waits, dependents) == _through_nodes(*cost._dependencies_in_order(order, groups, group_of), len(groups))
             assert order is not sends or sum(waits) > 0
     for params in (IDEAL, DEFAULT):  # and the model times the sends alike either way
@@ -222,10 +223,10 @@ def test_merged_sends_spread_round_robin_over_a_connections_parallel_links():
     cost = importlib.import_module("synth.cost")
     sends = [(0, Send(c, 0, 1)) for c in range(7)]
     sends += [(0, Send(7, 1, 0)), (0, Send(8, 0, 1, start_us=2.0)), (1, Send(9, 0, 1))]
-    groups, group_of = cost._groups(sends, lambda src, dst: 3 if (src, dst) == (0, 1) else 1)
+    groups, group_of = cost._groups(sends, lambda src, dst: 3 if (src, dst) == (0, 1) else 1, cost._columns(sends))
     assert groups == [[0, 3, 6], [1, 4], [2, 5], [7], [8], [9]]
     assert group_of == [0, 1, 2, 0, 1, 2, 0, 3, 4, 5]
-    assert cost._groups(sends, None) == ([[i] for i in range(10)], list(range(10)))
+    assert cost._groups(sends, None, cost._columns(sends)) == ([[i] for i in range(10)], list(range(10)))
 
 
 def test_a_graph_the_loop_cannot_run_is_refused_before_it_runs():
