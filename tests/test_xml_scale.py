@@ -15,14 +15,14 @@ from codegen_helpers import heap_order
 
 from codegen.chunk_dag import DepKind
 from codegen.instr_dag import InstrEdge, topological_order
-from codegen.passes.assign_channels import _busy, _hold, _in_order, _Taken
+from codegen.passes.channel_taken import Taken, connection_busy, hold, in_order
 from common.gc_pause import gc_paused
 from xccl.cli import bench as cli_bench
 from xccl.cli import compiler as cli_compiler
 from xccl.cli.output import slow_stage
 
 
-def _scan_in_order(placed: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> bool:
+def _scanin_order(placed: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> bool:
     """The check ``_in_order`` replaced: insert every pair, then scan the whole connection."""
     merged = sorted([*placed, *pairs])
     return not any(a[1] > b[1] for a, b in itertools.pairwise(merged))
@@ -37,11 +37,11 @@ def test_receive_order_by_search_is_the_scan(seed):
     if rnd.random() < 0.5:
         rnd.shuffle(receives)
     pairs = list(zip(sends[20:], receives[20:], strict=False))[: rnd.randint(1, 4)]
-    assert _in_order(placed, list(pairs)) == _scan_in_order(placed, pairs)
+    assert in_order(placed, list(pairs)) == _scanin_order(placed, pairs)
 
 
 class _Holds:
-    """A stand-in DAG for ``_busy``: each send holds ``spans[send]``."""
+    """A stand-in DAG for ``connection_busy``: each send holds ``spans[send]``."""
 
     def __init__(self, spans: list[tuple[float, float]]) -> None:
         self.spans = spans
@@ -65,15 +65,15 @@ def test_busy_by_search_is_the_scan(seed):
         start = rnd.randint(0, 20) / 2
         spans.append((start, start + rnd.choice([0, 0.5, 1, 2, 3])))
     dag = _Holds(spans)
-    taken = _Taken()
+    taken = Taken()
     key = (0, 1, 0, 0)
     for send in range(len(spans)):
         scanned = any(
             dag.overlap(send, other) for other in (taken.conns[key].held if key in taken.conns else ())
         )
-        assert _busy(dag, send, 0, 0, taken) == scanned, (send, spans[: send + 1])
+        assert connection_busy(dag, send, 0, 0, taken) == scanned, (send, spans[: send + 1])
         if rnd.random() < 0.7:
-            _hold(dag, send, key, taken)
+            hold(dag, send, key, taken)
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -26,10 +26,8 @@ Instance ``i`` of a replicated program uses channels
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from codegen.errors import CodegenError, DslError
 from codegen.instr_dag import InstrDAG
@@ -37,7 +35,7 @@ from codegen.passes.channel_flows import channel_shares, lone_arrays, steps_of, 
 from codegen.passes.channel_flows import flows_of as _flows
 from codegen.passes.channel_flows import lone_flows as _lone
 from codegen.passes.channel_guess import Pairs, first_channels, placed_in_rounds, rank_pairs
-from codegen.protocols import fifo_calls
+from codegen.passes.channel_taken import Conn, Moves, Taken, commit, connection_busy, fits, hold, serializes
 from codegen.rules import MAX_CHANNELS, MAX_PEERS_PER_CHANNEL
 from codegen.schedule import ChannelDAG
 from common.memo import SameObjects
@@ -63,55 +61,6 @@ def _groups(dag: InstrDAG) -> dict[int, tuple]:
                 ins.recv_from,
             )
     return out
-
-
-class _Conn:
-    """What the flows placed so far hold on one connection and local channel: its transfers'
-    (send position, receive position), sorted; in a program timed by the Algorithm model the sends
-    on it, and the sorted starts and the sorted ends of what they hold (``InstrDAG.holds``, to count
-    overlaps by search instead of a scan); whether one of those holds ends before it starts (then
-    scanned). One record, so a channel tried costs one lookup."""
-
-    __slots__ = ("ends", "fifo", "held", "inverted", "starts")
-
-    def __init__(self) -> None:
-        self.fifo: list[tuple[int, int]] = []
-        self.held: list[int] = []
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-        self.inverted = False
-
-    def add(self, pair: tuple[int, int]) -> None:
-        """A transfer (send, receive position): flows come in the global order, so most go last."""
-        if not self.fifo or self.fifo[-1][0] < pair[0]:
-            self.fifo.append(pair)
-        else:
-            bisect.insort(self.fifo, pair)
-
-    def hold(self, send: int, start: float, end: float) -> None:
-        """Record that ``send`` holds the connection from ``start`` to ``end``."""
-        self.held.append(send)
-        bisect.insort(self.starts, start)
-        bisect.insort(self.ends, end)
-        if end < start:
-            self.inverted = True
-
-
-@dataclass
-class _Taken:
-    """What the flows placed so far hold, per instance and local channel ``ch``."""
-
-    conns: dict[tuple, _Conn] = field(default_factory=dict)
-    """(src, dst, inst, ch) -> what its transfers hold; there once one is placed on it."""
-    owner: dict[tuple, tuple] = field(default_factory=dict)
-    """(rank, inst, ch, "send"|"recv", peer) -> the threadblock group that holds it."""
-    peers: dict[tuple, set] = field(default_factory=lambda: defaultdict(set))
-    """(rank, inst, ch, "send"|"recv") -> its peers."""
-    by_depth: dict[tuple, bool] = field(default_factory=dict)
-    """(src, dst, inst, ch, depth of the send) -> whether one of its transfers is drained (has more
-    calls than the FIFO holds and runs with its receive, see :func:`_serializes`); a flow of one
-    transfer with no transfer the other way at its depth (read by none) is not kept."""
-    passed_busy: bool = False  # whether a flow passed a channel over for being busy while it runs
 
 
 _SAME_DAG = SameObjects()
@@ -149,7 +98,7 @@ def assign_channels(
 
 def _assign(dag: InstrDAG, groups: dict, channels: int, max_channels: int, compact: bool) -> tuple[tuple, bool]:
     """The channels :func:`assign_channels` gives, its hints checked; whether a flow passed a busy one."""
-    taken = _Taken()
+    taken = Taken()
     local: list[int | None] = [None] * len(dag.instrs)  # each instruction's channel in its instance
     shares = channel_shares(dag, channels, max_channels) if compact else None
     auto: dict[tuple, int] = defaultdict(int)
@@ -224,7 +173,7 @@ def _assign_pairs(
         return _global_channels(dag, *unset_as_none(local), max_channels), placed[1]
     first, fine, busy = first_channels(pairs, channels, shares, timed)
     local[pairs.send[fine]] = local[pairs.recv[fine]] = first[fine]
-    taken, tries = _Taken(), _Tries(max_channels)
+    taken, tries = Taken(), _Tries(max_channels)
     plain = [tries.get(channels, k, True) for k in range(channels)] if shares is None else []  # by turn
     flow, recv, turn = pairs.flow.tolist(), pairs.recv.tolist(), pairs.turn.tolist()
     lone = lone_of() if not fine.all() else []
@@ -259,12 +208,12 @@ class _Tries:
 
 
 def _place_lone(
-    dag: InstrDAG, one: tuple, lead: tuple[int, ...], rest: tuple[int, ...], timed: bool, taken: _Taken,
+    dag: InstrDAG, one: tuple, lead: tuple[int, ...], rest: tuple[int, ...], timed: bool, taken: Taken,
     max_channels: int,
 ) -> int:
     """:func:`_place` for a flow of one transfer, nothing pinned, no hint: the same tries, without
-    building :class:`_Moves` or a list of candidates per flow (487,424 flows per run at 512 ranks);
-    :func:`_busy_while` inlined for the common case of a hold that ends after it starts; one
+    building :class:`Moves` or a list of candidates per flow (487,424 flows per run at 512 ranks);
+    :func:`channel_taken.busy_while` inlined for the common case of a hold that ends after it starts; one
     lookup of the connection per channel tried (the send goes to its receiver's rank)."""
     s, a, b, _, _, _, _, start, end, inst, _ = one
     conns = taken.conns
@@ -293,8 +242,8 @@ def _place_lone(
     )
 
 
-def _lone_fits(one: tuple, ch: int, there: _Conn | None, taken: _Taken) -> bool:
-    """:func:`_fits` and not :func:`_serializes`, for one transfer and nothing pinned, on channel
+def _lone_fits(one: tuple, ch: int, there: Conn | None, taken: Taken) -> bool:
+    """:func:`fits` and not :func:`serializes`, for one transfer and nothing pinned, on channel
     ``ch`` of its connection (``there``: what that holds). A connection that holds a transfer has
     its peers on the channel already (neither side ever passes ``MAX_PEERS_PER_CHANNEL``)."""
     _, a, b, ps, pr, d, drained, _, _, inst, facing = one
@@ -322,16 +271,16 @@ def _lone_fits(one: tuple, ch: int, there: _Conn | None, taken: _Taken) -> bool:
     return True
 
 
-def _commit_lone(one: tuple, key: tuple, there: _Conn | None, taken: _Taken, timed: bool) -> int:
-    """:func:`_commit` (and :func:`_hold`) for one transfer, nothing pinned, on the connection
+def _commit_lone(one: tuple, key: tuple, there: Conn | None, taken: Taken, timed: bool) -> int:
+    """:func:`commit` (and :func:`hold`) for one transfer, nothing pinned, on the connection
     ``key`` (``there``: what it holds); its channel."""
     s, a, b, ps, pr, d, drained, start, end, inst, facing = one
     ch = key[3]
     if there is None:
-        there = taken.conns[key] = _Conn()
+        there = taken.conns[key] = Conn()
         taken.peers[(a, inst, ch, "send")].add(b)
         taken.peers[(b, inst, ch, "recv")].add(a)
-    fifo = there.fifo  # _Conn.add and _Conn.hold inlined: once per flow
+    fifo = there.fifo  # Conn.add and Conn.hold inlined: once per flow
     if not fifo or fifo[-1][0] < ps:
         fifo.append((ps, pr))
     else:
@@ -374,7 +323,7 @@ def _place(
     pinned: list[tuple],
     choice: tuple[list[int], int],
     hinted: bool,
-    taken: _Taken,
+    taken: Taken,
     max_channels: int,
 ) -> int:
     """The first candidate channel that can carry the flow (unless the user chose it, one where it
@@ -387,15 +336,15 @@ def _place(
     timed = dag.info.model_timed and dag.times is not None
     if timed and not hinted:  # a connection busy while the flow's transfers run is the last resort
         candidates = _idle_first(dag, transfers, inst, (candidates, own), taken)
-    moves = _Moves(dag, transfers)
+    moves = Moves(dag, transfers)
     for ch in candidates:
-        if _fits(moves, pinned, inst, ch, taken) and (
-            hinted or not _serializes(dag, moves, inst, ch, taken.by_depth)
+        if fits(moves, pinned, inst, ch, taken) and (
+            hinted or not serializes(dag, moves, inst, ch, taken.by_depth)
         ):
-            _commit(moves, pinned, inst, ch, taken)
+            commit(moves, pinned, inst, ch, taken)
             if timed:
                 for s, _ in transfers:
-                    _hold(dag, s, (dag.instrs[s].rank, dag.instrs[s].send_to, inst, ch), taken)
+                    hold(dag, s, (dag.instrs[s].rank, dag.instrs[s].send_to, inst, ch), taken)
             return ch
     raise CodegenError(
         f"{dag.info.name}: rank {first.rank}: no channel below {max_channels} can carry the flow of "
@@ -404,7 +353,7 @@ def _place(
 
 
 def _idle_first(
-    dag: InstrDAG, transfers: list[tuple[int, int]], inst: int, choice: tuple[list[int], int], taken: _Taken
+    dag: InstrDAG, transfers: list[tuple[int, int]], inst: int, choice: tuple[list[int], int], taken: Taken
 ) -> Iterator[int]:
     """The candidates in the order a timed flow tries them: its lead ones on which no connection is
     busy while it runs, then the busy ones, each in order, then the rest. Whether a channel is busy
@@ -414,7 +363,7 @@ def _idle_first(
     lead = candidates if own >= len(candidates) else candidates[:own]
     busy = []
     for ch in lead:
-        if any(_busy(dag, s, inst, ch, taken) for s, _ in transfers):
+        if any(connection_busy(dag, s, inst, ch, taken) for s, _ in transfers):
             busy.append(ch)
             taken.passed_busy = True
         else:
@@ -458,146 +407,3 @@ def _check_hinted_threadblocks(dag: InstrDAG, groups: dict[int, tuple]) -> None:
                 f"{dag.info.name}: rank {rank} threadblock {key[1]}: a threadblock has one send peer and one "
                 f"receive peer, the ops given to it send to {sorted(sends)} and receive from {sorted(recvs)}"
             )
-
-
-class _Moves:
-    """What every candidate channel's checks read of a flow's transfers, computed once per flow:
-    per connection its (send position, receive position) pairs, sorted; per rank the peers it sends
-    to and receives from; per transfer its ranks, positions, the send's depth and whether it is
-    drained (see :func:`_serializes`)."""
-
-    def __init__(self, dag: InstrDAG, transfers: list[tuple[int, int]]) -> None:
-        instrs, pos, depth = dag.instrs, dag.position, dag.depth
-        room = fifo_calls(dag.info.protocol)
-        self.each = [
-            (
-                instrs[s].rank,
-                instrs[r].rank,
-                pos[s],
-                pos[r],
-                depth[s],
-                instrs[s].count > room and pos[r] == pos[s] + 1,
-            )
-            for s, r in transfers
-        ]
-        self.pairs: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-        self.sends: dict[int, set[int]] = defaultdict(set)
-        self.recvs: dict[int, set[int]] = defaultdict(set)
-        for a, b, ps, pr, _, _ in self.each:
-            self.pairs[(a, b)].append((ps, pr))
-            self.sends[a].add(b)
-            self.recvs[b].add(a)
-        for pairs in self.pairs.values():
-            pairs.sort()
-
-
-def _fits(moves: _Moves, pinned: list[tuple], inst: int, ch: int, taken: _Taken) -> bool:
-    peers = taken.peers
-    for side, table in (("send", moves.sends), ("recv", moves.recvs)):
-        for rank, new in table.items():
-            have = peers.get((rank, inst, ch, side), ())
-            if len(new) + len(have) > MAX_PEERS_PER_CHANNEL and len(new | have) > MAX_PEERS_PER_CHANNEL:
-                return False
-    conns = taken.conns
-    if not all(_in_order(_fifo(conns, (a, b, inst, ch)), pairs) for (a, b), pairs in moves.pairs.items()):
-        return False
-    owner = taken.owner
-    claims: dict[tuple, tuple] = {}
-    for rank, key, send, recv in pinned:
-        for side, peer in (("send", send), ("recv", recv)):
-            if peer is None:
-                continue
-            slot = (rank, inst, ch, side, peer)
-            holder = claims.get(slot, owner.get(slot, key))
-            if holder != key:
-                return False
-            claims[slot] = key
-    return True
-
-
-def _fifo(conns: dict[tuple, _Conn], key: tuple) -> list[tuple[int, int]]:
-    there = conns.get(key)
-    return [] if there is None else there.fifo
-
-
-def _in_order(placed: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> bool:
-    """Whether a connection whose transfers ``placed`` (send, receive positions, sorted, received in
-    send order) gains ``pairs`` still receives in send order: the new pairs among themselves, and
-    each against its neighbours in ``placed`` (a search, not a scan: a ring's connections carry
-    thousands of transfers at 512 ranks)."""
-    if len(pairs) > 1:
-        pairs.sort()
-        if any(a[1] > b[1] for a, b in itertools.pairwise(pairs)):
-            return False
-    for pair in pairs:
-        k = bisect.bisect(placed, pair)
-        if (k > 0 and placed[k - 1][1] > pair[1]) or (k < len(placed) and pair[1] > placed[k][1]):
-            return False
-    return True
-
-
-def _busy(dag: InstrDAG, send: int, inst: int, ch: int, taken: _Taken) -> bool:
-    """Whether a transfer on the connection ``send`` would use on channel ``ch`` holds it while
-    ``send`` runs (``InstrDAG.overlap``)."""
-    ins = dag.instrs[send]
-    return _busy_while(dag, send, (ins.rank, ins.send_to, inst, ch), *dag.holds(send), taken)
-
-
-def _busy_while(dag: InstrDAG, send: int, key: tuple, start: float, end: float, taken: _Taken) -> bool:
-    """:func:`_busy` on connection ``key`` with ``send``'s hold ``start .. end``: those that start
-    before it ends, less those that end before it starts (a subset of them when holds do not end
-    before they start): a search in the sorted starts and ends, where a scan made a timed 512-rank
-    schedule quadratic."""
-    there = taken.conns.get(key)
-    if there is None:
-        return False
-    if start < end and not there.inverted:
-        return bisect.bisect_left(there.starts, end) - bisect.bisect_right(there.ends, start) > 0
-    return any(dag.overlap(send, other) for other in there.held)
-
-
-def _hold(dag: InstrDAG, send: int, key: tuple, taken: _Taken, span: tuple[float, float] | None = None) -> None:
-    """Record that ``send`` holds connection ``key`` (see :func:`_busy`); ``span``: its hold, if
-    known (``InstrDAG.holds``)."""
-    there = taken.conns.get(key)
-    if there is None:
-        there = taken.conns[key] = _Conn()
-    there.hold(send, *(dag.holds(send) if span is None else span))
-
-
-def _serializes(dag: InstrDAG, moves: _Moves, inst: int, ch: int, by_depth: dict) -> bool:
-    """Whether a transfer of the flow and one the other way between the same ranks, of the same
-    depth (meant to run together), would share the channel while one of them has more calls than
-    the FIFO holds and runs with its receive (next in the order, see ``order_by_critical_path``):
-    the threadblock the two share would run them one after the other. Whether any transfer of a
-    depth is drained is kept as it is placed (a scan of them all made a 64-rank trees allgather
-    look at 26 per flow)."""
-    if not by_depth:
-        return False
-    for a, b, _, _, d, drained in moves.each:
-        there = by_depth.get((b, a, inst, ch, d))
-        if there is not None and (there or drained):
-            return True
-    return False
-
-
-def _commit(moves: _Moves, pinned: list[tuple], inst: int, ch: int, taken: _Taken) -> None:
-    conns = taken.conns
-    for (a, b), pairs in moves.pairs.items():
-        there = conns.get((a, b, inst, ch))
-        if there is None:
-            there = conns[(a, b, inst, ch)] = _Conn()
-        for pair in pairs:
-            there.add(pair)
-    by_depth = taken.by_depth
-    for a, b, _, _, d, drained in moves.each:
-        slot = (a, b, inst, ch, d)
-        by_depth[slot] = by_depth.get(slot, False) or drained
-    for side, table in (("send", moves.sends), ("recv", moves.recvs)):
-        for rank, new in table.items():
-            taken.peers[(rank, inst, ch, side)] |= new
-    owner = taken.owner
-    for rank, key, send, recv in pinned:
-        for side, peer in (("send", send), ("recv", recv)):
-            if peer is not None:
-                owner[(rank, inst, ch, side, peer)] = key

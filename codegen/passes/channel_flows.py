@@ -155,8 +155,8 @@ def steps_of(dag: InstrDAG) -> tuple[int, ...]:
 def lone_flows(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple], hinted: bool) -> list[tuple | None]:
     """Per flow, where it is one transfer and nothing pinned in a program without channel hints:
     ``(send, sender, receiver, send position, receive position, depth, drained)`` (see
-    ``assign_channels._Moves``), the send's hold in a timed program (``InstrDAG.holds``, else 0, 0), its
-    instance, and whether a transfer the other way is of its depth (``assign_channels._Taken.by_depth``); else
+    ``channel_taken.Moves``), the send's hold in a timed program (``InstrDAG.holds``, else 0, 0), its
+    instance, and whether a transfer the other way is of its depth (``channel_taken.Taken.by_depth``); else
     None. Built from :func:`lone_arrays` (a tuple built per flow in Python took 1.5 s of a 512-rank
     compile under the profiler: only the flows placed one at a time read these)."""
     out: list[tuple | None] = [None] * len(flows)
@@ -235,7 +235,7 @@ def _matches(dag: InstrDAG):
 
 def _facing(match, rank, inst, depth):
     """Per send, whether a transfer the other way between its ranks in its instance is of its
-    depth (then ``assign_channels._Taken.by_depth`` is read and kept for it)."""
+    depth (then ``channel_taken.Taken.by_depth`` is read and kept for it)."""
     import numpy as np
 
     sends = np.flatnonzero(match >= 0)

@@ -13,7 +13,7 @@ it: the first flow that would not take it finds what every flow before it placed
 others' first channels. Such a pair's flows (at 128 ranks of DGX H100 trees 75-100%, 3-4 s of
 placement a compile) are checked at once: on each channel of a connection, receives in the order
 of their sends, no two transfers held at once, and no transfer the other way at the same depth
-where either drains the FIFO (``assign_channels._serializes``). Only the other pairs are placed
+where either drains the FIFO (``channel_taken.serializes``). Only the other pairs are placed
 one flow at a time. Where ranks have more peers than a channel holds (at 512 ranks of DGX H100
 every rank has 70), pairs meet only by a channel's peers: :func:`placed_in_rounds` places all
 flows then, given when each side of a channel fills, until those fills settle.
@@ -197,7 +197,7 @@ def _overlapping(slot: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nda
 
 def _serialized(pairs: Pairs, first: np.ndarray) -> np.ndarray:
     """Per flow, whether a transfer the other way of its depth is on its first channel before it
-    while one of them drains the FIFO (``assign_channels._serializes``)."""
+    while one of them drains the FIFO (``channel_taken.serializes``)."""
     import numpy as np
 
     out = np.zeros(len(first), bool)
@@ -276,7 +276,7 @@ def _held_in_order(pairs: Pairs) -> bool:
 class _Rounds:
     """What :func:`placed_in_rounds` reads per flow, in arrays: its tries (the channel it tries
     first, its own channels, how many lead), its connection's slot, the keys of its sender's and
-    receiver's sides of a channel, its facing groups (:func:`assign_channels._serializes`: the one
+    receiver's sides of a channel, its facing groups (:func:`channel_taken.serializes`: the one
     it writes, the one it reads), and the flows of each round."""
 
     def __init__(self, pairs: Pairs, width: tuple[int, int, dict[tuple[int, int], int] | None]) -> None:
