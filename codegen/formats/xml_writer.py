@@ -12,7 +12,7 @@ writes ``i``/-1 and ``o``/-1, as the reference compiler does); for ``rrc``, ``rr
 
 from __future__ import annotations
 
-from itertools import compress
+from itertools import chain, compress
 from operator import not_
 
 from codegen.check import check_ir
@@ -62,28 +62,30 @@ def _step(op: Op, heads: dict[tuple, str]) -> str:
     return f'{head} depid="{dep.tb}" deps="{dep.op}" hasdep="{1 if op.has_dep else 0}"/>'
 
 
-def _steps(ops: tuple[Op, ...], printed: dict[int, str], heads: dict[tuple, str]) -> list[str]:
-    """The ``<step>`` lines of a threadblock's ops. Each op's attributes are printed once per IR,
-    kept in ``printed`` by the op's id: the IR shares one op among the steps written alike (a few
-    thousand for half a million steps at 512 ranks) and holds it alive. The texts are looked up,
-    the ops not printed yet found, and the texts joined to the steps' numbers through ``map`` and
-    ``compress``: no Python step per step."""
+def _steps(ops: tuple[Op, ...], printed: dict[int, str], heads: dict[tuple, str]) -> str:
+    """The ``<step>`` lines of a threadblock's ops, each after a line break. Each op's attributes
+    are printed once per IR, kept in ``printed`` by the op's id: the IR shares one op among the
+    steps written alike (a few thousand for half a million steps at 512 ranks) and holds it alive.
+    The texts are looked up, the ops not printed yet found, and the texts joined to the steps'
+    numbers through ``map``, ``compress`` and one ``join``: no Python step per step, and no string
+    per line."""
     texts = list(map(printed.get, map(id, ops)))
     for k in list(compress(range(len(ops)), map(not_, texts))):  # the ops not printed before
         op = ops[k]
         text = printed.get(id(op))  # (an op twice in the threadblock: printed at its first)
         texts[k] = printed[id(op)] = _step(op, heads) if text is None else text
-    return list(map(str.__add__, _numbered(len(ops)), texts))
+    return "".join(chain.from_iterable(zip(_numbered(len(ops)), texts, strict=True)))
 
 
 _NUMBERED: list[str] = []
-"""``<step s="k" `` for k = 0, 1, ...: the start of each step's line, made once per process."""
+"""A line break and ``<step s="k" `` for k = 0, 1, ...: the start of each step's line, made once per
+process."""
 
 
 def _numbered(n: int) -> list[str]:
     """The starts of the lines of steps 0 .. n - 1."""
     if len(_NUMBERED) < n:
-        _NUMBERED.extend(f'      <step s="{k}" ' for k in range(len(_NUMBERED), n))
+        _NUMBERED.extend(f'\n      <step s="{k}" ' for k in range(len(_NUMBERED), n))
     return _NUMBERED[:n]
 
 
@@ -119,9 +121,7 @@ def write_xml(ir: IR, dialect: str | Dialect = "azure") -> str:
         lines.append(f"  <gpu {_attrs([*sizes, ('s_chunks', gpu.scratch_chunks)])}>")
         for tb in sorted(gpu.threadblocks, key=lambda t: t.id):
             peers = [("id", tb.id), ("send", _peer(tb.send)), ("recv", _peer(tb.recv)), ("chan", tb.channel)]
-            lines.append(f"    <tb {_attrs(peers)}>")
-            lines.extend(_steps(tb.ops, printed, heads))
-            lines.append("    </tb>")
+            lines.append(f"    <tb {_attrs(peers)}>{_steps(tb.ops, printed, heads)}\n    </tb>")
         lines.append("  </gpu>")
     lines.append("</algo>")
     return "\n".join(lines) + "\n"
