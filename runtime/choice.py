@@ -521,8 +521,7 @@ def compile_choosing(
     wider = WIDER if channels is None else ()
     params = DEFAULT if protocol is None else model_params(DEFAULT.model, protocol)
     size = synthesized_size(algo)
-    if size is not None:
-        algo.route(topology)  # before the children's timings, which share the routes then
+    algo.route(topology)  # before any child forks (the timings', xccl compile's verifier): they share the routes
     with Results(lambda p: simulate(algo, topology, size, p).time_us) as times:
         times.start(_early(algo, size, params))
         as_it_is = cache(lambda: lower_algorithm(algo, topology, inplace=inplace))

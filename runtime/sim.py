@@ -32,7 +32,7 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from codegen.ir import IR, Dep, Op, Threadblock
+from codegen.ir import IR, Dep, Op
 from codegen.rules import MAX_COUNT, connections, fold_steps, get_dialect, runs_alone
 from common.gc_pause import gc_paused
 from common.memo import SameObjects
@@ -141,7 +141,8 @@ def _plan(ir: IR, connections: tuple[tuple[int, int, int], ...]) -> _Plan:
     ndeps = np.fromiter(map(len, deps), np.int64, n)
     per_tb_a = np.array(per_tb, np.int64)
     tx_tb = np.repeat(np.arange(len(tbs)), per_tb_a)
-    dep_tb, dep_op = _dep_columns(tbs, tx_tb, ndeps, list(chain.from_iterable(deps)))
+    rank, ids = np.array([r for r, _ in tbs], np.int64), np.array([tb.id for _, tb in tbs], np.int64)
+    dep_tb, dep_op = _dep_columns(rank, ids, tx_tb, ndeps, list(chain.from_iterable(deps)))
     publications = np.bincount(tx_tb[has_dep], minlength=len(tbs))
     # bisect_left of each op among its publisher's steps that publish (increasing), all at once
     span = int(max(step.max(initial=0), dep_op.max(initial=0))) + 1
@@ -150,8 +151,7 @@ def _plan(ir: IR, connections: tuple[tuple[int, int, int], ...]) -> _Plan:
     dep_index = np.searchsorted(published, dep_tb * span + np.maximum(dep_op, 0)) - first[dep_tb]
     conns = {key: c for c, key in enumerate(connections)}
     return _Plan(
-        np.array([r for r, _ in tbs], np.int64), np.array([tb.id for _, tb in tbs], np.int64),
-        np.array([-1 if tb.send is None else tb.send for _, tb in tbs], np.int64),
+        rank, ids, np.array([-1 if tb.send is None else tb.send for _, tb in tbs], np.int64),
         np.array([tb.channel for _, tb in tbs], np.int64),
         np.concatenate(([0], np.cumsum(per_tb_a))), np.fromiter(map(_COUNT, tails), np.int64, n), step,
         np.fromiter(map(_RECEIVES, kinds), bool, n), np.fromiter(map(_SENDS, kinds), bool, n),
@@ -163,15 +163,14 @@ def _plan(ir: IR, connections: tuple[tuple[int, int, int], ...]) -> _Plan:
 
 
 def _dep_columns(
-    tbs: list[tuple[int, Threadblock]], tx_tb: np.ndarray, ndeps: np.ndarray, deps: list[Dep]
+    rank: np.ndarray, ids: np.ndarray, tx_tb: np.ndarray, ndeps: np.ndarray, deps: list[Dep]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each dependency's threadblock (its place in ``tbs``, found on the rank of the transmission
-    that waits: ``tx_tb``, ``ndeps`` each) and op, read in C from the ``deps`` in order. The IR is
-    judged: each names a threadblock of its rank."""
-    rank = np.array([r for r, _ in tbs], np.int64)
-    ids = np.array([tb.id for _, tb in tbs], np.int64)
+    """Each dependency's threadblock (its place among the threadblocks, whose ranks and ids are
+    ``rank`` and ``ids``, found on the rank of the transmission that waits: ``tx_tb``, ``ndeps``
+    each) and op, read in C from the ``deps`` in order. The IR is judged: each names a threadblock
+    of its rank."""
     place = np.zeros((int(rank.max(initial=0)) + 1, int(ids.max(initial=0)) + 1), np.int64)
-    place[rank, ids] = np.arange(len(tbs))
+    place[rank, ids] = np.arange(rank.size)
     dep_rank = np.repeat(rank[tx_tb], ndeps)
     dep_tb = place[dep_rank, np.fromiter(map(_TB, deps), np.int64, len(deps))]
     return dep_tb, np.fromiter(map(_OP, deps), np.int64, len(deps))

@@ -124,7 +124,6 @@ def _compile_algorithm(args: argparse.Namespace, given: InputFile) -> Compiled:
     if args.port_order != "auto":
         algo.verify(topo)
         return _run_compiler(lower_algorithm(algo, topo, inplace=args.inplace), args, args.port_order == "on"), topo
-    algo.route(topo)  # before the forks: the verifier's child and the timings' share the routes
     verifier = _Verifier(algo, topo)
     try:
         result, choice = _choosing(algo, topo, args, verifier)
