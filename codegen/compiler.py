@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import repeat
 
-from codegen.check import check_ir, find_deadlock
+from codegen.check import check_ir, check_ir_beside, find_deadlock
 from codegen.chunk_dag import ChunkDAG
 from codegen.dsl import PROTOCOLS, ChunkProgram
 from codegen.errors import CodegenError, DslError, NoLayoutError
@@ -71,6 +71,7 @@ def run_compiler(
     window: float = WINDOW,
     port_overlap: bool = False,
     reader_refused: bool = False,
+    check_beside: bool = False,
 ) -> PipelineResult:
     """Compile with the pipeline's records (timings, dumps). ``instances``/``protocol`` override the
     program's. The passes keep within ``dialect``'s limits (channels, counts, steps per threadblock;
@@ -87,6 +88,9 @@ def run_compiler(
     (a fraction of a timed program's span) the pieces merged into one op start
     (``aggregate_chunks``). Where the result holds more elements on a rank than the XML reader
     does, it is compiled once more with ``reader_refused`` (``fit_xml_reader`` widens the window).
+    ``check_beside``: the static check runs in a child while the caller goes on, and the caller
+    takes its verdict (:func:`codegen.check.settle`), as ``runtime.choice`` does once it has timed
+    the IR.
     """
     program.verify()
     dag = _in_protocol(program.chunk_dag(), protocol)
@@ -114,7 +118,7 @@ def run_compiler(
         again = _compiled(replace(job, fixed={**fixed, "reader_refused": True}))
         result = replace(again, records=records + again.records)
     if isinstance(result.result, IR):
-        check_ir(result.result, d)
+        (check_ir_beside if check_beside else check_ir)(result.result, d)
     return result
 
 

@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 from functools import cache, partial
 from typing import Generic, TypeVar
 
+from codegen.check import settle
 from codegen.compiler import compile_algorithm, run_compiler
 from codegen.dsl import ChunkProgram
 from codegen.errors import CodegenError, DslError, NoLayoutError
@@ -270,7 +271,7 @@ def choose_port_order(
     ``algorithm_us``: the Algorithm's time in a model, where the caller has it (or has it made)."""
     size = synthesized_size(algo)
     if size is None:
-        return compiled(Variant()), None
+        return _settled(compiled(Variant()), ir_of), None
     timer = _Timer(algo, topology, size, compiled, ir_of, params, algorithm_us)
     # in the protocol the Algorithm model runs it PROTOCOL_GAIN faster in, where there is one; an
     # untimed schedule: compiled as it is (and kept where that is within SPEED: one compile), else
@@ -304,6 +305,17 @@ def choose_port_order(
     result, choice = kept.best
     others = tuple(c.kept_us for c in kept.choices if c is not choice)
     return result, replace(choice, others_us=others)
+
+
+def _settled(result: T, ir_of: Callable[[T], IR]) -> T:
+    """``result`` once the verdict of its IR's static check is in, where the check ran beside
+    (``check_beside``: raised here where it failed); as it is where it holds no IR."""
+    try:
+        ir = ir_of(result)
+    except XcclError:
+        return result
+    settle(ir)
+    return result
 
 
 def _first_stage(
@@ -368,6 +380,11 @@ class _Timer(Generic[T]):
         models = (own,) if own.model == IDEAL.model else (own, IDEAL)
         prepare_ir(ir, self.size)  # before the fork: the child shares it, not builds it again
         us = together(*(partial(_ir_us, ir, self.topology, self.size, p) for p in models))
+        try:
+            settle(ir)  # the compile's static check, where it ran beside the timing (``check_beside``)
+        except XcclError as exc:
+            self.errors.append(exc)
+            return None
         algorithm = [self.algorithm(p) for p in models]
         ratios = tuple(t / a if a > 0 else 1.0 for t, a in zip(us[1:], algorithm[1:], strict=True))
         caller = (params.protocol, self.algorithm(params)) if own != params else None
@@ -483,6 +500,7 @@ def compile_fastest(
             port_order=v.port_order,
             window=v.window,
             port_overlap=v.port_overlap,
+            check_beside=True,
             **{**options, **v.options()},
         )
 

@@ -262,8 +262,8 @@ def test_no_child_outlives_a_parent_ended_by_a_signal(how):
 
 
 def test_the_compilers_choice_times_in_children_what_it_times_inline(monkeypatch):
-    # the Algorithm's calibrated time beside the lowering, and each compiled IR's ideal time
-    # beside its calibrated one: the same IR and the same Choice as all inline
+    # the Algorithm's calibrated time beside the lowering, and each compiled IR's static check and
+    # ideal time beside its calibrated one: the same IR and the same Choice as all inline
     from runtime.choice import compile_fastest
     from synth.trees import synthesize
     from topologies import load
@@ -275,7 +275,7 @@ def test_the_compilers_choice_times_in_children_what_it_times_inline(monkeypatch
     monkeypatch.setattr(os, "fork", lambda: forks.append(fork()) or forks[-1])
     ir, choice = compile_fastest(algo, topo)
     # the Algorithm's calibrated and ideal times (the lowering orders it at 1 GiB, not at 64 MiB),
-    # and the one IR compiled (within SPEED as it is) in the ideal model
-    assert len(forks) == 3 and all(_gone(pid, 0.0) for pid in forks) and choice.others_us == ()
+    # and the one IR compiled (within SPEED as it is): its check, its time in the ideal model
+    assert len(forks) == 4 and all(_gone(pid, 0.0) for pid in forks) and choice.others_us == ()
     monkeypatch.setenv(ENV, "0")
-    assert compile_fastest(algo, topo) == (ir, choice) and len(forks) == 3
+    assert compile_fastest(algo, topo) == (ir, choice) and len(forks) == 4

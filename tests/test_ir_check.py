@@ -243,6 +243,35 @@ def test_an_ir_that_passed_is_not_checked_again_for_the_same_rules(monkeypatch):
     assert len(looked) == 7
 
 
+def test_a_check_run_beside_gives_the_verdict_check_ir_gives(ring, monkeypatch):
+    """``xccl compile`` checks the IR it compiled in a child while it times it: the verdict, taken
+    later, is check_ir's (its error, or a pass remembered for the same rules)."""
+    import os
+
+    import codegen.check
+    import common.forked
+    from codegen.check import check_ir_beside, settle
+    from codegen.rules import get_dialect
+
+    monkeypatch.setattr(common.forked, "_cpus", lambda: 2)
+    forks = []
+    fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forks.append(fork()) or forks[-1])
+    azure = get_dialect("azure")
+    broken = _edit_op(ring, 0, 0, 0, count=2)
+    check_ir_beside(broken, azure)  # nothing raised yet: a child checks it
+    with pytest.raises(IRCheckError) as beside:
+        settle(broken)
+    assert len(forks) == 1 and str(beside.value) == _only(broken, azure)
+    fresh = replace(ring, name="fresh")  # not checked before
+    check_ir_beside(fresh, azure)
+    monkeypatch.setattr(codegen.check, "find_problems", lambda *a, **k: pytest.fail("checked again"))
+    check_ir(fresh, azure)  # waits for the child's pass, and remembers it
+    check_ir(fresh, azure)
+    settle(fresh)  # taken already: nothing left
+    assert len(forks) == 2
+
+
 def test_threadblocks_found_sound_are_not_judged_again_for_the_same_buffers(monkeypatch):
     """The compiler checks the IR it keeps and the IR simulator loads that IR again (over a second
     each at 512 ranks): sound for some buffers, final or not, it is sound for them again; judged

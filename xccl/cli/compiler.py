@@ -171,7 +171,7 @@ def _choosing(
 
     def run(program: ChunkProgram, v: Variant) -> PipelineResult:
         verifier.start()
-        return _run_compiler(program, args, v.port_order, v.window, v.channels, v.port_overlap, v.protocol)
+        return _run_compiler(program, args, v.port_order, v.window, v.channels, v.port_overlap, v.protocol, True)
 
     chosen = compile_choosing(
         algo, topo, run, _result_ir, protocol=args.protocol, channels=args.channels, inplace=args.inplace
@@ -199,9 +199,10 @@ def _run_compiler(
     channels: int | None = None,
     port_overlap: bool = False,
     protocol: str | None = None,
+    check_beside: bool = False,
 ) -> PipelineResult:
     """The pipeline with the command's options (``window``, ``channels``, ``port_overlap``,
-    ``protocol``: a variant's, where set)."""
+    ``protocol``: a variant's, where set; ``check_beside``: the choice takes the check's verdict)."""
     from codegen.compiler import run_compiler
 
     return run_compiler(
@@ -215,6 +216,7 @@ def _run_compiler(
         print_after=tuple(args.print_after),
         port_order=port_order,
         port_overlap=port_overlap,
+        check_beside=check_beside,
     )
 
 
