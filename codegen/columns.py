@@ -16,17 +16,22 @@ is set and its value, so that NumPy can compare, sort and group them.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import compress, repeat
 from operator import attrgetter, is_not
 from typing import TYPE_CHECKING
 
-from codegen.ir import Buffer, Ref
+from codegen.ir import Buffer, OpType, Ref
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["BUFFER_CODE", "ints", "optional", "refs", "set_values"]
+    from codegen.instr_dag import Instr, InstrDAG
+
+__all__ = ["BUFFER_CODE", "TYPE_CODE", "InstrColumns", "instr_columns", "ints", "optional", "refs", "set_values"]
 
 BUFFER_CODE = {b: k for k, b in enumerate(Buffer)}
 """Each buffer's code in :func:`refs` (its place in :class:`~codegen.ir.Buffer`)."""
@@ -68,3 +73,119 @@ def optional(values: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
     out = np.zeros(len(values), np.int64)
     out[has] = ints(set_, len(set_))
     return has, out
+
+
+TYPE_CODE = {t: k for k, t in enumerate(OpType)}
+"""Each op type's code in :attr:`InstrColumns.type` (its place in :class:`~codegen.ir.OpType`)."""
+
+
+class InstrColumns:
+    """The fields of a DAG's instructions as arrays, each read when first asked and then kept for
+    every DAG holding the same instructions (:func:`instr_columns`): at 512 ranks each field of a
+    million instructions takes 50-90 ms to read, and the passes from ``aggregate_chunks`` to
+    ``insert_dependencies`` read the rank alone six times. Not to be written to (each array is
+    read-only). A peer or a match is -1 where the instruction has none."""
+
+    def __init__(self, instrs: Sequence[Instr]) -> None:
+        self.instrs = instrs
+
+    def _ints(self, name: str) -> np.ndarray:
+        return _frozen(ints(map(attrgetter(name), self.instrs), len(self.instrs)))
+
+    def _or_minus_one(self, name: str) -> np.ndarray:
+        has, value = optional(list(map(attrgetter(name), self.instrs)))
+        value[~has] = -1
+        return _frozen(value)
+
+    @cached_property
+    def rank(self) -> np.ndarray:
+        return self._ints("rank")
+
+    @cached_property
+    def type(self) -> np.ndarray:
+        """Each instruction's :data:`TYPE_CODE`."""
+        return _frozen(ints(map(TYPE_CODE.__getitem__, map(attrgetter("type"), self.instrs)), len(self.instrs)))
+
+    @cached_property
+    def count(self) -> np.ndarray:
+        return self._ints("count")
+
+    @cached_property
+    def instance(self) -> np.ndarray:
+        return self._ints("instance")
+
+    @cached_property
+    def send_to(self) -> np.ndarray:
+        return self._or_minus_one("send_to")
+
+    @cached_property
+    def recv_from(self) -> np.ndarray:
+        return self._or_minus_one("recv_from")
+
+    @cached_property
+    def send_match(self) -> np.ndarray:
+        return self._or_minus_one("send_match")
+
+    @cached_property
+    def recv_match(self) -> np.ndarray:
+        return self._or_minus_one("recv_match")
+
+    @cached_property
+    def src(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`refs` of the sources."""
+        return tuple(map(_frozen, refs(list(map(attrgetter("src"), self.instrs)))))
+
+    @cached_property
+    def dst(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`refs` of the destinations."""
+        return tuple(map(_frozen, refs(list(map(attrgetter("dst"), self.instrs)))))
+
+    @cached_property
+    def tb_hint(self) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`optional` of the threadblock hints."""
+        return tuple(map(_frozen, optional(list(map(attrgetter("tb_hint"), self.instrs)))))
+
+    @cached_property
+    def channel_hint(self) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`optional` of the channel hints."""
+        return tuple(map(_frozen, optional(list(map(attrgetter("channel_hint"), self.instrs)))))
+
+    @cached_property
+    def plain(self) -> bool:
+        """Whether no instruction has a hint or an instance but the first (a lowered Algorithm's)."""
+        return set(map(attrgetter("tb_hint", "channel_hint", "instance"), self.instrs)) <= {(None, None, 0)}
+
+
+def instr_columns(dag: InstrDAG) -> InstrColumns:
+    """The :class:`InstrColumns` of ``dag``'s instructions, shared by every DAG that holds the very
+    same tuple of them (``order_by_critical_path`` and the channel passes keep it). Only weak
+    references to the DAGs are kept: the columns go when the last DAG holding them goes."""
+    instrs = dag.instrs
+    entry = _HELD.get(id(instrs))
+    if entry is None or entry.columns.instrs is not instrs:
+        entry = _HELD[id(instrs)] = _Held(InstrColumns(instrs))
+    if not any(ref() is dag for ref in entry.dags):
+        entry.dags.append(weakref.ref(dag, entry.forget))
+    return entry.columns
+
+
+@dataclass(eq=False)
+class _Held:
+    """Columns held for the DAGs (weakly) that share their instructions."""
+
+    columns: InstrColumns
+    dags: list[weakref.ref] = field(default_factory=list)
+
+    def forget(self, gone: weakref.ref) -> None:
+        self.dags.remove(gone)
+        if not self.dags and _HELD.get(id(self.columns.instrs)) is self:
+            del _HELD[id(self.columns.instrs)]
+
+
+_HELD: dict[int, _Held] = {}
+"""By the id of the instructions' tuple (held alive by the columns while a DAG holds it)."""
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array

@@ -24,7 +24,6 @@ exactly where the IR's has one.
 from __future__ import annotations
 
 import itertools
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from codegen.chunk_dag import DepKind
@@ -110,13 +109,14 @@ def _calls(dag: InstrDAG):
     chunk where it sends or receives, else one)."""
     import numpy as np
 
-    from codegen.ir import OpType
+    from codegen.columns import TYPE_CODE, instr_columns
 
-    n = len(dag.instrs)
-    flag = {t: t.sends + 2 * t.receives for t in OpType}  # looked up in C, not a call per instruction
-    flags = np.fromiter(map(flag.__getitem__, map(attrgetter("type"), dag.instrs)), np.int64, n)
-    counts = np.fromiter(map(attrgetter("count"), dag.instrs), np.int64, n)
-    return flags, np.where(flags > 0, np.maximum(counts, 1), 1)
+    c = instr_columns(dag)
+    flag = np.zeros(len(TYPE_CODE), np.int64)  # by type code
+    for t, code in TYPE_CODE.items():
+        flag[code] = t.sends + 2 * t.receives
+    flags = flag[c.type]
+    return flags, np.where(flags > 0, np.maximum(c.count, 1), 1)
 
 
 def step_bounds(sched: ScheduledDAG) -> tuple[tuple[int, int], ...]:

@@ -21,10 +21,9 @@ instruction takes the run's latest time.
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from codegen.columns import ints, optional, refs
+from codegen.columns import TYPE_CODE, instr_columns
 from codegen.instr_dag import Instr, InstrDAG, InstrEdge, new_edge
 from codegen.ir import OpType
 from codegen.rules import MAX_COUNT
@@ -210,37 +209,27 @@ def _contiguous_at(c: _Columns, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class _Columns:
     """The fields of ``dag``'s instructions that aggregation reads, as arrays
-    (:mod:`codegen.columns`): a location as whether it is set, its buffer and its index; a hint as
-    whether it is set and its value (read in one pass where no instruction has one, nor an
-    instance but the first)."""
+    (:func:`codegen.columns.instr_columns`, shared with the later passes): a location as whether
+    it is set, its buffer and its index; a hint as whether it is set and its value (no hint, and
+    instance 0, where no instruction has one, nor an instance but the first)."""
 
     def __init__(self, dag: InstrDAG) -> None:
         import numpy as np
 
-        instrs = dag.instrs
-        n = len(instrs)
-        self.rank = ints(map(_RANK, instrs), n)
-        self.type = ints(map(_TYPE_CODE.__getitem__, map(_TYPE, instrs)), n)
-        self.count = ints(map(_COUNT, instrs), n)
-        self.has_src, self.src_buffer, self.src_index = refs(list(map(_SRC, instrs)))
-        self.has_dst, self.dst_buffer, self.dst_index = refs(list(map(_DST, instrs)))
-        self.match = optional(list(map(_SEND_MATCH, instrs)))[1]
-        if set(map(_ANNOTATIONS, instrs)) <= {(None, None, 0)}:  # a lowered Algorithm's: one pass
+        n, c = len(dag.instrs), instr_columns(dag)
+        self.rank, self.type, self.count = c.rank, c.type, c.count
+        self.has_src, self.src_buffer, self.src_index = c.src
+        self.has_dst, self.dst_buffer, self.dst_index = c.dst
+        self.match = np.maximum(c.send_match, 0)  # 0 where none, as codegen.columns.optional
+        if c.plain:  # a lowered Algorithm's: one pass
             self.instance, unset = np.zeros(n, np.int64), np.zeros(n, bool)
             self.tb_hint = self.channel_hint = unset, self.instance
         else:
-            self.instance = ints(map(_INSTANCE, instrs), n)
-            self.tb_hint = optional(list(map(_TB_HINT, instrs)))
-            self.channel_hint = optional(list(map(_CHANNEL_HINT, instrs)))
+            self.instance, self.tb_hint, self.channel_hint = c.instance, c.tb_hint, c.channel_hint
         self.height = np.asarray(dag.height, np.int64)
         self.times = None if dag.times is None else np.asarray(dag.times, np.float64)
 
 
-_RANK, _TYPE, _COUNT, _INSTANCE = map(attrgetter, ("rank", "type", "count", "instance"))
-_SRC, _DST, _SEND_MATCH, _RECV_MATCH = map(attrgetter, ("src", "dst", "send_match", "recv_match"))
-_TB_HINT, _CHANNEL_HINT = map(attrgetter, ("tb_hint", "channel_hint"))
-_ANNOTATIONS = attrgetter("tb_hint", "channel_hint", "instance")
-_TYPE_CODE = {t: k for k, t in enumerate(OpType)}
 
 
 def _grouped(c: _Columns) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -250,16 +239,16 @@ def _grouped(c: _Columns) -> list[tuple[np.ndarray, np.ndarray]]:
     member), by group and within one in the order of its chunks (the first column's source index,
     then the member), and whether each member starts a group."""
     import numpy as np
-    send = np.flatnonzero(c.type == _TYPE_CODE[OpType.SEND])
+    send = np.flatnonzero(c.type == TYPE_CODE[OpType.SEND])
     recv = c.match[send]
-    received = np.isin(c.type[recv], [_TYPE_CODE[OpType.RECV], _TYPE_CODE[OpType.RECV_REDUCE_COPY]])
+    received = np.isin(c.type[recv], [TYPE_CODE[OpType.RECV], TYPE_CODE[OpType.RECV_REDUCE_COPY]])
     send, recv = send[received], recv[received]
     offset = c.has_src[recv] & c.has_dst[recv]  # _offset(r.src, r.dst): None unless both are set
     transfers = [c.rank[send], c.rank[recv], c.type[recv], c.src_buffer[send], c.dst_buffer[recv], offset]
     shift = np.where(offset, c.src_index[recv] - c.dst_index[recv], 0)
     transfers += [np.where(offset, c.src_buffer[recv], 0), shift]
     transfers += [*_hints(c, send), *_hints(c, recv)[:2], c.height[send], c.height[recv]]
-    local = np.flatnonzero(np.isin(c.type, [_TYPE_CODE[OpType.COPY], _TYPE_CODE[OpType.REDUCE]]))
+    local = np.flatnonzero(np.isin(c.type, [TYPE_CODE[OpType.COPY], TYPE_CODE[OpType.REDUCE]]))
     locals_ = [c.rank[local], c.type[local], c.src_buffer[local], c.dst_buffer[local], *_hints(c, local)]
     locals_.append(c.height[local])
     members = (np.stack([send, recv]), local[np.newaxis])
@@ -318,7 +307,8 @@ def _rebuild(
     kept = np.flatnonzero(keep)
     instrs = list(map(dag.instrs.__getitem__, kept.tolist()))
     changed = index[kept] != kept
-    matches = [optional(list(map(field, instrs))) for field in (_SEND_MATCH, _RECV_MATCH)]
+    c = instr_columns(dag)
+    matches = [(m >= 0, np.maximum(m, 0)) for m in (c.send_match[kept], c.recv_match[kept])]
     for has, match in matches:
         changed |= has & (index[match] != match)
     changed[index[firsts]] = True

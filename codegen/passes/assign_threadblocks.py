@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from codegen.columns import instr_columns
 from codegen.instr_dag import Instr, InstrDAG
 from codegen.passes.channel_flows import steps_of
 from codegen.placed_ir import step_bounds, waiting_edges
@@ -437,11 +437,8 @@ def _sides(dag: InstrDAG):
     instructions took 0.4 s a compile at 512 ranks)."""
     import numpy as np
 
-    instrs, n = dag.instrs, len(dag.instrs)
-    rank = np.fromiter(map(attrgetter("rank"), instrs), np.int64, n)
-    send = np.fromiter((-1 if p is None else p for p in map(attrgetter("send_to"), instrs)), np.int64, n)
-    recv = np.fromiter((-1 if p is None else p for p in map(attrgetter("recv_from"), instrs)), np.int64, n)
-    hinted = np.fromiter((h is not None for h in map(attrgetter("tb_hint"), instrs)), bool, n)
+    c = instr_columns(dag)
+    rank, send, recv, hinted = c.rank, c.send_to, c.recv_from, c.tb_hint[0]
     pins = hinted | ((send >= 0) & (recv >= 0))
     side = np.where(pins | ((send < 0) & (recv < 0)), -1, np.where(send >= 0, 0, 1))
     return rank, side, np.where(side == 0, send, np.where(side == 1, recv, -1)), pins
@@ -508,7 +505,7 @@ def _unpaired(dag: InstrDAG) -> tuple[tuple[int, int] | None, ...]:
 
     rank, side, peer, pins = _SAME_DAG.get([dag], "sides", lambda: _sides(dag))
     n, ranks = len(dag.instrs), dag.info.num_ranks
-    match = np.fromiter((-1 if m is None else m for m in map(attrgetter("send_match"), dag.instrs)), np.int64, n)
+    match = instr_columns(dag).send_match
     received = np.zeros(n, bool)
     received[match[match >= 0]] = True
     group = np.where((side == 0) & (match >= 0), peer * 2, np.where((side == 1) & received, peer * 2 + 1, -1))

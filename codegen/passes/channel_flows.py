@@ -12,6 +12,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from codegen.chunk_dag import DepKind
+from codegen.columns import instr_columns
 from codegen.instr_dag import InstrDAG
 from codegen.protocols import fifo_calls
 from common.memo import SameObjects
@@ -70,10 +71,10 @@ def _chains(dag: InstrDAG) -> list[list[int]] | None:
     (where the union-find took 1.9 s of a 512-rank compile under the profiler); None otherwise."""
     import numpy as np  # not loaded by building the CLI's parser
 
-    instrs, n = dag.instrs, len(dag.instrs)
-    if any(ins.tb_hint is not None for ins in instrs):
+    n, c = len(dag.instrs), instr_columns(dag)
+    if c.tb_hint[0].any():
         return None
-    match = _matches(dag)
+    match = c.send_match
     sends = np.flatnonzero(match >= 0)
     if np.bincount(match[sends], minlength=n).max(initial=0) > 1:
         return None
@@ -119,11 +120,10 @@ def _by_load(dag: InstrDAG) -> dict[int, list[tuple[int, int]]]:
     receives; summed in NumPy (a dict entry per instruction took 0.5-1.6 s of a 512-rank compile)."""
     import numpy as np  # not loaded by building the CLI's parser
 
-    instrs = dag.instrs
     steps = np.asarray(steps_of(dag), dtype=np.int64)
     match, rank, _, _ = _fields(dag)
     sends = np.flatnonzero(match >= 0)
-    peer = np.fromiter((instrs[i].send_to for i in sends.tolist()), np.int64, len(sends))
+    peer = instr_columns(dag).send_to[sends]  # a matched send has a peer
     ranks = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
     codes, where = np.unique(rank[sends] * ranks + peer, return_inverse=True)
     sent = np.bincount(where.ravel(), weights=steps[sends], minlength=len(codes))
@@ -143,7 +143,7 @@ def steps_of(dag: InstrDAG) -> tuple[int, ...]:
         import numpy as np  # not loaded by building the CLI's parser
 
         pred, succ = dag.ends
-        rank = np.fromiter(map(attrgetter("rank"), dag.instrs), np.int64, len(dag.instrs))
+        rank = instr_columns(dag).rank
         kinds = map(attrgetter("kind"), dag.edges)
         waits = np.fromiter(map(DepKind.MATCH.__ne__, kinds), bool, len(dag.edges))
         waits &= rank[pred] == rank[succ]  # a counted edge: not a match, within one rank
@@ -185,7 +185,7 @@ def _lone_arrays(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple]
     """:func:`lone_arrays` of a program without channel hints, with flows."""
     import numpy as np  # not loaded by building the CLI's parser
 
-    instrs, n = dag.instrs, len(dag.instrs)
+    n = len(dag.instrs)
     match, rank, inst, depth = _fields(dag)
     s = np.fromiter((flow[0] for flow in flows), np.int64, len(flows))
     r = np.fromiter((flow[-1] for flow in flows), np.int64, len(flows))
@@ -195,7 +195,7 @@ def _lone_arrays(dag: InstrDAG, flows: list[list[int]], groups: dict[int, tuple]
     lone = np.flatnonzero(two & free[s] & free[r] & (match[s] == r) & (match[r] < 0))
     s, r = s[lone], r[lone]
     pos = np.asarray(dag.position, dtype=np.int64)
-    count = np.fromiter(map(attrgetter("count"), instrs), np.int64, n)
+    count = instr_columns(dag).count
     drained = (count[s] > fifo_calls(dag.info.protocol)) & (pos[r] == pos[s] + 1)
     if dag.times is not None:  # InstrDAG.holds: from the send's start to halfway to its arrival
         times = np.asarray(dag.times, dtype=np.float64)
@@ -213,24 +213,10 @@ def _fields(dag: InstrDAG):
     def read():
         import numpy as np
 
-        instrs, n = dag.instrs, len(dag.instrs)
-        rank = np.fromiter(map(attrgetter("rank"), instrs), np.int64, n)
-        inst = np.fromiter(map(attrgetter("instance"), instrs), np.int64, n)
-        return _matches(dag), rank, inst, np.asarray(dag.depth, dtype=np.int64)
+        c = instr_columns(dag)
+        return c.send_match, c.rank, c.instance, np.asarray(dag.depth, dtype=np.int64)
 
     return _SAME_DAG.get([dag], "fields", read)
-
-
-def _matches(dag: InstrDAG):
-    """Per instruction its send's match, -1 where none, as a NumPy array; once per DAG."""
-
-    def read():
-        import numpy as np
-
-        matches = map(attrgetter("send_match"), dag.instrs)
-        return np.fromiter((-1 if m is None else m for m in matches), np.int64, len(dag.instrs))
-
-    return _SAME_DAG.get([dag], "matches", read)
 
 
 def _facing(match, rank, inst, depth):

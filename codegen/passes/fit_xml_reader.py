@@ -41,10 +41,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from codegen.columns import ints, optional
+from codegen.columns import instr_columns
 from codegen.instr_dag import InstrDAG
 from codegen.ir import Buffer, Ref, evolve
 from codegen.passes.aggregate_chunks import WINDOW, Aggregation
@@ -119,9 +118,9 @@ def _peers(dag: InstrDAG, rank: np.ndarray, size: int) -> np.ndarray:
 
     from topologies.numeric import distinct
 
-    peers = np.zeros(size, np.int64)
-    for peer_of in (_SEND_TO, _RECV_FROM):
-        has, peer = optional(list(map(peer_of, dag.instrs)))
+    peers, c = np.zeros(size, np.int64), instr_columns(dag)
+    for peer in (c.send_to, c.recv_from):
+        has = peer >= 0
         if has.any():
             base = int(peer[has].max()) + 1
             pairs = distinct(rank[has] * base + peer[has])  # each (rank, peer) once
@@ -130,10 +129,7 @@ def _peers(dag: InstrDAG, rank: np.ndarray, size: int) -> np.ndarray:
 
 
 def _ranks(dag: InstrDAG) -> np.ndarray:
-    return ints(map(_RANK, dag.instrs), len(dag.instrs))
-
-
-_RANK, _SEND_TO, _RECV_FROM = map(attrgetter, ("rank", "send_to", "recv_from"))
+    return instr_columns(dag).rank
 
 
 def fit_xml_reader(

@@ -19,6 +19,7 @@ import itertools
 from operator import attrgetter
 
 from codegen.chunk_dag import DepKind
+from codegen.columns import instr_columns
 from codegen.errors import CodegenError
 from codegen.instr_dag import InstrDAG
 from codegen.ir import IR, Dep, Gpu, Op, OpType, Threadblock, evolve
@@ -270,10 +271,8 @@ def _waiting(dag: InstrDAG) -> tuple[object, list[tuple[int, int]]]:
 
 
 def _ranks(dag: InstrDAG):
-    """Each instruction's rank, as a NumPy array (read through ``map``)."""
-    import numpy as np
-
-    return np.fromiter(map(_RANK, dag.instrs), dtype=np.int64, count=len(dag.instrs))
+    """Each instruction's rank, as a NumPy array (:func:`codegen.columns.instr_columns`)."""
+    return instr_columns(dag).rank
 
 
 def _layout(sched: ScheduledDAG, laid: tuple, waiting) -> tuple:
@@ -358,4 +357,4 @@ def _waitable(dag: InstrDAG):
 
 
 _TYPE, _SRC, _DST, _COUNT = attrgetter("type"), attrgetter("src"), attrgetter("dst"), attrgetter("count")
-_RANK, _KIND = attrgetter("rank"), attrgetter("kind")
+_KIND = attrgetter("kind")

@@ -27,10 +27,8 @@ does not have. In a schedule that keeps a port busy one send after another the t
 
 from __future__ import annotations
 
-from itertools import compress, repeat
-from operator import attrgetter, is_not
-
 from codegen.chunk_dag import DepKind
+from codegen.columns import instr_columns
 from codegen.instr_dag import InstrDAG, InstrEdge
 
 __all__ = ["order_ports"]
@@ -64,13 +62,11 @@ def _through_ports(dag: InstrDAG, port: dict) -> list[int]:
     a Python step per instruction was most of this pass)."""
     import numpy as np  # here, not at the top: building the CLI's parser loads every pass
 
-    instrs = dag.instrs
-    sends = list(compress(range(len(instrs)), map(is_not, map(_SEND_TO, instrs), repeat(None))))
-    if not sends or not port:
+    instrs, c = dag.instrs, instr_columns(dag)
+    sends = np.flatnonzero(c.send_to >= 0)
+    if not sends.size or not port:
         return []
-    picked = list(map(instrs.__getitem__, sends))
-    src = np.fromiter(map(_RANK, picked), np.int64, len(picked))
-    dst = np.fromiter(map(_SEND_TO, picked), np.int64, len(picked))
+    src, dst = c.rank[sends], c.send_to[sends]
     edges = np.array(sorted(port), np.int64).reshape(-1, 2)
     scale = int(max(edges.max(), src.max(), dst.max())) + 1
     codes, wanted = edges[:, 0] * scale + edges[:, 1], src * scale + dst  # (sorted: the edges were)
@@ -80,8 +76,6 @@ def _through_ports(dag: InstrDAG, port: dict) -> list[int]:
     place[np.asarray(dag.order, np.int64).reshape(len(instrs))] = np.arange(len(instrs))
     return through[np.argsort(place[through], kind="stable")].tolist()
 
-
-_RANK, _SEND_TO = attrgetter("rank"), attrgetter("send_to")
 
 SCAN = 64
 """How many of a port's earlier sends ``port_overlap`` looks back through for one that ended."""
