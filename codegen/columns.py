@@ -89,6 +89,14 @@ class InstrColumns:
     def __init__(self, instrs: Sequence[Instr]) -> None:
         self.instrs = instrs
 
+    def given(self, **columns: np.ndarray) -> None:
+        """Columns known where the instructions were made (``expand_instructions``: from the
+        arrays it made them of), by the names of the properties they stand for."""
+        unknown = set(columns) - {"rank", "type", "count", "instance", *_PEERS}
+        if unknown:
+            raise TypeError(f"InstrColumns.given: no column {sorted(unknown)}")
+        self.__dict__.update({name: _frozen(column) for name, column in columns.items()})
+
     def _ints(self, name: str) -> np.ndarray:
         return _frozen(ints(map(attrgetter(name), self.instrs), len(self.instrs)))
 
@@ -181,6 +189,8 @@ class _Held:
         if not self.dags and _HELD.get(id(self.columns.instrs)) is self:
             del _HELD[id(self.columns.instrs)]
 
+
+_PEERS = ("send_to", "recv_from", "send_match", "recv_match")
 
 _HELD: dict[int, _Held] = {}
 """By the id of the instructions' tuple (held alive by the columns while a DAG holds it)."""

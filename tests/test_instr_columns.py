@@ -24,7 +24,7 @@ def _dag():
 
 def test_the_columns_are_the_instructions_fields():
     dag = _dag()
-    c = instr_columns(dag)
+    c = instr_columns(dag)  # the int columns as expand_instructions gave them, the others read
     instrs = dag.instrs
 
     def minus_one(name):

@@ -19,7 +19,7 @@ from operator import attrgetter, eq, is_, itemgetter
 from typing import TYPE_CHECKING
 
 from codegen.chunk_dag import ChunkDAG, DepKind, Side
-from codegen.columns import ints, refs, set_values
+from codegen.columns import TYPE_CODE, instr_columns, ints, refs, set_values
 from codegen.instr_dag import Instr, InstrDAG
 from codegen.ir import Buffer, OpType, Ref
 from codegen.slotted import made_all
@@ -39,6 +39,7 @@ _RANK, _PRED, _SUCC = attrgetter("rank"), attrgetter("pred"), attrgetter("succ")
 _PRED_SIDE, _SUCC_SIDE, _DEP_KIND = attrgetter("pred_side"), attrgetter("succ_side"), attrgetter("kind")
 _TYPES = (OpType.SEND, OpType.RECV, OpType.RECV_REDUCE_COPY, OpType.COPY, OpType.REDUCE)
 _SEND, _RECV, _RRC, _CPY, _RE = range(len(_TYPES))
+_TYPE_CODES = tuple(TYPE_CODE[t] for t in _TYPES)  # in codegen.columns.TYPE_CODE
 _BUFFERS = tuple(Buffer)  # by code (codegen.columns.BUFFER_CODE)
 
 
@@ -49,26 +50,34 @@ def expand_instructions(dag: ChunkDAG) -> InstrDAG:
     x = _Ops(dag.ops)
     first, second = x.offset, x.offset[x.two] + 1  # each op's first instruction, and second ones
     n = int(x.per_op.sum())
-    columns = {
-        "rank": _ints(n, (first, x.src_rank), (second, x.dst_rank[x.two])),
-        "type": _types(n, x, first, second),
+    sent, received = first[x.remote], second[x.remote[x.two]]  # a remote op's send and receive
+    known = {  # the int columns, as the later passes read them (codegen.columns.instr_columns)
+        "rank": _ints(n, 0, (first, x.src_rank), (second, x.dst_rank[x.two])),
+        "type": np.asarray(_TYPE_CODES, np.int64)[_type_codes(n, x, first, second)],
+        "count": _ints(n, 0, (first, x.count), (second, x.count[x.two])),
+        "instance": _ints(n, 0, (first, x.instance), (second, x.instance[x.two])),
+        "send_to": _ints(n, -1, (sent, x.dst_rank[x.remote])),
+        "recv_from": _ints(n, -1, (received, x.src_rank[x.remote])),
+        "send_match": _ints(n, -1, (sent, sent + 1)),
+        "recv_match": _ints(n, -1, (received, sent)),
+    }
+    columns = {name: _or_none(known[name]) for name in ("send_to", "recv_from", "send_match", "recv_match")}
+    columns |= {name: known[name].tolist() for name in ("rank", "count", "instance")}
+    columns |= {
+        "type": _column(OpType, len(OpType))[known["type"]].tolist(),
         "src": _objects(
             n, (first, np.where(x.two_local, x.operand_ref, x.src_ref)), (second, x.second_src())
         ),
         "dst": _objects(n, (first, np.where(x.remote, None, x.dst_ref)), (second, x.dst_ref[x.two])),
-        "count": _ints(n, (first, x.count), (second, x.count[x.two])),
-        "send_to": _objects(n, (first[x.remote], x.dst_rank[x.remote])),
-        "recv_from": _objects(n, (second[x.remote[x.two]], x.src_rank[x.remote])),
-        "send_match": _objects(n, (first[x.remote], first[x.remote] + 1)),
-        "recv_match": _objects(n, (second[x.remote[x.two]], first[x.remote])),
         "tb_hint": _objects(n, (first, x.sendtb), (second, np.where(x.remote, x.recvtb, x.sendtb)[x.two])),
         "channel_hint": _objects(n, (first, x.channel), (second, x.channel[x.two])),
-        "instance": _ints(n, (first, x.instance), (second, x.instance[x.two])),
         "time": x.times(n, first, second),
     }
     instrs = made_all(Instr, n, columns)
     pred, succ, kind = _edges(dag, x)
-    return InstrDAG.from_ends(dag.info, instrs, (pred, succ), kind, np.arange(n))
+    out = InstrDAG.from_ends(dag.info, instrs, (pred, succ), kind, np.arange(n))
+    instr_columns(out).given(**known)
+    return out
 
 
 class _Ops:
@@ -165,26 +174,37 @@ def _objects(n: int, *placed: tuple[np.ndarray, np.ndarray]) -> list:
     return out.tolist()
 
 
-def _ints(n: int, *placed: tuple[np.ndarray, np.ndarray]) -> list[int]:
-    """A column of ``n`` ints, each given at one of the places ``(places, values)``."""
+def _ints(n: int, blank: int, *placed: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """A column of ``n`` ints, ``blank`` but at the places given: ``(places, values)`` each."""
     import numpy as np
 
-    out = np.zeros(n, np.int64)
+    out = np.full(n, blank, np.int64)
     for at, values in placed:
         out[at] = values
+    return out
+
+
+def _or_none(column: np.ndarray) -> list[int | None]:
+    """A column of :func:`_ints` made with ``blank=-1`` as a list, None where -1."""
+    import numpy as np
+
+    out = np.full(column.size, None, object)
+    at = column >= 0
+    out[at] = _column(column[at].tolist(), int(at.sum()))
     return out.tolist()
 
 
-def _types(n: int, x: _Ops, first: np.ndarray, second: np.ndarray) -> list[OpType]:
-    """Each instruction's type: a remote op's send and then ``r`` (``rrc`` for a reduce); a local
-    copy's ``cpy``; a local reduce's ``re``, after a ``cpy`` of its operand where that is another slot."""
+def _type_codes(n: int, x: _Ops, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Each instruction's type (an index into ``_TYPES``): a remote op's send and then ``r``
+    (``rrc`` for a reduce); a local copy's ``cpy``; a local reduce's ``re``, after a ``cpy`` of
+    its operand where that is another slot."""
     import numpy as np
 
     local = np.where(x.reduces & ~x.two_local, _RE, _CPY)
     code = np.empty(n, np.int64)
     code[first] = np.where(x.remote, _SEND, local)
     code[second] = np.where(x.remote, np.where(x.reduces, _RRC, _RECV), _RE)[x.two]
-    return _column(_TYPES, len(_TYPES))[code].tolist()
+    return code
 
 
 def _edges(dag: ChunkDAG, x: _Ops) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
