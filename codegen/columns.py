@@ -92,10 +92,11 @@ class InstrColumns:
     def given(self, **columns: np.ndarray) -> None:
         """Columns known where the instructions were made (``expand_instructions``: from the
         arrays it made them of), by the names of the properties they stand for."""
-        unknown = set(columns) - {"rank", "type", "count", "instance", *_PEERS}
+        unknown = set(columns) - {"rank", "type", "count", "instance", "src", "dst", *_PEERS}
         if unknown:
             raise TypeError(f"InstrColumns.given: no column {sorted(unknown)}")
-        self.__dict__.update({name: _frozen(column) for name, column in columns.items()})
+        for name, column in columns.items():
+            self.__dict__[name] = tuple(map(_frozen, column)) if isinstance(column, tuple) else _frozen(column)
 
     def _ints(self, name: str) -> np.ndarray:
         return _frozen(ints(map(attrgetter(name), self.instrs), len(self.instrs)))

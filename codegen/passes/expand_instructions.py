@@ -76,8 +76,30 @@ def expand_instructions(dag: ChunkDAG) -> InstrDAG:
     instrs = made_all(Instr, n, columns)
     pred, succ, kind = _edges(dag, x)
     out = InstrDAG.from_ends(dag.info, instrs, (pred, succ), kind, np.arange(n))
-    instr_columns(out).given(**known)
+    instr_columns(out).given(**known, **_locations(n, x, first, second))
     return out
+
+
+def _locations(n: int, x: _Ops, first: np.ndarray, second: np.ndarray) -> dict[str, tuple]:
+    """The instructions' sources and destinations as :func:`codegen.columns.refs` reads them
+    (whether set, buffer code, index: 0 and 0 where not), placed as the ``src`` and ``dst``
+    columns place their Refs."""
+    import numpy as np
+
+    def placed(*parts: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # (places, set, buffer, index)
+        has, buffer, index = np.zeros(n, bool), np.zeros(n, np.int64), np.zeros(n, np.int64)
+        for at, is_set, b, i in parts:
+            has[at], buffer[at], index[at] = is_set, np.where(is_set, b, 0), np.where(is_set, i, 0)
+        return has, buffer, index
+
+    (sb, si), (db, di), (ob, oi) = x.src_at, x.dst_at, x.operand_at
+    two, remote = x.two, x.remote
+    src = placed(
+        (first, np.ones(first.size, bool), np.where(x.two_local, ob, sb), np.where(x.two_local, oi, si)),
+        (second, (~remote | x.reduces)[two], np.where(remote, ob, sb)[two], np.where(remote, oi, si)[two]),
+    )
+    dst = placed((first, ~remote, db, di), (second, np.ones(second.size, bool), db[two], di[two]))
+    return {"src": src, "dst": dst}
 
 
 class _Ops:
@@ -85,7 +107,8 @@ class _Ops:
     ``two_local`` (a reduce into another slot than its operand: ``cpy`` then ``re``), ``two``
     (either: two instructions), the ``offset`` of each op's first instruction. ``src_ref``,
     ``dst_ref`` and ``operand_ref`` (the reduce's local operand: ``dst`` unless given) are object
-    arrays of the shared Refs."""
+    arrays of the shared Refs; ``src_at``, ``dst_at`` and ``operand_at`` the same locations as
+    (buffer codes, indices)."""
 
     def __init__(self, ops: Sequence) -> None:
         import numpy as np
@@ -103,6 +126,10 @@ class _Ops:
         )
         self.operand_ref = self.dst_ref.copy()
         self.operand_ref[has] = given_ref
+        operand_buffer, operand_index = dst_buffer.copy(), dst_index.copy()
+        operand_buffer[has], operand_index[has] = op_buffer, op_index
+        self.src_at, self.dst_at = (src_buffer, src_index), (dst_buffer, dst_index)
+        self.operand_at = (operand_buffer, operand_index)
         other = np.zeros(n, bool)  # a given operand that is not dst
         other[has] = (
             (ints(map(_RANK, given), len(given)) != self.dst_rank[has])
