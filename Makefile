@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip setuptools wheel pip-tools
 	$(BIN)/pip-sync --quiet --pip-args "--disable-pip-version-check" $(LOCK)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
-	$(BIN)/python -c 'from synth.timing.engine import warm_up; warm_up()'
+	$(BIN)/python -c 'from synth.timing.engine import warm_up; warm_up(); from codegen.kahn import warm_up; warm_up()'
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -10,7 +10,6 @@ pass :mod:`~codegen.passes.order_by_critical_path` chooses the one the schedule 
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -137,13 +136,7 @@ def prioritized_order(
     the order of priority; ``ends``: the edges' :func:`edge_ends`, where known). Where that order
     already puts every edge forward, it is what Kahn's algorithm would give (the first remaining
     node is always ready) and is returned without the heap: passes that keep the previous order as
-    the key mostly get this case.
-
-    Otherwise the nodes are scanned in that order and taken where ready; a node found waiting is
-    passed over, and a heap holds the passed-over nodes that have become ready since. Those come
-    before the scan's next node in the order, so the heap's least, where there is one, is the
-    least ready node, else the scan's next ready one is: the node Kahn's algorithm takes, with heap
-    operations for the passed-over nodes only (few of half a million at 512 ranks), each an int."""
+    the key mostly get this case. Otherwise :func:`codegen.kahn.kahn` (compiled) orders them."""
     import numpy as np
 
     n = len(by_key)
@@ -154,44 +147,15 @@ def prioritized_order(
     pred, succ = place[pred], place[succ]  # the edges between places
     if bool((pred < succ).all()):
         return tuple(nodes.tolist())
-    out = _kahn(n, pred, succ)
+    from codegen.kahn import kahn  # numba: not loaded by building the CLI's parser
+
+    out = kahn(n, pred, succ)
     if len(out) != n:
         indegree = np.bincount(succ, minlength=n)
         indegree[out] = 0
         stuck = int(np.flatnonzero(indegree[place] > 0)[0])
         raise CodegenError(f"{what}: dependency cycle through instruction {stuck}")
     return tuple(nodes[out].tolist())
-
-
-def _kahn(n: int, pred: np.ndarray, succ: np.ndarray) -> list[int]:
-    """:func:`prioritized_order` between places ``0 .. n - 1`` (the least first); shorter than
-    ``n`` where a cycle stops it."""
-    import numpy as np
-
-    indegree = np.bincount(succ, minlength=n).tolist()
-    targets = succ[np.argsort(pred, kind="stable")].tolist()
-    starts = np.concatenate(([0], np.cumsum(np.bincount(pred, minlength=n)))).tolist()
-    passed = bytearray(n)  # passed over by the scan while waiting
-    ready: list[int] = []  # the passed-over nodes ready since, a heap
-    out: list[int] = []
-    pop, push = heapq.heappop, heapq.heappush
-    p = 0  # the scan's next node
-    while True:
-        if ready:
-            q = pop(ready)
-        else:
-            while p < n and indegree[p]:
-                passed[p] = 1
-                p += 1
-            if p == n:
-                return out
-            q, p = p, p + 1
-        out.append(q)
-        for k in range(starts[q], starts[q + 1]):
-            t = targets[k]
-            indegree[t] -= 1
-            if not indegree[t] and passed[t]:
-                push(ready, t)
 
 
 def _layers(n: int, pred: np.ndarray, succ: np.ndarray) -> np.ndarray | None:

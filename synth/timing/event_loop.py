@@ -29,22 +29,12 @@ pending at once than the room given, it stops, and the caller runs it again with
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 from numba import njit
 
+from common.compiled import compiled
+
 __all__ = ["run_loop"]
-
-
-def _compiled(fn: Callable) -> Callable:
-    """``fn`` compiled by numba and cached on disk (beside this module, else in the user's cache),
-    so a process loads it instead of compiling it (about 8 s); where numba finds no writable place
-    (a read-only install and home), compiled once per process instead."""
-    try:
-        return njit(cache=True)(fn)
-    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        return njit(fn)
 
 
 @njit(inline="always")
@@ -245,7 +235,7 @@ def _count_off(
         base = ready[x]
 
 
-@_compiled
+@compiled  # cached on disk: a process loads it instead of compiling it (about 8 s)
 def run_loop(
     priority, transfer, path_start, path_edge, path_hold, servers, tolerance,
     arc_start, arc_to, arc_after, njobs, waits, ready, taken, events,
