@@ -89,3 +89,19 @@ def test_a_layout_past_the_runtimes_steps_is_not_built_to_ask_whether_it_deadloc
     check_ir(ir, tight)
     assert max(len(tb.ops) for g in ir.gpus for tb in g.threadblocks) <= 4
     assert run(ir, ir.nchunksperloop * 4 * 3, "int32").checked
+
+
+@pytest.mark.parametrize("program", [hierarchical_allreduce.program, two_step_alltoall.program])
+def test_a_compile_checked_beside_asks_the_placement_and_keeps_the_same_ir(program, monkeypatch):
+    # xccl compile checks the IR it keeps in a child (check_beside): whether that IR deadlocks is
+    # then asked of its placement, in the parent; the order, the layout and the IR stay the same
+    from codegen.check import settle
+    from codegen.compiler import run_compiler
+
+    prog = program("dgx-a100x2")
+    plain = run_compiler(prog).result
+    judged = []
+    monkeypatch.setattr(compiler, "placed_deadlock_free", lambda s: judged.append(s) or placed_deadlock_free(s))
+    beside = run_compiler(prog, check_beside=True).result
+    settle(beside)
+    assert beside == plain and judged
