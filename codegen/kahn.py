@@ -1,4 +1,4 @@
-"""Kahn's algorithm taking the least ready node first, compiled (:mod:`common.compiled`): the
+"""Kahn's algorithm taking the least ready node first, compiled (:mod:`synth.compiled`): the
 instruction DAG's order where its priority puts an edge backwards (``expand_instructions`` at 512
 ranks: a million instructions, 0.6 s as a Python loop, milliseconds compiled).
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.compiled import compiled
+from synth.compiled import compiled
 
 __all__ = ["kahn", "warm_up"]
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from common.compiled import compiled
+from synth.compiled import compiled
 
 __all__ = ["run_loop"]
 
