@@ -13,7 +13,7 @@ import codegen.compiler as compiler
 from codegen.compiler import compile_program
 from codegen.dsl import ChunkProgram
 from codegen.instr_dag import InstrEdge
-from codegen.ir import IR
+from codegen.ir import IR, Dep, OpType
 from codegen.passes import DEFAULT_PIPELINE, PASSES
 from codegen.pipeline import CompileOptions, run_pipeline
 from codegen.rules import DIALECTS, file_problems, unlimited_window_problems
@@ -116,3 +116,28 @@ def counted_builds(monkeypatch) -> Counter:
     monkeypatch.setitem(PASSES, "insert_dependencies", replace(build, run=built))
     monkeypatch.setattr(compiler, "find_deadlock", checked)
     return counts
+
+
+def unfolded(ir: IR) -> IR:
+    """``ir`` with each nop's dependency given to the step after it instead (an IR as a hand-written
+    file may hold it: ``insert_dependencies`` itself puts the extras in nops already)."""
+    gpus = []
+    for gpu in ir.gpus:
+        place = {tb.id: {} for tb in gpu.threadblocks}  # old step -> step without the nops
+        for tb in gpu.threadblocks:
+            for k, op in enumerate(tb.ops):
+                if op.type is not OpType.NOP:
+                    place[tb.id][k] = len(place[tb.id])
+        tbs = []
+        for tb in gpu.threadblocks:
+            ops, pending = [], []
+            for op in tb.ops:
+                deps = [Dep(d.tb, place[d.tb][d.op]) for d in op.deps]
+                if op.type is OpType.NOP:
+                    pending += deps
+                else:
+                    ops.append(replace(op, deps=(*pending, *deps)))
+                    pending = []
+            tbs.append(replace(tb, ops=tuple(ops)))
+        gpus.append(replace(gpu, threadblocks=tuple(tbs)))
+    return replace(ir, gpus=tuple(gpus))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from codegen_helpers import stage_after
+from codegen_helpers import stage_after, unfolded
 from ir_interpreter import execute
 
 from codegen.examples import two_step_alltoall
@@ -14,8 +14,15 @@ def _real(tb):
     return [op for op in tb.ops if op.type is not OpType.NOP]
 
 
+def test_insert_dependencies_folds_as_this_pass_does():
+    folded = stage_after(two_step_alltoall.program("dgx-a100x2"), "insert_dependencies")
+    assert all(len(op.deps) <= 1 for g in folded.gpus for tb in g.threadblocks for op in tb.ops)
+    assert fold_deps_into_nops(folded) == folded
+    assert fold_deps_into_nops(unfolded(folded)) == folded
+
+
 def test_extra_dependencies_move_into_nops_that_point_at_the_same_steps():
-    before = stage_after(two_step_alltoall.program("dgx-a100x2"), "insert_dependencies")
+    before = unfolded(stage_after(two_step_alltoall.program("dgx-a100x2"), "insert_dependencies"))
     multi = sum(max(len(op.deps) - 1, 0) for g in before.gpus for tb in g.threadblocks for op in tb.ops)
     assert multi > 0, "the example should have steps waiting on several threadblocks"
     after = fold_deps_into_nops(before)

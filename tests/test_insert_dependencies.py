@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from codegen_helpers import map_ops, stage_after
+from codegen_helpers import map_ops, stage_after, unfolded
 from ir_interpreter import ExecutionError, execute
 
 from codegen.chunk_dag import DepKind
@@ -76,7 +76,7 @@ def _unmet(sched, ir: IR) -> list:
 @pytest.mark.parametrize("prog", PROGRAMS, ids=["allpairs", "hierarchical", "two-step", "relayed-alltoall"])
 def test_every_predecessor_is_covered_and_every_wait_is_needed(prog):
     sched = stage_after(prog, "assign_threadblocks")
-    ir = insert_dependencies(sched)
+    ir = unfolded(insert_dependencies(sched))  # a step per instruction, as placed
     assert _unmet(sched, ir) == []
     waits = [
         (g.rank, tb.id, k) for g in ir.gpus for tb in g.threadblocks for k, op in enumerate(tb.ops) if op.deps

@@ -3,6 +3,8 @@
 An op with ``k > 1`` dependencies gets ``k - 1`` ``nop`` steps in front of it, each carrying one
 of them; the op keeps the last. The runtimes attach a nop's dependency to the next real step,
 which must itself carry one (it does). Steps shift, so every dependency on the rank is renumbered.
+``insert_dependencies`` builds its IR so already (in bulk): this pass leaves that one as it is and
+folds an IR read from a file or written by hand.
 """
 
 from __future__ import annotations

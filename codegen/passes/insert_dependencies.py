@@ -10,7 +10,9 @@ threadblocks at once. The ranks are independent: the k-th such instruction of ev
 in one NumPy round, its clock a row of one table (a thousand rounds where a Python step per
 instruction took a second at 512 ranks). The instructions written alike share one ``Op`` object,
 made with its final ``has_dep`` (``mark_has_dep`` then copies none).
-The IR may hold several dependencies per op; ``fold_deps_into_nops`` makes it one.
+An op that keeps several waits gets all but its last on nops in front of it, as the runtimes need
+(what ``fold_deps_into_nops`` would make of it, in bulk: that pass then finds nothing to fold, and
+folds IRs read from files or written by hand).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ def insert_dependencies(sched: ScheduledDAG) -> IR:
     dag = sched.dag
     info = dag.info
     laid = _laid_out(sched)  # the instructions of all threadblocks end to end, their sizes
-    ops = _ops(sched, laid[0], _waits(sched, laid))
-    bounds = [0, *itertools.accumulate(laid[1].tolist())]
+    ops, sizes = _with_nops(sched, laid, _waits(sched, laid))
+    bounds = [0, *itertools.accumulate(sizes.tolist())]
     each = (tuple(ops[a:b]) for a, b in itertools.pairwise(bounds))  # threadblock by threadblock
     gpus = []
     for rank, plans in enumerate(sched.threadblocks):
@@ -58,6 +60,67 @@ _SAME_DAG = SameObjects()
 """Per DAG what every IR built from it reads (the compiler builds one for each width and layout it
 tries): each instruction's op without dependencies (ops are frozen, so the IRs share those that
 wait for none), the edges an instruction may wait on, and the instructions with any, in order."""
+
+
+def _with_nops(sched: ScheduledDAG, laid: tuple, waits: tuple) -> tuple[list[Op], object]:
+    """The ops of the threadblocks laid end to end, each with one dependency at most: an op that
+    waits on ``k > 1`` steps gets ``k - 1`` nops in front of it, each carrying one of them in
+    order, and keeps the last, every step renumbered past the nops before it in its threadblock
+    (what ``fold_deps_into_nops`` makes of the IR, which then finds nothing to fold: at 512 ranks
+    it rebuilt every threadblock, 0.9 s); and each threadblock's size. Found by NumPy over the
+    waits (``waits``: :func:`_waits`)."""
+    import numpy as np
+
+    from topologies.numeric import distinct, ranges
+
+    run, sizes, _ = laid
+    at, code, tuples, awaited = waits
+    k = np.fromiter(map(len, tuples), np.int64, len(tuples))[code]  # per waiting one, its waits
+    if not (k > 1).any():
+        return _ops(sched, run, waits), sizes
+    at, code, k = at[k > 0], code[k > 0], k[k > 0]  # (none waits on nothing in a DAG)
+    n, counts = len(sched.dag.instrs), list(map(len, sched.threadblocks))
+    nops = np.zeros(n, np.int64)
+    nops[at] = k - 1
+    nops_run = nops[run]
+    shift = np.cumsum(nops_run)  # per place in ``run``: the nops up to it (its own too)
+    tb_of_place = np.repeat(np.arange(sizes.size), sizes)
+    tb_nops = np.bincount(tb_of_place, weights=nops_run, minlength=sizes.size).astype(np.int64)
+    within = shift - np.repeat(np.cumsum(tb_nops) - tb_nops, sizes)  # ... in its threadblock
+    # every wait as (threadblock, step) renumbered, in the order of the waiting ones' tuples
+    flat = [d for t in tuples for d in t]
+    tup_tb = np.fromiter((d.tb for d in flat), np.int64, len(flat))
+    tup_op = np.fromiter((d.op for d in flat), np.int64, len(flat))
+    starts = np.cumsum([0, *map(len, tuples)])[:-1]
+    rows = ranges(starts[code], k)
+    rank = instr_columns(sched.dag).rank[np.repeat(at, k)]
+    first_tb = np.cumsum([0, *counts])[:-1]  # each rank's first threadblock among all
+    first_step = np.cumsum(sizes) - sizes  # each threadblock's first place in ``run``
+    tb, step = tup_tb[rows], tup_op[rows]
+    step = step + within[first_step[first_tb[rank] + tb] + step]
+    span = int(step.max(initial=0)) + 1
+    dep_code = tb * span + step
+    last = np.cumsum(k) - 1  # each waiting one's last wait, in the rows
+    codes = distinct(dep_code[last])
+    single = [(Dep(c // span, c % span),) for c in codes.tolist()]
+    real = _ops(sched, run, (at, np.searchsorted(codes, dep_code[last]), single, awaited))
+    # the nops: one object per distinct wait, at the places before their op
+    placed = np.arange(run.size) + shift  # each op's place once the nops are in
+    of_run = np.empty(n, np.int64)
+    of_run[run] = np.arange(run.size)
+    front = np.ones(dep_code.size, bool)
+    front[last] = False
+    nop_code = dep_code[front]
+    owner = np.repeat(np.arange(at.size), k)[front]  # the waiting one each nop is in front of
+    nth = np.arange(dep_code.size) - np.repeat(np.cumsum(k) - k, k)  # each wait's place in its tuple
+    where = placed[of_run[at[owner]]] - (k[owner] - 1) + nth[front]
+    kinds = distinct(nop_code)
+    made = np.empty(kinds.size, object)
+    made[:] = [Op(OpType.NOP, count=0, deps=(Dep(c // span, c % span),)) for c in kinds.tolist()]
+    out = np.empty(run.size + int(shift[-1]), object)
+    out[placed] = np.fromiter(real, object, len(real))
+    out[where] = made[np.searchsorted(kinds, nop_code)]
+    return out.tolist(), sizes + tb_nops
 
 
 def _ops(sched: ScheduledDAG, run, waits: tuple) -> list[Op]:
