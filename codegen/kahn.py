@@ -3,17 +3,17 @@ instruction DAG's order where its priority puts an edge backwards (``expand_inst
 ranks: a million instructions, 0.6 s as a Python loop, milliseconds compiled).
 
 The nodes are places ``0 .. n - 1`` in the order of priority. They are scanned in that order and
-taken where ready; a node found waiting is passed over, and a binary heap holds the passed-over
-nodes that have become ready since. Those come before the scan's next node, so the heap's least,
-where there is one, is the least ready node, else the scan's next ready one is: the node Kahn's
-algorithm takes.
+taken where ready; a node found waiting is passed over, and a binary heap (the event loop's,
+:func:`synth.compiled.heap_push`) holds the passed-over nodes that have become ready since. Those
+come before the scan's next node, so the heap's least, where there is one, is the least ready
+node, else the scan's next ready one is: the node Kahn's algorithm takes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from synth.compiled import compiled
+from synth.compiled import compiled, heap_pop, heap_push
 
 __all__ = ["kahn", "warm_up"]
 
@@ -39,15 +39,14 @@ def warm_up() -> None:
 def _loop(n, indegree, targets, starts, out):  # pragma: no cover - compiled; tested through kahn
     """Fill ``out`` with the order; how many nodes were taken."""
     passed = np.zeros(n, np.bool_)
-    heap = np.empty(n, np.int64)
+    heap = np.empty(n, np.int64)  # the passed-over nodes ready since, keyed by themselves
     size = 0
     p = 0
     taken = 0
     while True:
         if size:
-            q = heap[0]
+            q = heap_pop(heap, heap, size)
             size -= 1
-            _sift_down(heap, size, heap[size])
         else:
             while p < n and indegree[p]:
                 passed[p] = True
@@ -62,37 +61,5 @@ def _loop(n, indegree, targets, starts, out):  # pragma: no cover - compiled; te
             t = targets[k]
             indegree[t] -= 1
             if indegree[t] == 0 and passed[t]:
-                _sift_up(heap, size, t)
+                heap_push(heap, heap, size, t, t)
                 size += 1
-
-
-@compiled
-def _sift_up(heap, size, value):  # pragma: no cover - compiled
-    """Push ``value`` onto the heap of ``size`` items."""
-    i = size
-    while i > 0:
-        parent = (i - 1) // 2
-        if heap[parent] <= value:
-            break
-        heap[i] = heap[parent]
-        i = parent
-    heap[i] = value
-
-
-@compiled
-def _sift_down(heap, size, value):  # pragma: no cover - compiled
-    """Put ``value`` (the last item, already counted out of ``size``) in the root's place, the
-    least having been taken."""
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= size:
-            break
-        if child + 1 < size and heap[child + 1] < heap[child]:
-            child += 1
-        if heap[child] >= value:
-            break
-        heap[i] = heap[child]
-        i = child
-    if size:
-        heap[i] = value

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from synth.compiled import compiled
+from synth.compiled import compiled, heap_pop, heap_push
 
 __all__ = ["run_loop"]
 
@@ -84,41 +84,6 @@ def _drop_candidate(hp, hr, hj, hv, hg, size):
         pos = child
     if n > 0:
         hp[pos], hr[pos], hj[pos], hv[pos], hg[pos] = p, r, j, v, g
-
-
-@njit(inline="always")
-def _push_event(at, what, size, t, w):
-    """Add event ``w`` (a job, or ``-1 - resource`` for a freeing) at instant ``t`` to the heap."""
-    pos = size
-    while pos > 0:
-        up = (pos - 1) >> 1
-        if not t < at[up]:
-            break
-        at[pos], what[pos] = at[up], what[up]
-        pos = up
-    at[pos], what[pos] = t, w
-
-
-@njit(inline="always")
-def _pop_event(at, what, size):
-    """Remove and return the earliest event of the heap ``at/what[:size]``."""
-    top = what[0]
-    n = size - 1
-    t, w = at[n], what[n]
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= n:
-            break
-        if child + 1 < n and at[child + 1] < at[child]:
-            child += 1
-        if not at[child] < t:
-            break
-        at[pos], what[pos] = at[child], what[child]
-        pos = child
-    if n > 0:
-        at[pos], what[pos] = t, w
-    return top
 
 
 @njit(inline="always")
@@ -197,7 +162,7 @@ def _arm(e, t, armed, at, what, ne):
     if ne == len(at):
         return -1
     armed[e] = t
-    _push_event(at, what, ne, t, -1 - e)
+    heap_push(at, what, ne, t, -1 - e)
     return ne + 1
 
 
@@ -226,7 +191,7 @@ def _count_off(
             elif ne == len(at):
                 return nc, -1
             else:
-                _push_event(at, what, ne, ready[d], d)
+                heap_push(at, what, ne, ready[d], d)
                 ne += 1
         if ns == 0:
             return nc, ne
@@ -266,12 +231,12 @@ def run_loop(
         if waits[j] == 0:
             if ne == events:
                 return starts, order, False
-            _push_event(at, what, ne, ready[j], j)
+            heap_push(at, what, ne, ready[j], j)
             ne += 1
     while ne:
         now = at[0]
         while ne and at[0] == now:  # the instant's events: ready jobs, freed resources' queue heads
-            w = _pop_event(at, what, ne)
+            w = heap_pop(at, what, ne)
             ne -= 1
             if w >= 0:
                 _push_candidate(hp, hr, hj, hv, hg, nc, priority[w], ready[w], w, -1, -1)
