@@ -58,7 +58,7 @@ from typing import Generic, TypeVar
 from codegen.check import settle
 from codegen.compiler import compile_algorithm, run_compiler
 from codegen.dsl import ChunkProgram
-from codegen.errors import CodegenError, DslError, NoLayoutError
+from codegen.errors import CodegenError, DslError, IRCheckError, NoLayoutError
 from codegen.ir import IR
 from codegen.lower import SCHEDULE_SIZE, lower_algorithm, retimed
 from codegen.passes.aggregate_chunks import WINDOW
@@ -378,17 +378,28 @@ class _Timer(Generic[T]):
         ir, params = self.ir_of(result), self.params
         own = _in_protocol(params, variant.protocol)
         models = (own,) if own.model == IDEAL.model else (own, IDEAL)
-        prepare_ir(ir, self.size)  # before the fork: the child shares it, not builds it again
-        us = together(*(partial(_ir_us, ir, self.topology, self.size, p) for p in models))
         try:
-            settle(ir)  # the compile's static check, where it ran beside the timing (``check_beside``)
-        except XcclError as exc:
+            us = self._times(ir, models)
+        except IRCheckError as exc:  # passed over, as a variant that does not compile
             self.errors.append(exc)
             return None
         algorithm = [self.algorithm(p) for p in models]
         ratios = tuple(t / a if a > 0 else 1.0 for t, a in zip(us[1:], algorithm[1:], strict=True))
         caller = (params.protocol, self.algorithm(params)) if own != params else None
         return result, Choice(variant, self.size, algorithm[0], us[0], (), own.label, ratios, caller)
+
+    def _times(self, ir: IR, models: tuple[Params, ...]) -> list[float]:
+        """``ir``'s times in ``models`` (the second in a child), once the verdict of its static
+        check is in where that ran beside them (``check_beside``); where the simulator fails on
+        ``ir``, the check's error comes first."""
+        try:
+            prepare_ir(ir, self.size)  # before the fork: the child shares it, not builds it again
+            us = together(*(partial(_ir_us, ir, self.topology, self.size, p) for p in models))
+        except Exception:
+            settle(ir)
+            raise
+        settle(ir)
+        return us
 
 
 def _ir_us(ir: IR, topology: Topology, size: float, params: Params) -> float:

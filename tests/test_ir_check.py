@@ -298,3 +298,26 @@ def test_threadblocks_found_sound_are_not_judged_again_for_the_same_buffers(monk
             "rank 0, threadblock 0: channel -1: expected >= 0"
         ]
     assert judged == [True, False, False, False]
+
+
+def test_a_compile_whose_ir_fails_its_check_beside_the_timing_is_refused(monkeypatch):
+    """``xccl compile``'s choice passes over a variant whose IR fails the check run beside its
+    timing, as one that does not compile; where none passes, the check's error is raised."""
+    import codegen.check
+    import common.forked
+    import runtime.choice
+    from codegen.rules import Problem
+    from runtime.choice import compile_fastest
+    from synth.trees import synthesize
+    from topologies import load
+
+    topo = load("dgx-a100x2")
+    algo = synthesize(topo, "allgather", size_bytes=1 << 26).algorithm
+    monkeypatch.setattr(common.forked, "_cpus", lambda: 2)  # the check in a child
+    monkeypatch.setattr(codegen.check, "find_problems", lambda *a, **k: [Problem("made up", 0, 1, 2)])
+    compiles = []
+    run_compiler = runtime.choice.run_compiler
+    monkeypatch.setattr(runtime.choice, "run_compiler", lambda *a, **k: compiles.append(1) or run_compiler(*a, **k))
+    with pytest.raises(IRCheckError, match="rank 0, threadblock 1, step 2: made up"):
+        compile_fastest(algo, topo)
+    assert len(compiles) > 1  # the first one refused, the next variants were tried
