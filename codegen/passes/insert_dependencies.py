@@ -71,7 +71,7 @@ def _with_nops(sched: ScheduledDAG, laid: tuple, waits: tuple) -> tuple[list[Op]
     waits (``waits``: :func:`_waits`)."""
     import numpy as np
 
-    from topologies.numeric import distinct, ranges
+    from topologies.numeric import distinct
 
     run, sizes, _ = laid
     at, code, tuples, awaited = waits
@@ -79,37 +79,58 @@ def _with_nops(sched: ScheduledDAG, laid: tuple, waits: tuple) -> tuple[list[Op]
     if not (k > 1).any():
         return _ops(sched, run, waits), sizes
     at, code, k = at[k > 0], code[k > 0], k[k > 0]  # (none waits on nothing in a DAG)
-    n, counts = len(sched.dag.instrs), list(map(len, sched.threadblocks))
-    nops = np.zeros(n, np.int64)
+    nops = np.zeros(len(sched.dag.instrs), np.int64)
     nops[at] = k - 1
-    nops_run = nops[run]
-    shift = np.cumsum(nops_run)  # per place in ``run``: the nops up to it (its own too)
-    tb_of_place = np.repeat(np.arange(sizes.size), sizes)
-    tb_nops = np.bincount(tb_of_place, weights=nops_run, minlength=sizes.size).astype(np.int64)
+    shift = np.cumsum(nops[run])  # per place in ``run``: the nops up to it (its own too)
+    tb_nops = np.bincount(np.repeat(np.arange(sizes.size), sizes), weights=nops[run], minlength=sizes.size)
+    tb_nops = tb_nops.astype(np.int64)
     within = shift - np.repeat(np.cumsum(tb_nops) - tb_nops, sizes)  # ... in its threadblock
-    # every wait as (threadblock, step) renumbered, in the order of the waiting ones' tuples
+    dep_code, span = _renumbered(sched, sizes, (at, code, tuples, k), within)
+    last = np.cumsum(k) - 1  # each waiting one's last wait, in the rows of ``dep_code``
+    codes = distinct(dep_code[last])
+    single = [(Dep(c // span, c % span),) for c in codes.tolist()]
+    real = _ops(sched, run, (at, np.searchsorted(codes, dep_code[last]), single, awaited))
+    return _interleaved(real, run, shift, (at, k, dep_code, span)), sizes + tb_nops
+
+
+def _renumbered(sched: ScheduledDAG, sizes, waiting: tuple, within) -> tuple[object, int]:
+    """Every wait of the waiting ones (``waiting``: each one, its tuple's number, the tuples and
+    its count of waits), in the order of their tuples, as ``threadblock * span + step`` with the
+    step past the nops before it in its threadblock (``sizes``: the threadblocks' laid end to end;
+    ``within``: per place there, the nops up to it in its threadblock); and ``span``."""
+    import numpy as np
+
+    from topologies.numeric import ranges
+
+    at, code, tuples, k = waiting
     flat = [d for t in tuples for d in t]
     tup_tb = np.fromiter((d.tb for d in flat), np.int64, len(flat))
     tup_op = np.fromiter((d.op for d in flat), np.int64, len(flat))
-    starts = np.cumsum([0, *map(len, tuples)])[:-1]
-    rows = ranges(starts[code], k)
+    rows = ranges(np.cumsum([0, *map(len, tuples)])[:-1][code], k)
     rank = instr_columns(sched.dag).rank[np.repeat(at, k)]
-    first_tb = np.cumsum([0, *counts])[:-1]  # each rank's first threadblock among all
+    first_tb = np.cumsum([0, *map(len, sched.threadblocks)])[:-1]  # each rank's first threadblock
     first_step = np.cumsum(sizes) - sizes  # each threadblock's first place in ``run``
     tb, step = tup_tb[rows], tup_op[rows]
     step = step + within[first_step[first_tb[rank] + tb] + step]
     span = int(step.max(initial=0)) + 1
-    dep_code = tb * span + step
-    last = np.cumsum(k) - 1  # each waiting one's last wait, in the rows
-    codes = distinct(dep_code[last])
-    single = [(Dep(c // span, c % span),) for c in codes.tolist()]
-    real = _ops(sched, run, (at, np.searchsorted(codes, dep_code[last]), single, awaited))
-    # the nops: one object per distinct wait, at the places before their op
+    return tb * span + step, span
+
+
+def _interleaved(real: list[Op], run, shift, waits: tuple) -> list[Op]:
+    """``real`` (an op per place in ``run``) with the nops in front of each op that keeps several
+    waits (``shift``: per place, the nops up to it; ``waits``: the waiting ones, their counts of
+    waits and the waits' codes of :func:`_renumbered`, and its ``span``): one nop object per
+    distinct wait."""
+    import numpy as np
+
+    from topologies.numeric import distinct
+
+    at, k, dep_code, span = waits
     placed = np.arange(run.size) + shift  # each op's place once the nops are in
-    of_run = np.empty(n, np.int64)
+    of_run = np.empty(run.size, np.int64)
     of_run[run] = np.arange(run.size)
     front = np.ones(dep_code.size, bool)
-    front[last] = False
+    front[np.cumsum(k) - 1] = False  # all but each one's last wait
     nop_code = dep_code[front]
     owner = np.repeat(np.arange(at.size), k)[front]  # the waiting one each nop is in front of
     nth = np.arange(dep_code.size) - np.repeat(np.cumsum(k) - k, k)  # each wait's place in its tuple
@@ -120,7 +141,7 @@ def _with_nops(sched: ScheduledDAG, laid: tuple, waits: tuple) -> tuple[list[Op]
     out = np.empty(run.size + int(shift[-1]), object)
     out[placed] = np.fromiter(real, object, len(real))
     out[where] = made[np.searchsorted(kinds, nop_code)]
-    return out.tolist(), sizes + tb_nops
+    return out.tolist()
 
 
 def _ops(sched: ScheduledDAG, run, waits: tuple) -> list[Op]:
@@ -333,11 +354,6 @@ def _waiting(dag: InstrDAG) -> tuple[object, list[tuple[int, int]]]:
     return picked, list(zip(starts, [*starts[1:], picked.size][: len(starts)], strict=True))
 
 
-def _ranks(dag: InstrDAG):
-    """Each instruction's rank, as a NumPy array (:func:`codegen.columns.instr_columns`)."""
-    return instr_columns(dag).rank
-
-
 def _layout(sched: ScheduledDAG, laid: tuple, waiting) -> tuple:
     """Per instruction its threadblock id and its step in it, its anchor (itself if it has
     predecessors to wait for, else the last op before it in its threadblock that has, -1: none)
@@ -408,7 +424,7 @@ def _wait_edges(dag: InstrDAG):
     instruction's rank, as NumPy arrays."""
     pred, succ = dag.ends
     kept = _waitable(dag)
-    return pred[kept], succ[kept], _ranks(dag)
+    return pred[kept], succ[kept], instr_columns(dag).rank
 
 
 def _waitable(dag: InstrDAG):
